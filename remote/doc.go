@@ -1,0 +1,22 @@
+// Package remote is the Redis tier of ratelease: the global state of every
+// limit and the atomic scripts that read and change it.
+//
+// It owns:
+//
+//   - one embedded, commented Lua file per algorithm (lua/), assembled with a
+//     shared prelude into two scripts: acquire (grant at least min and at most
+//     max units to every limit of a key, or none) and refund (give unused
+//     units back, never above capacity);
+//   - the key layout <prefix>:{<policy>:<key>}:<limit>, whose hash tag puts
+//     every limit of one key in one Redis Cluster slot;
+//   - [Store], which runs the scripts on any redis.UniversalClient through
+//     redis.NewScript (EVALSHA, falling back to EVAL after NOSCRIPT).
+//
+// Redis TIME, read inside the scripts, is the only clock that decides; all
+// arithmetic in Lua is on whole microseconds and whole units, below 2^53.
+//
+// It does not own local state, leasing, timeouts, retries or failure
+// handling: callers bound each call with a context and decide what a failure
+// means. It imports only clock from this module. A Store is safe for
+// concurrent use.
+package remote

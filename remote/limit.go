@@ -1,0 +1,105 @@
+package remote
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Algorithm selects the script logic of a limit. The values match the
+// algorithm ids in lua/.
+type Algorithm uint8
+
+// The algorithms, in the order of the public API.
+const (
+	TokenBucket Algorithm = iota
+	FixedWindow
+	SlidingWindowLog
+	SlidingWindowCounter
+	LeakyBucket
+	numAlgorithms
+)
+
+var algorithmNames = [numAlgorithms]string{"token bucket", "fixed window", "sliding window log", "sliding window counter", "leaky bucket"}
+
+// algorithmCodes name an algorithm inside a Redis key; short and stable.
+var algorithmCodes = [numAlgorithms]string{"tb", "fw", "swl", "swc", "lb"}
+
+// String returns the algorithm's name, such as "token bucket".
+func (a Algorithm) String() string {
+	if a < numAlgorithms {
+		return algorithmNames[a]
+	}
+	return "Algorithm(" + strconv.Itoa(int(a)) + ")"
+}
+
+// Windowed reports whether the algorithm counts units in windows, whose
+// capacity is the rate (no separate burst).
+func (a Algorithm) Windowed() bool {
+	return a == FixedWindow || a == SlidingWindowLog || a == SlidingWindowCounter
+}
+
+// ErrLimit is wrapped by every error about a limit's values.
+var ErrLimit = errors.New("invalid limit")
+
+// ErrName is wrapped by every error about a policy's name.
+var ErrName = errors.New("invalid policy name")
+
+// maxExact is 2^53: every integer the scripts compute must stay below it to
+// be exact in a Lua double.
+const maxExact = 1 << 53
+
+// Limit is one limit as the scripts see it: Rate units per Period, Burst
+// units of capacity. Burst is resolved (never zero): windowed algorithms have
+// Burst == Rate.
+type Limit struct {
+	Algorithm Algorithm
+	Rate      int64
+	Period    time.Duration
+	Burst     int64
+}
+
+// Validate reports why the scripts cannot enforce l exactly, as an error
+// wrapping ErrLimit, or nil.
+//
+// Rules: a known algorithm; Rate >= 1; Period a whole number of
+// microseconds, at least one millisecond; at most one unit per microsecond
+// (Rate <= Period in µs); Burst >= 1, equal to Rate for windowed algorithms;
+// and Rate·Period and Burst·Period (in µs) below 2^53, so that the scripts'
+// integer arithmetic stays exact.
+func (l Limit) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrLimit, fmt.Sprintf(format, args...))
+	}
+	us := int64(l.Period / time.Microsecond)
+	switch {
+	case l.Algorithm >= numAlgorithms:
+		return bad("unknown algorithm %d", l.Algorithm)
+	case l.Rate <= 0:
+		return bad("rate %d is not positive", l.Rate)
+	case l.Period < time.Millisecond:
+		return bad("period %v is shorter than 1ms", l.Period)
+	case l.Period%time.Microsecond != 0:
+		return bad("period %v is not a whole number of microseconds", l.Period)
+	case l.Rate > us:
+		return bad("rate %d per %v is more than one per microsecond", l.Rate, l.Period)
+	case l.Burst <= 0:
+		return bad("burst %d is not positive", l.Burst)
+	case l.Algorithm.Windowed() && l.Burst != l.Rate:
+		return bad("a %s has no burst of its own: burst %d must equal rate %d", l.Algorithm, l.Burst, l.Rate)
+	case l.Rate > maxExact/us || l.Burst > maxExact/us:
+		return bad("rate or burst times period (%d, %d × %dµs) reaches 2^53", l.Rate, l.Burst, us)
+	}
+	return nil
+}
+
+// Capacity is the most units one request can ever be granted.
+func (l Limit) Capacity() int64 { return l.Burst }
+
+// suffix names the limit inside its key: algorithm and period, so that a
+// changed rate keeps its state and a changed algorithm never reads another
+// algorithm's value.
+func (l Limit) suffix() string {
+	return algorithmCodes[l.Algorithm] + ":" + strconv.FormatInt(int64(l.Period/time.Microsecond), 10)
+}

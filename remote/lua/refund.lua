@@ -1,0 +1,20 @@
+-- refund.lua: give back units granted by acquire.lua and not used.
+--
+-- KEYS[i]   as in acquire.lua
+-- ARGV[1]   units to give back
+-- ARGV[2]   the grant's time, us (acquire's `now`): window algorithms refund
+--           only into the window the units were granted in, the log removes
+--           exactly the members of that grant
+-- ARGV[3]   unused (keeps the limits at the same place as in acquire.lua)
+-- ARGV[4..] the limits, as in acquire.lua
+--
+-- A refund never raises any limit above its capacity. Returns the Redis time.
+local units, at = tonumber(ARGV[1]), tonumber(ARGV[2])
+local lims = limits_from(4)
+local now = now_us()
+if units > 0 then
+  for i, lim in ipairs(lims) do
+    ALG[lim.alg].refund(KEYS[i], lim, now, units, at)
+  end
+end
+return now

@@ -1,0 +1,110 @@
+package remote
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// MaxNameLen is the longest policy name, in bytes.
+const MaxNameLen = 128
+
+// MaxKeyLen is the longest key, in bytes. Keys may hold any bytes.
+const MaxKeyLen = 1024
+
+// MaxLimits is the most limits one policy may have.
+const MaxLimits = 16
+
+// Policy is a validated, named set of limits, compiled once for the scripts.
+// All its limits must grant for a request to be granted. A Policy is
+// immutable and safe for concurrent use.
+type Policy struct {
+	name     string
+	limits   []Limit
+	capacity int64
+	// args are the scripts' per-limit ARGV, converted to strings once.
+	args []any
+	// tails are "}:" + suffix per limit: the part of each key after the
+	// caller's key.
+	tails    []string
+	tailsLen int
+}
+
+// NewPolicy validates name and limits and compiles them. The name must be 1
+// to MaxNameLen bytes without ':', '{', '}' or whitespace (it is part of
+// every key, and the ':' after it ends it); errors wrap ErrName. Limits: 1 to
+// MaxLimits, each valid (see Limit.Validate), no two with the same algorithm
+// and period (they would share state); errors wrap ErrLimit.
+func NewPolicy(name string, limits []Limit) (*Policy, error) {
+	if name == "" || len(name) > MaxNameLen || strings.ContainsAny(name, ":{} \t\r\n") {
+		return nil, fmt.Errorf("%w: %q (1 to %d bytes, no ':', '{', '}' or whitespace)", ErrName, name, MaxNameLen)
+	}
+	if len(limits) == 0 || len(limits) > MaxLimits {
+		return nil, fmt.Errorf("%w: a policy needs 1 to %d limits, got %d", ErrLimit, MaxLimits, len(limits))
+	}
+	p := &Policy{name: name, limits: append([]Limit(nil), limits...)}
+	seen := make(map[string]int, len(limits))
+	for i, l := range p.limits {
+		if err := l.Validate(); err != nil {
+			return nil, fmt.Errorf("limit %d: %w", i, err)
+		}
+		sfx := l.suffix()
+		if j, dup := seen[sfx]; dup {
+			return nil, fmt.Errorf("%w: limits %d and %d are both a %s per %v", ErrLimit, j, i, l.Algorithm, l.Period)
+		}
+		seen[sfx] = i
+		if i == 0 || l.Capacity() < p.capacity {
+			p.capacity = l.Capacity()
+		}
+		p.args = append(p.args,
+			strconv.Itoa(int(l.Algorithm)),
+			strconv.FormatInt(l.Rate, 10),
+			strconv.FormatInt(l.Period.Microseconds(), 10),
+			strconv.FormatInt(l.Burst, 10))
+		tail := "}:" + sfx
+		p.tails = append(p.tails, tail)
+		p.tailsLen += len(tail)
+	}
+	return p, nil
+}
+
+// Name returns the policy's name.
+func (p *Policy) Name() string { return p.name }
+
+// Limits returns the policy's limits. The slice must not be modified.
+func (p *Policy) Limits() []Limit { return p.limits }
+
+// Capacity is the most units one request can ever be granted: the smallest
+// capacity of the policy's limits.
+func (p *Policy) Capacity() int64 { return p.capacity }
+
+// Keys returns the Redis keys of key under p, one per limit, in the layout
+// prefix:{policy:key}:<algorithm>:<period µs>. All of them carry one hash
+// tag, so they share a Cluster slot whatever bytes key holds: a '}' in key
+// ends the tag early, but identically for every limit of that key. Distinct
+// (policy, key) pairs never share a Redis key: the policy name has no ':',
+// and every tail starts with '}', which no tail contains twice.
+//
+// The keys are substrings of one string: one allocation for the text.
+func (p *Policy) Keys(prefix, key string) []string {
+	head := len(prefix) + 2 + len(p.name) + 1 + len(key) // prefix ":{" name ":" key
+	var b strings.Builder
+	b.Grow(head*len(p.tails) + p.tailsLen)
+	for _, t := range p.tails {
+		b.WriteString(prefix)
+		b.WriteString(":{")
+		b.WriteString(p.name)
+		b.WriteByte(':')
+		b.WriteString(key)
+		b.WriteString(t)
+	}
+	all := b.String()
+	keys := make([]string, len(p.tails))
+	off := 0
+	for i, t := range p.tails {
+		n := head + len(t)
+		keys[i] = all[off : off+n]
+		off += n
+	}
+	return keys
+}

@@ -1,0 +1,143 @@
+package remote
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed lua/*.lua
+var luaFiles embed.FS
+
+// The algorithm files, in the order they are concatenated after the prelude.
+var algorithmFiles = []string{"tokenbucket.lua", "fixedwindow.lua", "slidingwindowlog.lua", "slidingwindowcounter.lua", "leakybucket.lua"}
+
+var (
+	acquireScript = redis.NewScript(assemble("acquire.lua"))
+	refundScript  = redis.NewScript(assemble("refund.lua"))
+)
+
+// assemble returns prelude + algorithms + main as one script text.
+func assemble(main string) string {
+	var src []byte
+	for _, f := range append(append([]string{"prelude.lua"}, algorithmFiles...), main) {
+		b, err := luaFiles.ReadFile("lua/" + f)
+		if err != nil {
+			panic("remote: embedded script missing: " + f) // a build defect, not input
+		}
+		src = append(append(src, b...), '\n')
+	}
+	return string(src)
+}
+
+// Store runs the limit scripts on one Redis deployment. It is safe for
+// concurrent use; the zero value is not usable: call NewStore.
+type Store struct {
+	client redis.UniversalClient
+	prefix string
+}
+
+// NewStore returns a Store that keeps its keys under prefix on client, which
+// may be any redis.UniversalClient: a Client, ClusterClient, Ring or failover
+// client.
+func NewStore(client redis.UniversalClient, prefix string) *Store {
+	return &Store{client: client, prefix: prefix}
+}
+
+// Prefix returns the key prefix.
+func (s *Store) Prefix() string { return s.prefix }
+
+// Request asks for units from every limit of one key. Min <= Max, and
+// 1 <= Min <= Policy.Capacity(); the caller checks.
+type Request struct {
+	Policy *Policy
+	Key    string
+	// Min is the least grant worth having: fewer and nothing is granted.
+	Min int64
+	// Max is the most units to grant.
+	Max int64
+	// Reserve lets a leaky bucket queue the request (the Decision's Wait
+	// says until when) instead of admitting only what conforms now. Other
+	// algorithms ignore it.
+	Reserve bool
+}
+
+// Decision is the reply of one acquire call.
+type Decision struct {
+	// Granted is the number of units charged to every limit; 0 means
+	// denied, and nothing was charged.
+	Granted int64
+	// At is the Redis time of the decision, in microseconds since the Unix
+	// epoch. A Refund of these units names it.
+	At int64
+	// Decider is the index in Policy.Limits() of the limit that decided:
+	// when denied, the denying limit that frees up last; when granted, the
+	// one with the fewest units left.
+	Decider int
+	// Wait is how long the granted units must wait before use (a leaky
+	// bucket's queue in Reserve mode); 0 otherwise.
+	Wait time.Duration
+	// Remaining is the number of units the decider could still grant now.
+	Remaining int64
+	// RetryAfter is when Min units could next be granted; 0 when granted.
+	RetryAfter time.Duration
+	// ResetAfter is when the decider is fully replenished.
+	ResetAfter time.Duration
+}
+
+// Acquire grants between r.Min and r.Max units to every limit of r.Key, or
+// nothing, in one atomic script call. Errors are Redis's or ctx's.
+func (s *Store) Acquire(ctx context.Context, r Request) (Decision, error) {
+	p := r.Policy
+	args := make([]any, 0, 3+len(p.args))
+	reserve := 0
+	if r.Reserve {
+		reserve = 1
+	}
+	args = append(args, r.Min, r.Max, reserve)
+	args = append(args, p.args...)
+	v, err := acquireScript.Run(ctx, s.client, p.Keys(s.prefix, r.Key), args...).Slice()
+	if err != nil {
+		return Decision{}, err
+	}
+	var n [7]int64
+	if len(v) != len(n) {
+		return Decision{}, fmt.Errorf("remote: acquire replied %d values, want %d", len(v), len(n))
+	}
+	for i, x := range v {
+		var ok bool
+		if n[i], ok = x.(int64); !ok {
+			return Decision{}, fmt.Errorf("remote: acquire reply %d is %T, want an integer", i, x)
+		}
+	}
+	d := Decision{
+		Granted:    n[0],
+		At:         n[1],
+		Decider:    int(n[2]) - 1,
+		Wait:       time.Duration(n[3]) * time.Microsecond,
+		Remaining:  n[4],
+		RetryAfter: time.Duration(n[5]) * time.Microsecond,
+		ResetAfter: time.Duration(n[6]) * time.Microsecond,
+	}
+	if d.Decider < 0 || d.Decider >= len(p.limits) {
+		return Decision{}, fmt.Errorf("remote: acquire named limit %d of %d", n[2], len(p.limits))
+	}
+	return d, nil
+}
+
+// Refund gives back units of a grant made at time at (Decision.At) to every
+// limit of key, never above capacity. Where an algorithm cannot take units
+// back the refund is a no-op for that limit: a fixed or sliding window
+// counter after the grant's window has passed.
+func (s *Store) Refund(ctx context.Context, p *Policy, key string, units, at int64) error {
+	if units <= 0 {
+		return nil
+	}
+	args := make([]any, 0, 3+len(p.args))
+	args = append(args, units, at, 0)
+	args = append(args, p.args...)
+	return refundScript.Run(ctx, s.client, p.Keys(s.prefix, key), args...).Err()
+}
