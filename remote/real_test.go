@@ -1,0 +1,181 @@
+package remote_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelease/ratelease/internal/redistest"
+	"github.com/ratelease/ratelease/remote"
+)
+
+// realStore returns a Store on a fresh redis-server, and its client.
+func realStore(t *testing.T) (*remote.Store, *redis.Client) {
+	t.Helper()
+	c := redistest.Start(t).Client(t)
+	return remote.NewStore(c, "test"), c
+}
+
+// On a real server time is real: each algorithm admits its capacity at once,
+// denies the next unit with a retry-after within one period, and admits it
+// again after sleeping that long.
+func TestRealRedisBurstDenyRefill(t *testing.T) {
+	s, c := realStore(t)
+	const P = time.Second
+	for _, l := range []remote.Limit{tb(5, 5, P), lb(5, 5, P), win(remote.FixedWindow, 5, P),
+		win(remote.SlidingWindowLog, 5, P), win(remote.SlidingWindowCounter, 5, P)} {
+		t.Run(l.Algorithm.String(), func(t *testing.T) {
+			t.Parallel()
+			p := mustPolicy(t, "p", l)
+			want := int64(5)
+			if l.Algorithm == remote.LeakyBucket {
+				want = 1 // admits only what conforms now: one unit, then its spacing
+			}
+			var granted int64
+			for i := 0; i < 5; i++ {
+				granted += acquire(t, s, p, "k", 1, 1, false).Granted
+			}
+			if granted != want {
+				t.Fatalf("granted %d of 5, want %d", granted, want)
+			}
+			d := acquire(t, s, p, "k", 1, 1, false)
+			if d.Granted != 0 || d.RetryAfter <= 0 || d.RetryAfter > P {
+				t.Fatalf("after the burst: %+v, want a denial with 0 < retry-after <= %v", d, P)
+			}
+			if ttl := c.PTTL(context.Background(), p.Keys("test", "k")[0]).Val(); ttl <= 0 || ttl > 2*P {
+				t.Fatalf("key TTL %v, want within two periods", ttl)
+			}
+			time.Sleep(d.RetryAfter)
+			for deadline := time.Now().Add(P); ; time.Sleep(5 * time.Millisecond) {
+				// The sleep ends at or after retry-after; a busy machine may
+				// need a moment more for the reply to reflect it, never a period.
+				if acquire(t, s, p, "k", 1, 1, false).Granted == 1 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("still denied a period after retry-after")
+				}
+			}
+		})
+	}
+}
+
+// The seeds' boundary example on Redis's own clock: just before and just
+// after a window boundary, a fixed window admits twice its limit, the token
+// bucket and the sliding log do not.
+func TestRealRedisWindowBoundary(t *testing.T) {
+	s, c := realStore(t)
+	const P = time.Second
+	for _, tc := range []struct {
+		limit  remote.Limit
+		minAll int64
+		maxAll int64
+	}{
+		{win(remote.FixedWindow, 10, P), 20, 20},
+		{tb(10, 10, P), 10, 13}, // refill during the ~200ms around the boundary: at most 3
+		{win(remote.SlidingWindowLog, 10, P), 10, 10},
+	} {
+		t.Run(tc.limit.Algorithm.String(), func(t *testing.T) {
+			p := mustPolicy(t, "p", tc.limit)
+			// Wait until 150ms before a boundary of Redis time.
+			rt, err := c.Time(context.Background()).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			toBoundary := rt.Truncate(P).Add(P).Sub(rt)
+			if toBoundary < 150*time.Millisecond {
+				toBoundary += P
+			}
+			time.Sleep(toBoundary - 150*time.Millisecond)
+			total := acquire(t, s, p, "k", 1, 10, false).Granted
+			time.Sleep(200 * time.Millisecond)
+			for i := 0; i < 10; i++ {
+				total += acquire(t, s, p, "k", 1, 1, false).Granted
+			}
+			if total < tc.minAll || total > tc.maxAll {
+				t.Fatalf("admitted %d around the boundary, want %d..%d", total, tc.minAll, tc.maxAll)
+			}
+		})
+	}
+}
+
+func TestRealRedisMultiLimitAllOrNothing(t *testing.T) {
+	s, c := realStore(t)
+	ctx := context.Background()
+	p := mustPolicy(t, "api", tb(10, 10, time.Second), win(remote.FixedWindow, 100, time.Minute), win(remote.SlidingWindowLog, 5, time.Hour))
+	keys := p.Keys("test", "user")
+	if d := acquire(t, s, p, "user", 5, 5, false); d.Granted != 5 || d.Decider != 2 {
+		t.Fatalf("%+v", d)
+	}
+	tat, count, logged := c.Get(ctx, keys[0]).Val(), c.HGet(ctx, keys[1], "c").Val(), c.ZCard(ctx, keys[2]).Val()
+	for i := 0; i < 3; i++ {
+		if d := acquire(t, s, p, "user", 1, 1, false); d.Granted != 0 || d.Decider != 2 {
+			t.Fatalf("denial %d: %+v, want decided by the hour limit", i, d)
+		}
+	}
+	if c.Get(ctx, keys[0]).Val() != tat || c.HGet(ctx, keys[1], "c").Val() != count || c.ZCard(ctx, keys[2]).Val() != logged {
+		t.Fatal("a denial by the hour limit charged another limit")
+	}
+	if count != "5" || logged != 5 {
+		t.Fatalf("minute count %s, hour log %d: want 5 and 5", count, logged)
+	}
+}
+
+// 50 goroutines race for one key with a limit of 100 in a period far longer
+// than the test: exactly 100 are admitted, whatever the interleaving.
+func TestRealRedisConcurrentExactlyTheLimit(t *testing.T) {
+	s, _ := realStore(t)
+	const P = 240 * time.Hour
+	for _, l := range []remote.Limit{tb(100, 100, P), lb(100, 100, P), win(remote.FixedWindow, 100, P),
+		win(remote.SlidingWindowLog, 100, P), win(remote.SlidingWindowCounter, 100, P)} {
+		t.Run(l.Algorithm.String(), func(t *testing.T) {
+			p := mustPolicy(t, "p", l)
+			reserve := l.Algorithm == remote.LeakyBucket // queue: 100 slots
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			for g := 0; g < 50; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < 4; i++ {
+						d, err := s.Acquire(context.Background(), remote.Request{Policy: p, Key: "hot", Min: 1, Max: 1, Reserve: reserve})
+						if err != nil {
+							t.Error(err) // not Fatal: this is not the test's goroutine
+							return
+						}
+						admitted.Add(d.Granted)
+					}
+				}()
+			}
+			wg.Wait()
+			if got := admitted.Load(); got != 100 {
+				t.Fatalf("admitted %d of 200 attempts, want exactly 100", got)
+			}
+		})
+	}
+}
+
+// After SCRIPT FLUSH (or a failover to a server without the script) the next
+// call loads the script again: EVALSHA's NOSCRIPT falls back to EVAL.
+func TestRealRedisNoScriptHeals(t *testing.T) {
+	s, c := realStore(t)
+	p := mustPolicy(t, "p", tb(10, 10, time.Second))
+	acquire(t, s, p, "k", 1, 1, false)
+	if err := c.ScriptFlush(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if d := acquire(t, s, p, "k", 1, 1, false); d.Granted != 1 {
+		t.Fatalf("after SCRIPT FLUSH: %+v", d)
+	}
+	if err := c.ScriptFlush(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	refund(t, s, p, "k", 2, 0)
+	if d := acquire(t, s, p, "k", 1, 100, false); d.Granted != 10 {
+		t.Fatalf("after the refund: granted %d, want a full bucket", d.Granted)
+	}
+}
