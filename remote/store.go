@@ -141,3 +141,20 @@ func (s *Store) Refund(ctx context.Context, p *Policy, key string, units, at int
 	args = append(args, p.args...)
 	return refundScript.Run(ctx, s.client, p.Keys(s.prefix, key), args...).Err()
 }
+
+// HonoursDeadlines reports whether client cuts a call short at its
+// context's deadline. go-redis does so only when the client was made with
+// ContextTimeoutEnabled: true; otherwise a read waits for the client's own
+// ReadTimeout (seconds by default) whatever the context says. Clients of
+// other types are assumed not to.
+func HonoursDeadlines(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}

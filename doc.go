@@ -1,0 +1,23 @@
+// Package ratelease enforces global rate limits, held in Redis, for many
+// processes at once.
+//
+// A Policy is a named set of limits (10/s and 100/min and 1000/h at once);
+// every limit must admit a request, and a denial by one charges none. Each
+// limit counts with one of five algorithms: TokenBucket, FixedWindow,
+// SlidingWindowLog, SlidingWindowCounter, LeakyBucket. A Limiter applies
+// policies to keys (a user, an API key, an IP):
+//
+//	l, err := ratelease.New(redisClient)
+//	api, err := ratelease.NewPolicy("api", ratelease.PerSecond(10), ratelease.PerMinute(100))
+//	res, err := l.Allow(ctx, api, "user:42")
+//	if !res.Allowed { /* 429, Retry-After: res.RetryAfter */ }
+//
+// Every decision is one atomic Lua script on Redis; Redis's own TIME is the
+// only clock that decides, so hosts need no clock sync. The state of a key
+// lives under <prefix>:{<policy>:<key>}:<limit>; the hash tag keeps all limits
+// of one key in one Redis Cluster slot.
+//
+// A denial is a Result, not an error. Errors are the sentinels in this
+// package (ErrInvalidKey, ErrUnavailable, …), matched with errors.Is, or the
+// caller's context error, unwrapped.
+package ratelease

@@ -1,0 +1,33 @@
+package ratelease
+
+import (
+	"errors"
+
+	"github.com/ratelease/ratelease/tier"
+)
+
+// The errors of ratelease, matched with errors.Is. A denial is never an
+// error: it is a Result with Allowed false. Errors of the caller's context
+// are returned unwrapped (context.Canceled, context.DeadlineExceeded).
+var (
+	// ErrInvalidLimit: a Limit's values cannot be enforced (see NewPolicy).
+	ErrInvalidLimit = errors.New("ratelease: invalid limit")
+	// ErrInvalidPolicy: a nil *Policy, or a policy name that cannot be part
+	// of a Redis key.
+	ErrInvalidPolicy = errors.New("ratelease: invalid policy")
+	// ErrInvalidKey: an empty key, or one longer than MaxKeyLen bytes.
+	ErrInvalidKey = errors.New("ratelease: invalid key")
+	// ErrInvalidN: a number of units that is zero or negative.
+	ErrInvalidN = errors.New("ratelease: n must be positive")
+	// ErrExceedsCapacity: n is more than the policy's smallest capacity
+	// (Burst, or Rate for windows), so it could never be admitted.
+	ErrExceedsCapacity = errors.New("ratelease: n exceeds the policy's capacity")
+	// ErrInvalidOption: New was given a nil client or an option with an
+	// invalid value.
+	ErrInvalidOption = errors.New("ratelease: invalid option")
+	// ErrUnavailable: Redis did not answer within the Redis timeout (or
+	// failed). The error wraps the cause as well.
+	ErrUnavailable = tier.ErrUnavailable
+	// ErrClosed: the Limiter was closed.
+	ErrClosed = tier.ErrClosed
+)

@@ -1,0 +1,162 @@
+package ratelease
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelease/ratelease/remote"
+	"github.com/ratelease/ratelease/tier"
+)
+
+// Limiter enforces policies for any number of keys against one Redis
+// deployment. Make it with New; it is safe for concurrent use. Several
+// Limiters (in one process or many) that share a Redis and a key prefix
+// share every limit.
+type Limiter struct {
+	engine *tier.Engine
+}
+
+// Result is the decision on one request.
+type Result struct {
+	// Allowed reports whether the request was admitted (and charged).
+	Allowed bool
+	// Limit is the limit that decided: when denied, the denying limit that
+	// frees up last; when allowed, the one with the fewest units left.
+	Limit Limit
+	// Remaining is the best estimate of the units the deciding limit could
+	// still admit now, across all instances. For LeakyBucket it is 0 while
+	// the queue is busy.
+	Remaining int
+	// RetryAfter is 0 when allowed; when denied, how long until the same n
+	// could next be admitted (if nobody else takes the units first).
+	RetryAfter time.Duration
+	// ResetAfter is how long until the deciding limit is fully
+	// replenished, as if nothing more were admitted.
+	ResetAfter time.Duration
+	// Source says where the decision came from.
+	Source Source
+}
+
+// Source says where a decision came from. The zero value means no decision
+// was made (the Result of an error).
+type Source = tier.Source
+
+// The sources of a decision.
+const (
+	// Local: answered from a local allowance, without a Redis call.
+	Local = tier.Local
+	// Remote: answered by one atomic Redis call.
+	Remote = tier.Remote
+	// Fallback: answered by the outage fallback while Redis is unavailable.
+	Fallback = tier.Fallback
+)
+
+// Stats counts a Limiter's work since New.
+type Stats struct {
+	// Allowed and Denied count decisions, each attempt of a Wait included.
+	Allowed, Denied uint64
+	// RoundTrips counts Redis calls; Errors those that failed.
+	RoundTrips, Errors uint64
+}
+
+// New returns a Limiter that keeps its limits in client: any
+// redis.UniversalClient (*redis.Client, *redis.ClusterClient, *redis.Ring,
+// a failover client). The client stays the caller's: Close does not close it.
+// A nil client or an invalid option is an error wrapping ErrInvalidOption.
+func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: nil redis client", ErrInvalidOption)
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: nil option", ErrInvalidOption)
+		}
+		if err := o.apply(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	return &Limiter{engine: tier.New(tier.Config{
+		Store:   remote.NewStore(client, cfg.prefix),
+		Clock:   cfg.clock,
+		Timeout: cfg.redisTimeout,
+		Guard:   !remote.HonoursDeadlines(client),
+	})}, nil
+}
+
+// Allow is AllowN(ctx, p, key, 1).
+func (l *Limiter) Allow(ctx context.Context, p *Policy, key string) (Result, error) {
+	return l.AllowN(ctx, p, key, 1)
+}
+
+// AllowN decides whether n units (events, or the cost of one weighted
+// request) of key may happen now under every limit of p, and charges them
+// if so. A denial is a Result with Allowed false, never an error. Errors:
+// ErrInvalidPolicy, ErrInvalidKey, ErrInvalidN, ErrExceedsCapacity,
+// ErrUnavailable (with its cause), ErrClosed, or ctx's error unwrapped.
+func (l *Limiter) AllowN(ctx context.Context, p *Policy, key string, n int) (Result, error) {
+	if err := check(p, key, n); err != nil {
+		return Result{}, err
+	}
+	d, err := l.engine.Allow(ctx, p.compiled, key, int64(n))
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{
+		Allowed:    d.Allowed,
+		Limit:      p.limits[d.Limit],
+		Remaining:  int(d.Remaining),
+		RetryAfter: d.RetryAfter,
+		ResetAfter: d.ResetAfter,
+		Source:     d.Source,
+	}, nil
+}
+
+// Wait is WaitN(ctx, p, key, 1).
+func (l *Limiter) Wait(ctx context.Context, p *Policy, key string) error {
+	return l.WaitN(ctx, p, key, 1)
+}
+
+// WaitN blocks until n units of key are admitted under every limit of p,
+// sleeping for each denial's RetryAfter. With a LeakyBucket in p it queues:
+// it reserves its slot (up to Burst units may wait) and sleeps until it.
+// It returns ctx's error, unwrapped, when ctx ends first, and
+// context.DeadlineExceeded at once when the deadline would pass before the
+// units could be admitted; a slot it reserved is then given back. Other
+// errors are AllowN's.
+func (l *Limiter) WaitN(ctx context.Context, p *Policy, key string, n int) error {
+	if err := check(p, key, n); err != nil {
+		return err
+	}
+	return l.engine.Wait(ctx, p.compiled, key, int64(n))
+}
+
+// check validates a request's arguments.
+func check(p *Policy, key string, n int) error {
+	switch {
+	case p == nil:
+		return fmt.Errorf("%w: nil policy", ErrInvalidPolicy)
+	case key == "":
+		return fmt.Errorf("%w: empty key", ErrInvalidKey)
+	case len(key) > MaxKeyLen:
+		return fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidKey, len(key), MaxKeyLen)
+	case n <= 0:
+		return fmt.Errorf("%w: %d", ErrInvalidN, n)
+	case n > p.Capacity():
+		return fmt.Errorf("%w: %d > %d of policy %q", ErrExceedsCapacity, n, p.Capacity(), p.name)
+	}
+	return nil
+}
+
+// Stats returns a snapshot of the Limiter's counters.
+func (l *Limiter) Stats() Stats {
+	s := l.engine.Stats()
+	return Stats{Allowed: s.Allowed, Denied: s.Denied, RoundTrips: s.RoundTrips, Errors: s.Errors}
+}
+
+// Close stops the Limiter: every later call returns ErrClosed. It is
+// idempotent. It does not close the Redis client.
+func (l *Limiter) Close() error { return l.engine.Close() }

@@ -1,0 +1,534 @@
+package ratelease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/ratelease/ratelease"
+	"github.com/ratelease/ratelease/clock"
+	"github.com/ratelease/ratelease/internal/redistest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// t0 is aligned to the hour, so every window starts at t0.
+var t0 = time.Unix(1_699_999_200, 0)
+
+// env is a Limiter on a miniredis whose time, and the Limiter's clock, move
+// only when the test says so.
+type env struct {
+	mr    *miniredis.Miniredis
+	clock *clock.Manual
+	l     *ratelease.Limiter
+}
+
+func newEnv(t *testing.T, opts ...ratelease.Option) *env {
+	t.Helper()
+	mr := miniredis.RunT(t)
+	mr.SetTime(t0)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	clk := clock.NewManual(t0)
+	l, err := ratelease.New(c, append([]ratelease.Option{ratelease.WithClock(clk), ratelease.WithRedisTimeout(5 * time.Second)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return &env{mr: mr, clock: clk, l: l}
+}
+
+// advance moves Redis's TIME, its key expiry and the local clock together.
+func (e *env) advance(d time.Duration) {
+	now := e.clock.Now().Add(d)
+	e.mr.SetTime(now)
+	e.mr.FastForward(d)
+	e.clock.Set(now)
+}
+
+func policy(t testing.TB, name string, limits ...ratelease.Limit) *ratelease.Policy {
+	t.Helper()
+	p, err := ratelease.NewPolicy(name, limits...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestBadInput(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	p := policy(t, "p", ratelease.PerSecond(5), ratelease.Limit{Rate: 3, Period: time.Minute, Algorithm: ratelease.FixedWindow})
+	long := strings.Repeat("k", ratelease.MaxKeyLen+1)
+	for _, c := range []struct {
+		name string
+		p    *ratelease.Policy
+		key  string
+		n    int
+		want error
+	}{
+		{"nil policy", nil, "k", 1, ratelease.ErrInvalidPolicy},
+		{"empty key", p, "", 1, ratelease.ErrInvalidKey},
+		{"key too long", p, long, 1, ratelease.ErrInvalidKey},
+		{"zero n", p, "k", 0, ratelease.ErrInvalidN},
+		{"negative n", p, "k", -3, ratelease.ErrInvalidN},
+		{"n above the smallest capacity", p, "k", 4, ratelease.ErrExceedsCapacity},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := e.l.AllowN(ctx, c.p, c.key, c.n); !errors.Is(err, c.want) {
+				t.Errorf("AllowN: %v, want %v", err, c.want)
+			}
+			if err := e.l.WaitN(ctx, c.p, c.key, c.n); !errors.Is(err, c.want) {
+				t.Errorf("WaitN: %v, want %v", err, c.want)
+			}
+		})
+	}
+	// The longest key works, and bad input charged nothing.
+	if res, err := e.l.AllowN(ctx, p, strings.Repeat("k", ratelease.MaxKeyLen), 3); err != nil || !res.Allowed {
+		t.Fatalf("a key of MaxKeyLen bytes: %+v, %v", res, err)
+	}
+	if res, err := e.l.AllowN(ctx, p, "k", 3); err != nil || !res.Allowed {
+		t.Fatalf("after rejected calls, key k: %+v, %v", res, err)
+	}
+}
+
+func TestNewPolicyErrors(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		policy string
+		limits []ratelease.Limit
+		want   error
+	}{
+		{"no limits", "p", nil, ratelease.ErrInvalidLimit},
+		{"zero limit", "p", []ratelease.Limit{{}}, ratelease.ErrInvalidLimit},
+		{"zero rate", "p", []ratelease.Limit{{Period: time.Second}}, ratelease.ErrInvalidLimit},
+		{"negative rate", "p", []ratelease.Limit{ratelease.PerSecond(-1)}, ratelease.ErrInvalidLimit},
+		{"zero period", "p", []ratelease.Limit{{Rate: 1}}, ratelease.ErrInvalidLimit},
+		{"negative period", "p", []ratelease.Limit{{Rate: 1, Period: -time.Second}}, ratelease.ErrInvalidLimit},
+		{"negative burst", "p", []ratelease.Limit{{Rate: 1, Period: time.Second, Burst: -1}}, ratelease.ErrInvalidLimit},
+		{"window with its own burst", "p", []ratelease.Limit{{Rate: 5, Period: time.Second, Burst: 9, Algorithm: ratelease.FixedWindow}}, ratelease.ErrInvalidLimit},
+		{"unknown algorithm", "p", []ratelease.Limit{{Rate: 1, Period: time.Second, Algorithm: 42}}, ratelease.ErrInvalidLimit},
+		{"negative algorithm", "p", []ratelease.Limit{{Rate: 1, Period: time.Second, Algorithm: -1}}, ratelease.ErrInvalidLimit},
+		{"faster than 1/µs", "p", []ratelease.Limit{{Rate: 2_000_000, Period: time.Second}}, ratelease.ErrInvalidLimit},
+		{"duplicate", "p", []ratelease.Limit{ratelease.PerSecond(1), ratelease.PerSecond(2)}, ratelease.ErrInvalidLimit},
+		{"empty name", "", []ratelease.Limit{ratelease.PerSecond(1)}, ratelease.ErrInvalidPolicy},
+		{"name with colon", "a:b", []ratelease.Limit{ratelease.PerSecond(1)}, ratelease.ErrInvalidPolicy},
+		{"name with brace", "{a}", []ratelease.Limit{ratelease.PerSecond(1)}, ratelease.ErrInvalidPolicy},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if p, err := ratelease.NewPolicy(c.policy, c.limits...); !errors.Is(err, c.want) || p != nil {
+				t.Fatalf("NewPolicy: %v, %v; want %v", p, err, c.want)
+			}
+		})
+	}
+}
+
+func TestNewErrors(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	for _, tc := range []struct {
+		name   string
+		client redis.UniversalClient
+		opts   []ratelease.Option
+	}{
+		{"nil client", nil, nil},
+		{"nil option", c, []ratelease.Option{nil}},
+		{"nil clock", c, []ratelease.Option{ratelease.WithClock(nil)}},
+		{"zero timeout", c, []ratelease.Option{ratelease.WithRedisTimeout(0)}},
+		{"empty prefix", c, []ratelease.Option{ratelease.WithKeyPrefix("")}},
+		{"brace in prefix", c, []ratelease.Option{ratelease.WithKeyPrefix("a{b")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if l, err := ratelease.New(tc.client, tc.opts...); !errors.Is(err, ratelease.ErrInvalidOption) || l != nil {
+				t.Fatalf("New: %v, %v; want ErrInvalidOption", l, err)
+			}
+		})
+	}
+}
+
+func TestAllowResult(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	second := ratelease.Limit{Rate: 10, Period: time.Second, Burst: 5}
+	hour := ratelease.Limit{Rate: 8, Period: time.Hour, Burst: 8, Algorithm: ratelease.SlidingWindowLog}
+	p := policy(t, "api", second, hour)
+
+	res, err := e.l.AllowN(ctx, p, "u", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ratelease.Result{Allowed: true, Limit: second, Remaining: 1, ResetAfter: 400 * time.Millisecond, Source: ratelease.Remote}
+	if res != want {
+		t.Fatalf("AllowN(4):\n got %+v\nwant %+v", res, want)
+	}
+	res, _ = e.l.AllowN(ctx, p, "u", 2)
+	want = ratelease.Result{Limit: second, Remaining: 1, RetryAfter: 100 * time.Millisecond, ResetAfter: 400 * time.Millisecond, Source: ratelease.Remote}
+	if res != want {
+		t.Fatalf("denied by the second limit:\n got %+v\nwant %+v", res, want)
+	}
+	e.advance(time.Second)
+	if res, _ = e.l.AllowN(ctx, p, "u", 4); !res.Allowed || res.Limit != hour || res.Remaining != 0 {
+		t.Fatalf("the hour limit is now the tightest: %+v", res)
+	}
+	e.advance(time.Second)
+	res, _ = e.l.Allow(ctx, p, "u")
+	want = ratelease.Result{Limit: hour, RetryAfter: time.Hour - 2*time.Second, ResetAfter: time.Hour - time.Second, Source: ratelease.Remote}
+	if res != want {
+		t.Fatalf("denied by the hour limit:\n got %+v\nwant %+v", res, want)
+	}
+	if s := e.l.Stats(); s.Allowed != 2 || s.Denied != 2 || s.RoundTrips != 4 || s.Errors != 0 {
+		t.Fatalf("Stats() = %+v", s)
+	}
+}
+
+func TestKeysAreIndependent(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	p := policy(t, "p", ratelease.PerMinute(1))
+	q := policy(t, "q", ratelease.PerMinute(1))
+	for _, k := range []string{"a", "a}", "{a}", "}a", "a:b", "\x00", "ü"} {
+		for _, pol := range []*ratelease.Policy{p, q} {
+			if res, err := e.l.Allow(ctx, pol, k); err != nil || !res.Allowed {
+				t.Fatalf("first request of %s/%q: %+v, %v", pol.Name(), k, res, err)
+			}
+			if res, _ := e.l.Allow(ctx, pol, k); res.Allowed {
+				t.Fatalf("second request of %s/%q allowed", pol.Name(), k)
+			}
+		}
+	}
+}
+
+// waitStarted returns once n timers are pending on the manual clock: the
+// waiting goroutine is asleep.
+func (e *env) waitStarted(t *testing.T, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); e.clock.Timers() < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no goroutine started waiting (timers: %d)", e.clock.Timers())
+		}
+	}
+}
+
+func TestWaitSleepsForRetryAfter(t *testing.T) {
+	e := newEnv(t)
+	p := policy(t, "p", ratelease.PerSecond(2))
+	ctx := context.Background()
+	if err := e.l.WaitN(ctx, p, "k", 2); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- e.l.Wait(ctx, p, "k") }()
+	e.waitStarted(t, 1)
+	select {
+	case err := <-done:
+		t.Fatalf("Wait returned %v before the clock moved", err)
+	default:
+	}
+	e.advance(500 * time.Millisecond)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := e.l.Allow(ctx, p, "k"); res.Allowed {
+		t.Fatal("Wait did not charge the unit it waited for")
+	}
+}
+
+func TestWaitContext(t *testing.T) {
+	e := newEnv(t)
+	p := policy(t, "p", ratelease.PerMinute(1))
+	if err := e.l.Wait(context.Background(), p, "k"); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.l.Wait(ctx, p, "k") }()
+	e.waitStarted(t, 1)
+	cancel()
+	if err := <-done; err != context.Canceled {
+		t.Fatalf("cancelled Wait returned %v, want context.Canceled unwrapped", err)
+	}
+
+	short, cancel2 := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel2()
+	// The retry-after is a minute; an hour's deadline is enough.
+	go func() { done <- e.l.Wait(short, p, "k") }()
+	e.waitStarted(t, 1)
+	e.advance(time.Minute)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	tiny, cancel3 := context.WithTimeout(context.Background(), time.Second)
+	defer cancel3()
+	if err := e.l.Wait(tiny, p, "k"); err != context.DeadlineExceeded {
+		t.Fatalf("Wait with a deadline before the retry-after: %v, want context.DeadlineExceeded at once", err)
+	}
+	if e.clock.Timers() != 0 {
+		t.Fatal("a timer is left behind")
+	}
+}
+
+// A leaky bucket's Wait queues: each waiter reserves the next slot. A waiter
+// cancelled before its slot gives the slot back.
+func TestWaitLeakyBucketQueuesAndGivesBack(t *testing.T) {
+	e := newEnv(t)
+	p := policy(t, "p", ratelease.Limit{Rate: 10, Period: time.Second, Burst: 3, Algorithm: ratelease.LeakyBucket})
+	ctx := context.Background()
+	if err := e.l.Wait(ctx, p, "k"); err != nil { // slot at 0
+		t.Fatal(err)
+	}
+	first := make(chan error, 1)
+	go func() { first <- e.l.Wait(ctx, p, "k") }() // slot at 100ms
+	e.waitStarted(t, 1)
+
+	cctx, cancel := context.WithCancel(ctx)
+	second := make(chan error, 1)
+	go func() { second <- e.l.Wait(cctx, p, "k") }() // slot at 200ms
+	e.waitStarted(t, 2)
+	cancel()
+	if err := <-second; err != context.Canceled {
+		t.Fatalf("cancelled: %v", err)
+	}
+	// The 200ms slot is free again: a new waiter gets it, not 300ms.
+	third := make(chan error, 1)
+	go func() { third <- e.l.Wait(ctx, p, "k") }()
+	e.waitStarted(t, 2)
+	e.advance(100 * time.Millisecond)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-third:
+		t.Fatalf("third waiter returned %v before its slot", err)
+	default:
+	}
+	e.advance(100 * time.Millisecond)
+	if err := <-third; err != nil {
+		t.Fatal(err)
+	}
+	// Allow admits only into an empty queue: the queue ends at 300ms.
+	if res, _ := e.l.Allow(ctx, p, "k"); res.Allowed || res.RetryAfter != 100*time.Millisecond {
+		t.Fatalf("Allow with a busy queue: %+v, want denied with retry-after 100ms", res)
+	}
+}
+
+func TestClose(t *testing.T) {
+	e := newEnv(t)
+	p := policy(t, "p", ratelease.PerSecond(1))
+	if err := e.l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.l.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := e.l.Allow(context.Background(), p, "k"); !errors.Is(err, ratelease.ErrClosed) {
+		t.Fatalf("Allow after Close: %v", err)
+	}
+	if err := e.l.Wait(context.Background(), p, "k"); !errors.Is(err, ratelease.ErrClosed) {
+		t.Fatalf("Wait after Close: %v", err)
+	}
+}
+
+func TestRedisDown(t *testing.T) {
+	mr := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+	defer c.Close()
+	l, err := ratelease.New(c, ratelease.WithRedisTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := policy(t, "p", ratelease.PerSecond(1))
+	mr.Close()
+	if _, err := l.Allow(context.Background(), p, "k"); !errors.Is(err, ratelease.ErrUnavailable) {
+		t.Fatalf("Allow with Redis gone: %v, want ErrUnavailable", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := l.Allow(ctx, p, "k"); err != context.Canceled {
+		t.Fatalf("Allow with a cancelled context: %v, want context.Canceled unwrapped", err)
+	}
+	l.Close() // waits for the call in flight, if any
+	if s := l.Stats(); s.RoundTrips != 1 || s.Errors != 1 || s.Allowed+s.Denied != 0 {
+		t.Fatalf("Stats() = %+v, want one failed round trip and no decision", s)
+	}
+}
+
+// hungServer accepts connections and never answers, like a SIGSTOPped
+// Redis. Its connections are closed when the test ends.
+func hungServer(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// The Redis timeout bounds a call on a hung server, whether or not the
+// client honours context deadlines itself (go-redis's ReadTimeout is 3s).
+func TestRedisTimeoutOnHungServer(t *testing.T) {
+	for _, honours := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", honours), func(t *testing.T) {
+			c := redis.NewClient(&redis.Options{Addr: hungServer(t), MaxRetries: -1, ContextTimeoutEnabled: honours})
+			defer c.Close()
+			l, err := ratelease.New(c, ratelease.WithRedisTimeout(50*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := policy(t, "p", ratelease.PerSecond(1))
+			start := time.Now()
+			_, err = l.Allow(context.Background(), p, "k")
+			took := time.Since(start)
+			if !errors.Is(err, ratelease.ErrUnavailable) {
+				t.Fatalf("Allow on a hung server: %v, want ErrUnavailable", err)
+			}
+			// A bound, not a speed target: 50ms is asked for; the client's
+			// 3s read timeout would mean the bound was not applied.
+			if took > 2*time.Second {
+				t.Fatalf("Allow took %v on a hung server with a 50ms timeout", took)
+			}
+			if s := l.Stats(); s.Errors == 0 && !honours {
+				// The guarded call is still running; Close waits for it.
+				t.Log("the guarded call has not failed yet, as expected")
+			}
+			closed := make(chan struct{})
+			go func() { _ = l.Close(); close(closed) }()
+			select {
+			case <-closed:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Close did not return within the client's own timeouts")
+			}
+		})
+	}
+}
+
+// Several Limiters, each with its own client, share one limit on a real
+// server: 50 goroutines over 5 Limiters, limit 100 in a long window, exactly
+// 100 admitted.
+func TestRealRedisGlobalLimitAcrossLimiters(t *testing.T) {
+	srv := redistest.Start(t)
+	p := policy(t, "p", ratelease.Limit{Rate: 100, Period: 240 * time.Hour, Algorithm: ratelease.SlidingWindowLog},
+		ratelease.Limit{Rate: 100, Period: 240 * time.Hour})
+	var ls []*ratelease.Limiter
+	for i := 0; i < 5; i++ {
+		l, err := ratelease.New(srv.Client(t), ratelease.WithRedisTimeout(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		ls = append(ls, l)
+	}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 50; g++ {
+		wg.Add(1)
+		go func(l *ratelease.Limiter) {
+			defer wg.Done()
+			for i := 0; i < 4; i++ {
+				res, err := l.Allow(context.Background(), p, "shared")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if res.Allowed {
+					admitted.Add(1)
+				}
+			}
+		}(ls[g%len(ls)])
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != 100 {
+		t.Fatalf("admitted %d of 200, want exactly 100", got)
+	}
+}
+
+func TestLimitString(t *testing.T) {
+	for _, c := range []struct {
+		l    ratelease.Limit
+		want string
+	}{
+		{ratelease.PerSecond(10), "10 req/s (burst 10)"},
+		{ratelease.PerMinute(100), "100 req/min (burst 100)"},
+		{ratelease.PerHour(1000), "1000 req/h (burst 1000)"},
+		{ratelease.Limit{Rate: 5, Period: time.Second}, "5 req/s (burst 5)"},
+		{ratelease.Limit{Rate: 5, Period: 10 * time.Second, Burst: 20}, "5 req/10s (burst 20)"},
+		{ratelease.Limit{Rate: 100, Period: time.Minute, Algorithm: ratelease.FixedWindow}, "100 req/min (fixed window)"},
+		{ratelease.Limit{Rate: 5, Period: time.Second, Burst: 10, Algorithm: ratelease.LeakyBucket}, "5 req/s (leaky bucket, queue 10)"},
+	} {
+		if got := c.l.String(); got != c.want {
+			t.Errorf("String() = %q, want %q", got, c.want)
+		}
+	}
+	if got := ratelease.Algorithm(9).String(); got != "Algorithm(9)" {
+		t.Errorf("Algorithm(9).String() = %q", got)
+	}
+}
+
+// A grant that Redis makes after the Limiter stopped waiting for it is
+// given back: a timeout loses no units.
+func TestLateGrantIsRefunded(t *testing.T) {
+	mr := miniredis.RunT(t)
+	proxy := redistest.NewProxy(t, mr.Addr())
+	slow := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1})
+	defer slow.Close()
+	direct := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer direct.Close()
+	p := policy(t, "p", ratelease.PerHour(2))
+
+	l, err := ratelease.New(slow, ratelease.WithRedisTimeout(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Allow(context.Background(), p, "warm"); err != nil { // connect before the delay
+		t.Fatal(err)
+	}
+	proxy.SetDelay(300 * time.Millisecond)
+	if _, err := l.Allow(context.Background(), p, "k"); !errors.Is(err, ratelease.ErrUnavailable) {
+		t.Fatalf("Allow through a 300ms delay with a 50ms timeout: %v, want ErrUnavailable", err)
+	}
+	proxy.SetDelay(0)
+	_ = l.Close() // waits for the late reply and its refund
+
+	check, err := ratelease.New(direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer check.Close()
+	if res, err := check.AllowN(context.Background(), p, "k", 2); err != nil || !res.Allowed {
+		t.Fatalf("after the late grant: %+v, %v; want both units back", res, err)
+	}
+}

@@ -1,0 +1,62 @@
+package ratelease
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/ratelease/ratelease/remote"
+)
+
+// MaxKeyLen is the longest key, in bytes. A key may hold any bytes,
+// braces included.
+const MaxKeyLen = remote.MaxKeyLen
+
+// MaxPolicyNameLen is the longest policy name, in bytes.
+const MaxPolicyNameLen = remote.MaxNameLen
+
+// Policy is a named set of limits that all apply to every key: a request is
+// admitted only when every limit admits it, and a denial by one limit
+// charges none. Make it with NewPolicy; a Policy is immutable, safe for
+// concurrent use, and may be shared by any number of Limiters.
+type Policy struct {
+	name     string
+	limits   []Limit
+	compiled *remote.Policy
+}
+
+// NewPolicy validates and compiles a policy. The name is part of every Redis
+// key of the policy: 1 to MaxPolicyNameLen bytes, without ':', '{', '}' or
+// whitespace; else the error wraps ErrInvalidPolicy. Limits: 1 to 16 (all
+// must admit), each valid as documented on Limit's fields, no two of the
+// same Algorithm and Period; else the error wraps ErrInvalidLimit.
+//
+// Validation happens here once; Allow and Wait only check n and the key.
+func NewPolicy(name string, limits ...Limit) (*Policy, error) {
+	rl := make([]remote.Limit, len(limits))
+	for i, l := range limits {
+		rl[i] = l.resolved()
+	}
+	compiled, err := remote.NewPolicy(name, rl)
+	switch {
+	case errors.Is(err, remote.ErrName):
+		return nil, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
+	case err != nil:
+		return nil, fmt.Errorf("%w: policy %q: %w", ErrInvalidLimit, name, err)
+	}
+	p := &Policy{name: name, limits: make([]Limit, len(limits)), compiled: compiled}
+	for i, l := range limits {
+		p.limits[i] = l
+		p.limits[i].Burst = int(rl[i].Burst)
+	}
+	return p, nil
+}
+
+// Name returns the policy's name.
+func (p *Policy) Name() string { return p.name }
+
+// Limits returns a copy of the policy's limits, with Burst filled in.
+func (p *Policy) Limits() []Limit { return append([]Limit(nil), p.limits...) }
+
+// Capacity returns the most units one request can ever be admitted: the
+// smallest Burst (Rate for windows) of the policy's limits.
+func (p *Policy) Capacity() int { return int(p.compiled.Capacity()) }

@@ -1,0 +1,322 @@
+package tier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratelease/ratelease/clock"
+	"github.com/ratelease/ratelease/remote"
+)
+
+// ErrUnavailable is wrapped, together with the cause, by every error that
+// comes from Redis failing to answer (a network error, a timeout, a script
+// error). Errors of the caller's context are returned unwrapped instead.
+var ErrUnavailable = errors.New("ratelease: redis unavailable")
+
+// ErrClosed is returned by every call after Close.
+var ErrClosed = errors.New("ratelease: limiter closed")
+
+// Source says where a decision came from.
+type Source uint8
+
+// The sources of a decision. The zero value means no decision was made.
+const (
+	// Local: from a local allowance leased earlier; no Redis call.
+	Local Source = iota + 1
+	// Remote: from one call to Redis.
+	Remote
+	// Fallback: from the outage fallback, Redis being unavailable.
+	Fallback
+)
+
+// Decision is the engine's answer to one request.
+type Decision struct {
+	Allowed bool
+	Source  Source
+	// Limit is the index in the policy of the limit that decided.
+	Limit      int
+	Remaining  int64
+	RetryAfter time.Duration
+	ResetAfter time.Duration
+}
+
+// Config configures an Engine. Every field is required.
+type Config struct {
+	Store *remote.Store
+	Clock clock.Clock
+	// Timeout bounds every Redis call, on top of the caller's context.
+	Timeout time.Duration
+	// Guard runs each Redis call on its own goroutine and stops waiting for
+	// it at the deadline: for clients that do not honour context deadlines
+	// themselves (see remote.HonoursDeadlines).
+	Guard bool
+}
+
+// Engine decides requests. Create it with New; it is safe for concurrent use.
+type Engine struct {
+	store   *remote.Store
+	clock   clock.Clock
+	timeout time.Duration
+	guard   bool
+	closed  atomic.Bool
+	// inflight counts guarded calls still running; Close waits for them.
+	// mu orders inflight.Add before Close's Wait: guarded calls register
+	// under it only while the engine is open, and Close sets closed under it.
+	mu       sync.Mutex
+	inflight sync.WaitGroup
+	stats    counters
+}
+
+// counters are the engine's statistics, updated atomically.
+type counters struct {
+	allowed, denied    atomic.Uint64
+	roundTrips, errors atomic.Uint64
+}
+
+// Stats is a snapshot of an Engine's counters since New.
+type Stats struct {
+	// Allowed and Denied count decisions, including each attempt of a Wait.
+	Allowed, Denied uint64
+	// RoundTrips counts Redis calls; Errors those that failed.
+	RoundTrips, Errors uint64
+}
+
+// New returns an Engine for cfg.
+func New(cfg Config) *Engine {
+	return &Engine{store: cfg.Store, clock: cfg.Clock, timeout: cfg.Timeout, guard: cfg.Guard}
+}
+
+// Allow decides whether n units of key may be used now, charging them if so.
+// A denial is a Decision, never an error.
+func (e *Engine) Allow(ctx context.Context, p *remote.Policy, key string, n int64) (Decision, error) {
+	if e.closed.Load() {
+		return Decision{}, ErrClosed
+	}
+	d, err := e.acquire(ctx, remote.Request{Policy: p, Key: key, Min: n, Max: n})
+	if err != nil {
+		return Decision{}, err
+	}
+	return e.decided(d), nil
+}
+
+// Wait blocks until n units of key are granted, or ctx ends. It sleeps on
+// the engine's clock for each denial's RetryAfter, and returns at once with
+// context.DeadlineExceeded when ctx's deadline comes before the units could.
+// A leaky bucket in the policy queues the request (reserving its slot)
+// instead of polling; a wait cancelled before its slot gives the slot back.
+func (e *Engine) Wait(ctx context.Context, p *remote.Policy, key string, n int64) error {
+	reserve := queues(p)
+	for {
+		if e.closed.Load() {
+			return ErrClosed
+		}
+		d, err := e.acquire(ctx, remote.Request{Policy: p, Key: key, Min: n, Max: n, Reserve: reserve})
+		if err != nil {
+			return err
+		}
+		e.decided(d)
+		if d.Granted > 0 {
+			if d.Wait <= 0 {
+				return nil
+			}
+			if err := e.sleep(ctx, d.Wait); err != nil {
+				e.giveBack(p, key, d)
+				return err
+			}
+			return nil
+		}
+		if err := e.sleep(ctx, d.RetryAfter); err != nil {
+			return err
+		}
+	}
+}
+
+// queues reports whether p has a leaky bucket, whose Wait reserves a slot.
+func queues(p *remote.Policy) bool {
+	for _, l := range p.Limits() {
+		if l.Algorithm == remote.LeakyBucket {
+			return true
+		}
+	}
+	return false
+}
+
+// sleep waits d on the engine's clock, or returns ctx's error; at once when
+// ctx's deadline is sooner than d.
+func (e *Engine) sleep(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+		return context.DeadlineExceeded
+	}
+	t := e.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C():
+		return nil
+	}
+}
+
+// giveBack refunds a grant the caller will not use. The caller's context
+// is over, so the refund gets its own, bounded by the timeout; if Redis
+// cannot take it, the units come back by themselves when their state expires.
+func (e *Engine) giveBack(p *remote.Policy, key string, d remote.Decision) {
+	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+	defer cancel()
+	if e.guard {
+		_, _ = e.guarded(ctx, func(ctx context.Context) (remote.Decision, error) {
+			return remote.Decision{}, e.store.Refund(ctx, p, key, d.Granted, d.At)
+		}, nil)
+		return
+	}
+	e.refund(ctx, p, key, d)
+}
+
+// refund makes one refund call on the calling goroutine.
+func (e *Engine) refund(ctx context.Context, p *remote.Policy, key string, d remote.Decision) {
+	e.stats.roundTrips.Add(1)
+	if err := e.store.Refund(ctx, p, key, d.Granted, d.At); err != nil {
+		e.stats.errors.Add(1)
+	}
+}
+
+// acquire makes one acquire call, bounded by the timeout and ctx. Errors
+// are ctx's, unwrapped, or wrap ErrUnavailable.
+func (e *Engine) acquire(ctx context.Context, r remote.Request) (remote.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return remote.Decision{}, err
+	}
+	rctx := ctx
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > e.timeout {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(ctx, e.timeout)
+		defer cancel()
+	}
+	var d remote.Decision
+	var err error
+	if e.guard {
+		d, err = e.guarded(rctx,
+			func(ctx context.Context) (remote.Decision, error) { return e.store.Acquire(ctx, r) },
+			func(late remote.Decision) {
+				// Already on a tracked background goroutine: refund inline.
+				ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+				defer cancel()
+				e.refund(ctx, r.Policy, r.Key, late)
+			})
+	} else {
+		e.stats.roundTrips.Add(1)
+		if d, err = e.store.Acquire(rctx, r); err != nil {
+			e.stats.errors.Add(1)
+		}
+	}
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return remote.Decision{}, cerr
+		}
+		return remote.Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return d, nil
+}
+
+// States of a guarded call.
+const (
+	callPending int32 = iota
+	callDelivered
+	callAbandoned
+)
+
+// guardedCall hands the result of one Redis call from its goroutine to the
+// caller, unless the caller has stopped waiting.
+type guardedCall struct {
+	state atomic.Int32
+	done  chan struct{}
+	d     remote.Decision
+	err   error
+}
+
+// guarded runs one Redis call, fn, on its own goroutine and returns at ctx's
+// end even when the client would not (see Config.Guard). A successful grant
+// that arrives after the caller left is handed to late, when not nil, so a
+// timeout loses no units. It counts the round trip and any error.
+func (e *Engine) guarded(ctx context.Context, fn func(context.Context) (remote.Decision, error), late func(remote.Decision)) (remote.Decision, error) {
+	e.mu.Lock()
+	if e.closed.Load() { // Close is waiting for inflight, or has: start nothing
+		e.mu.Unlock()
+		return remote.Decision{}, ErrClosed
+	}
+	e.inflight.Add(1)
+	e.mu.Unlock()
+	e.stats.roundTrips.Add(1)
+	c := &guardedCall{done: make(chan struct{})}
+	go func() {
+		defer e.inflight.Done()
+		// Without ctx's cancellation: a call cut off mid-reply could have
+		// charged units that nobody would then give back.
+		c.d, c.err = fn(context.WithoutCancel(ctx))
+		if c.err != nil {
+			e.stats.errors.Add(1)
+		}
+		if c.state.CompareAndSwap(callPending, callDelivered) {
+			close(c.done)
+			return
+		}
+		if c.err == nil && c.d.Granted > 0 && late != nil {
+			late(c.d)
+		}
+	}()
+	select {
+	case <-c.done:
+		return c.d, c.err
+	case <-ctx.Done():
+		if c.state.CompareAndSwap(callPending, callAbandoned) {
+			return remote.Decision{}, ctx.Err()
+		}
+		<-c.done // delivered just now
+		return c.d, c.err
+	}
+}
+
+// decided counts a Redis decision and converts it.
+func (e *Engine) decided(d remote.Decision) Decision {
+	if d.Granted > 0 {
+		e.stats.allowed.Add(1)
+	} else {
+		e.stats.denied.Add(1)
+	}
+	return Decision{
+		Allowed:    d.Granted > 0,
+		Source:     Remote,
+		Limit:      d.Decider,
+		Remaining:  d.Remaining,
+		RetryAfter: d.RetryAfter,
+		ResetAfter: d.ResetAfter,
+	}
+}
+
+// Stats returns a snapshot of the counters.
+func (e *Engine) Stats() Stats {
+	s := &e.stats
+	return Stats{
+		Allowed: s.allowed.Load(), Denied: s.denied.Load(),
+		RoundTrips: s.roundTrips.Load(), Errors: s.errors.Load(),
+	}
+}
+
+// Close makes every later call fail with ErrClosed, and waits for guarded
+// calls still running (each ends at the client's own timeouts at the
+// latest). It is idempotent and returns nil: in exact mode the engine holds
+// no units to give back.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	e.closed.Store(true)
+	e.mu.Unlock()
+	e.inflight.Wait()
+	return nil
+}
