@@ -55,8 +55,15 @@ func TestTokenBucket(t *testing.T) {
 }
 
 func TestTokenBucketRateThatDoesNotDivideThePeriod(t *testing.T) {
-	// 3/s: a unit costs 333333.3µs, charged as 333334 (rounded up); the full
-	// bucket is still 3 units.
+	// 3/s: a unit costs exactly 333333⅓µs. Single units one after another
+	// use the whole burst: no rounding is charged per grant.
+	runSteps(t, tb(3, 3, time.Second), []step{
+		{n: 1, granted: 1, remaining: 2, resetAfter: 333334 * us},
+		{n: 1, granted: 1, remaining: 1, resetAfter: 666667 * us},
+		{n: 1, granted: 1, remaining: 0, resetAfter: time.Second},
+		{n: 1, granted: 0, retryAfter: 333334 * us, resetAfter: time.Second},
+		{advance: time.Second, n: 1, granted: 1, remaining: 2, resetAfter: 333334 * us},
+	})
 	runSteps(t, tb(3, 3, time.Second), []step{
 		{n: 3, granted: 3, remaining: 0, resetAfter: time.Second},
 		{n: 1, granted: 0, retryAfter: 333334 * us, resetAfter: time.Second},

@@ -102,3 +102,27 @@ func TestInvariantsUnderRandomLoad(t *testing.T) {
 		})
 	}
 }
+
+// Under saturating demand a token bucket admits exactly burst + rate·T, even
+// when rate does not divide the period: no rounding drift either way.
+func TestTokenBucketNoDrift(t *testing.T) {
+	for _, l := range []remote.Limit{tb(3, 3, time.Second), tb(7, 2, time.Second), tb(1000, 10, time.Minute)} {
+		f := newFake(t)
+		p := mustPolicy(t, "p", l)
+		var admitted int64
+		const steps = 1000
+		// Ask often enough that the bucket never overflows: saturating demand.
+		step := time.Duration(l.Period.Microseconds()*l.Burst/l.Rate/2) * time.Microsecond
+		for i := 0; i <= steps; i++ {
+			admitted += acquire(t, f.s, p, "k", 1, l.Burst, false).Granted
+			if i < steps {
+				f.advance(step)
+			}
+		}
+		T := time.Duration(steps) * step
+		want := l.Burst + l.Rate*T.Microseconds()/l.Period.Microseconds()
+		if admitted != want {
+			t.Errorf("%d/%v burst %d over %v: admitted %d, want exactly %d", l.Rate, l.Period, l.Burst, T, admitted, want)
+		}
+	}
+}

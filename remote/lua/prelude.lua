@@ -46,47 +46,58 @@ local function limits_from(first)
 end
 
 -- GCRA helpers, shared by the token bucket and the leaky bucket.
--- State: tat, the theoretical arrival time (us). The debt d = max(tat - now, 0)
--- is how far the bucket is from full; capacity is cap = ceil(burst*period/rate)
--- us of debt. One unit costs period/rate us; a grant of g units adds
--- ceil(g*period/rate), rounded up so that rounding never admits extra units.
-local function gcra_cap(lim) return cdiv(lim.burst * lim.period, lim.rate) end
-local function gcra_cost(lim, g) return cdiv(g * lim.period, lim.rate) end
-local function gcra_debt(st, now) return math.max(0, st.tat - now) end
-
--- Units that fit in the room left: floor((cap - d) * rate / period), at most burst.
-local function gcra_room(st, lim, now)
-  local room = gcra_cap(lim) - gcra_debt(st, now)
-  if room <= 0 then return 0 end
-  return math.min(lim.burst, idiv(room * lim.rate, lim.period))
-end
-
+--
+-- A bucket is full when its theoretical arrival time (TAT) is not after now;
+-- one unit moves the TAT period/rate us later. To keep that exact when rate
+-- does not divide period, the debt D (how far the TAT is ahead of now) is
+-- counted in units of 1/rate us: one unit costs exactly `period`, and D falls
+-- by `rate` every microsecond. A full bucket has D = 0; capacity is
+-- burst*period (below 2^53: the Go side checks). The key holds the TAT as
+-- "<us>:<remainder>", the remainder in [0, rate): TAT = us + remainder/rate.
 local function gcra_load(key, lim, now)
   local v = redis.call('GET', key)
-  return { tat = v and tonumber(v) or now }
+  local D = 0
+  if v then
+    local us, rem = string.match(v, '^(%d+):(%d+)$')
+    us, rem = tonumber(us), tonumber(rem)
+    if us and us >= now then D = (us - now) * lim.rate + rem end
+  end
+  return { D = D }
 end
 
--- Charge g units; returns the debt before the charge (how long a queued
--- request waits for its slot).
+-- Units that fit in the room left: floor((burst*period - D) / period).
+local function gcra_room(st, lim)
+  return math.max(0, idiv(lim.burst * lim.period - st.D, lim.period))
+end
+
+-- us until the debt falls to at most `to` (scaled), rounded up.
+local function gcra_until(st, lim, to)
+  return math.max(0, cdiv(st.D - to, lim.rate))
+end
+
+-- Charge g units; returns the us until the debt before the charge is paid
+-- (how long a queued request waits for its slot).
 local function gcra_take(st, lim, now, g)
-  local before = gcra_debt(st, now)
-  st.tat = math.max(st.tat, now) + gcra_cost(lim, g)
+  local before = gcra_until(st, lim, 0)
+  st.D = st.D + g * lim.period
   return before
 end
 
--- The key lives exactly as long as it holds debt: after tat it equals "absent".
+-- The key lives exactly as long as it holds debt: after that it equals "absent".
 local function gcra_save(key, st, lim, now)
-  local d = gcra_debt(st, now)
-  if d > 0 then
-    redis.call('SET', key, int(st.tat), 'PX', int(math.max(1, cdiv(d, 1000))))
-  else
+  if st.D <= 0 then
     redis.call('DEL', key)
+    return
   end
+  local us = idiv(st.D, lim.rate)
+  local v = string.format('%d:%d', now + us, st.D - us * lim.rate)
+  redis.call('SET', key, v, 'PX', int(math.max(1, cdiv(cdiv(st.D, lim.rate), 1000))))
 end
 
--- Give back cost us of debt, never below "full".
-local function gcra_refund(key, lim, now, cost)
-  local v = redis.call('GET', key)
-  if not v then return end
-  gcra_save(key, { tat = math.max(tonumber(v) - cost, now) }, lim, now)
+-- Give back g units exactly, never below "full".
+local function gcra_refund(key, lim, now, g)
+  local st = gcra_load(key, lim, now)
+  if st.D == 0 then return end
+  st.D = math.max(0, st.D - g * lim.period)
+  gcra_save(key, st, lim, now)
 end
