@@ -3,29 +3,43 @@
 -- (now - period, now], and at most rate units may be in it. Members are named
 -- "<time>:<seq>" so that units granted in the same microsecond stay distinct.
 -- The key expires one period after its newest member. Memory grows with rate.
-local function swl_oldest_after(key, rank)
+--
+-- Nothing reads the key after this script has written it: Redis may expire
+-- a key while a script runs (its TTL can be a millisecond), so what the
+-- reply needs after the write is kept in the state table.
+-- The score of the member at rank, or nil when there is none (the key may
+-- expire while the script runs).
+local function swl_score_at(key, rank)
   local r = redis.call('ZRANGE', key, rank, rank, 'WITHSCORES')
   return tonumber(r[2])
 end
 
 ALG[2] = {
-  -- Drop what slid out of the period, then count.
+  -- Drop what slid out of the period, then count and note the newest.
   load = function(key, lim, now)
     redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now - lim.period))
-    return { n = redis.call('ZCARD', key) }
+    local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    return { n = redis.call('ZCARD', key), newest = tonumber(newest[2]) }
   end,
 
   avail = function(st, lim, now, reserve) return math.max(0, lim.rate - st.n) end,
 
   -- n more fit once the (n + count - rate) oldest members leave: the last of
   -- them, at rank n + count - rate - 1, leaves period after its score.
+  -- If the member is gone already (the key expired meanwhile), retry at once.
   retry = function(st, lim, now, n, reserve)
-    local s = swl_oldest_after(st.key, n + st.n - lim.rate - 1)
+    local s = swl_score_at(st.key, n + st.n - lim.rate - 1)
+    if not s then return 1 end
     return s + lim.period - now
   end,
 
   -- Adding happens in save, which knows the key; take only counts.
-  take = function(st, lim, now, g) st.add = (st.add or 0) + g; st.n = st.n + g; return 0 end,
+  take = function(st, lim, now, g)
+    st.add = (st.add or 0) + g
+    st.n = st.n + g
+    st.newest = now
+    return 0
+  end,
 
   save = function(key, st, lim, now)
     local left, seq = st.add or 0, st.n - (st.add or 0)
@@ -45,10 +59,10 @@ ALG[2] = {
     expire_in(key, lim.period)
   end,
 
+  -- Empty once the newest member slides out.
   reset = function(st, lim, now)
     if st.n == 0 then return 0 end
-    local r = redis.call('ZRANGE', st.key, -1, -1, 'WITHSCORES')
-    return tonumber(r[2]) + lim.period - now
+    return st.newest + lim.period - now
   end,
 
   -- Exact: remove up to g of the members granted at time at.

@@ -1,0 +1,84 @@
+package ratelease_test
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelease/ratelease"
+	"github.com/ratelease/ratelease/internal/redistest"
+)
+
+// benchRedis returns the address of a real Redis for benchmarks: the one in
+// RATELEASE_BENCH_REDIS (to compare with other libraries on one server in
+// one run), else a redis-server started for the benchmark.
+func benchRedis(b *testing.B) string {
+	if addr := os.Getenv("RATELEASE_BENCH_REDIS"); addr != "" {
+		return addr
+	}
+	return redistest.Start(b).Addr
+}
+
+// BenchmarkAllowExact measures one exact decision (one script call) per
+// operation on a real Redis over loopback, per algorithm, with a limit high
+// enough that every request is admitted. "guarded" is a client without
+// ContextTimeoutEnabled, where each call runs on its own goroutine.
+func BenchmarkAllowExact(b *testing.B) {
+	addr := benchRedis(b)
+	algorithms := []ratelease.Algorithm{ratelease.TokenBucket, ratelease.FixedWindow, ratelease.SlidingWindowCounter,
+		ratelease.SlidingWindowLog, ratelease.LeakyBucket}
+	for _, alg := range algorithms {
+		for _, guarded := range []bool{false, true} {
+			name := map[ratelease.Algorithm]string{ratelease.TokenBucket: "tb", ratelease.FixedWindow: "fw",
+				ratelease.SlidingWindowCounter: "swc", ratelease.SlidingWindowLog: "swl", ratelease.LeakyBucket: "lb"}[alg]
+			if guarded {
+				if alg != ratelease.TokenBucket {
+					continue // the guard's cost does not depend on the algorithm
+				}
+				name += "-guarded"
+			}
+			client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: !guarded})
+			l, err := ratelease.New(client, ratelease.WithRedisTimeout(time.Second))
+			if err != nil {
+				b.Fatal(err)
+			}
+			limit := ratelease.Limit{Rate: 1_000_000, Period: time.Second, Algorithm: alg}
+			if alg == ratelease.SlidingWindowLog {
+				// One ZSET member per admitted unit: keep the log's size, and
+				// so the cost of trimming it, like a real limit's.
+				limit = ratelease.Limit{Rate: 1_000, Period: time.Millisecond, Algorithm: alg}
+			}
+			p, err := ratelease.NewPolicy("bench", limit)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			key := "k-" + name + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+			b.Run(name+"/seq", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := l.Allow(ctx, p, key); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			b.Run(name+"/parallel", func(b *testing.B) {
+				b.ReportAllocs()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if _, err := l.Allow(ctx, p, key); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			})
+			_ = l.Close()
+			_ = client.Close()
+		}
+	}
+}
