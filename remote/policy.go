@@ -28,6 +28,8 @@ type Policy struct {
 	// caller's key.
 	tails    []string
 	tailsLen int
+	// scripts are assembled for exactly the algorithms the policy uses.
+	scripts *scripts
 }
 
 // NewPolicy validates name and limits and compiles them. The name must be 1
@@ -44,6 +46,7 @@ func NewPolicy(name string, limits []Limit) (*Policy, error) {
 	}
 	p := &Policy{name: name, limits: append([]Limit(nil), limits...)}
 	seen := make(map[string]int, len(limits))
+	var mask uint8
 	for i, l := range p.limits {
 		if err := l.Validate(); err != nil {
 			return nil, fmt.Errorf("limit %d: %w", i, err)
@@ -53,6 +56,7 @@ func NewPolicy(name string, limits []Limit) (*Policy, error) {
 			return nil, fmt.Errorf("%w: limits %d and %d are both a %s per %v", ErrLimit, j, i, l.Algorithm, l.Period)
 		}
 		seen[sfx] = i
+		mask |= 1 << l.Algorithm
 		if i == 0 || l.Capacity() < p.capacity {
 			p.capacity = l.Capacity()
 		}
@@ -65,6 +69,7 @@ func NewPolicy(name string, limits []Limit) (*Policy, error) {
 		p.tails = append(p.tails, tail)
 		p.tailsLen += len(tail)
 	}
+	p.scripts = scriptsFor(mask)
 	return p, nil
 }
 

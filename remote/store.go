@@ -4,6 +4,7 @@ import (
 	"context"
 	"embed"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -12,18 +13,46 @@ import (
 //go:embed lua/*.lua
 var luaFiles embed.FS
 
-// The algorithm files, in the order they are concatenated after the prelude.
-var algorithmFiles = []string{"tokenbucket.lua", "fixedwindow.lua", "slidingwindowlog.lua", "slidingwindowcounter.lua", "leakybucket.lua"}
+// algorithmFiles holds each algorithm's script file, by Algorithm.
+var algorithmFiles = [numAlgorithms]string{"tokenbucket.lua", "fixedwindow.lua", "slidingwindowlog.lua", "slidingwindowcounter.lua", "leakybucket.lua"}
 
-var (
-	acquireScript = redis.NewScript(assemble("acquire.lua"))
-	refundScript  = redis.NewScript(assemble("refund.lua"))
-)
+// scripts are the acquire and refund scripts for one set of algorithms.
+type scripts struct {
+	acquire, refund *redis.Script
+}
 
-// assemble returns prelude + algorithms + main as one script text.
-func assemble(main string) string {
+// scriptCache holds the scripts of every algorithm set used so far, by the
+// set's bit mask (bit a for Algorithm a).
+var scriptCache [1 << numAlgorithms]atomic.Pointer[scripts]
+
+// scriptsFor returns the scripts for the algorithms in mask, assembling
+// them on first use.
+func scriptsFor(mask uint8) *scripts {
+	if s := scriptCache[mask].Load(); s != nil {
+		return s
+	}
+	s := &scripts{
+		acquire: redis.NewScript(assemble(mask, "acquire.lua")),
+		refund:  redis.NewScript(assemble(mask, "refund.lua")),
+	}
+	scriptCache[mask].CompareAndSwap(nil, s)
+	return scriptCache[mask].Load()
+}
+
+// assemble returns, as one script text: the prelude, the GCRA helpers when a
+// bucket is in mask, each algorithm in mask, and main.
+func assemble(mask uint8, main string) string {
+	files := []string{"prelude.lua"}
+	if mask&(1<<TokenBucket|1<<LeakyBucket) != 0 {
+		files = append(files, "gcra.lua")
+	}
+	for a, f := range algorithmFiles {
+		if mask&(1<<a) != 0 {
+			files = append(files, f)
+		}
+	}
 	var src []byte
-	for _, f := range append(append([]string{"prelude.lua"}, algorithmFiles...), main) {
+	for _, f := range append(files, main) {
 		b, err := luaFiles.ReadFile("lua/" + f)
 		if err != nil {
 			panic("remote: embedded script missing: " + f) // a build defect, not input
@@ -99,7 +128,7 @@ func (s *Store) Acquire(ctx context.Context, r Request) (Decision, error) {
 	}
 	args = append(args, r.Min, r.Max, reserve)
 	args = append(args, p.args...)
-	v, err := acquireScript.Run(ctx, s.client, p.Keys(s.prefix, r.Key), args...).Slice()
+	v, err := p.scripts.acquire.Run(ctx, s.client, p.Keys(s.prefix, r.Key), args...).Slice()
 	if err != nil {
 		return Decision{}, err
 	}
@@ -139,7 +168,7 @@ func (s *Store) Refund(ctx context.Context, p *Policy, key string, units, at int
 	args := make([]any, 0, 3+len(p.args))
 	args = append(args, units, at, 0)
 	args = append(args, p.args...)
-	return refundScript.Run(ctx, s.client, p.Keys(s.prefix, key), args...).Err()
+	return p.scripts.refund.Run(ctx, s.client, p.Keys(s.prefix, key), args...).Err()
 }
 
 // HonoursDeadlines reports whether client cuts a call short at its

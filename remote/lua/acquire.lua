@@ -6,7 +6,7 @@
 -- ARGV[2]   max: grant at most this many units (min <= max)
 -- ARGV[3]   reserve: 1 lets leaky buckets queue the request (WaitN), 0 admits
 --           only what conforms now
--- ARGV[4..] the limits, four values each (see limits_from in prelude.lua)
+-- ARGV[4..] the limits, four values each (see limit() in prelude.lua)
 --
 -- Returns seven integers:
 --   granted      units charged to every limit; 0 means denied, nothing charged
@@ -20,44 +20,49 @@
 --   retry_after  us until min units could be granted; 0 when granted
 --   reset_after  us until the decider is fully replenished
 local min, max, reserve = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local lims = limits_from(4)
-local now = now_us()
+local n = #KEYS
 
--- Phase 1: read every limit, writing nothing; the grant is the least any
--- limit can give.
-local st, avail, grant = {}, {}, max
-for i, lim in ipairs(lims) do
-  st[i] = ALG[lim.alg].load(KEYS[i], lim, now)
-  st[i].key = KEYS[i]
-  avail[i] = ALG[lim.alg].avail(st[i], lim, now, reserve)
-  if avail[i] < grant then grant = avail[i] end
+-- Phase 1: read every limit, writing nothing that counts; the grant is the
+-- least any limit can give. S1..S3 hold each limit's state, AV its room.
+local S1, S2, S3, AV = {}, {}, {}, {}
+local grant = max
+for i = 1, n do
+  local alg, rate, period, burst = limit(i)
+  local a, b, c = ALG[alg].load(KEYS[i], rate, period, burst)
+  local av = ALG[alg].avail(a, b, c, rate, period, burst, reserve)
+  S1[i], S2[i], S3[i], AV[i] = a, b, c, av
+  if av < grant then grant = av end
 end
 
 if grant < min then
   -- Denied: charge nothing. The decider is the denying limit whose
   -- retry_after is longest: min units fit only once every limit has room.
-  local decider, retry = 1, -1
-  for i, lim in ipairs(lims) do
-    if avail[i] < min then
-      local r = ALG[lim.alg].retry(st[i], lim, now, min, reserve)
-      if r > retry then decider, retry = i, r end
+  local decider, retry, reset = 1, -1, 0
+  for i = 1, n do
+    if AV[i] < min then
+      local alg, rate, period, burst = limit(i)
+      local A = ALG[alg]
+      local r = A.retry(KEYS[i], S1[i], S2[i], S3[i], rate, period, burst, min, reserve)
+      if r > retry then
+        decider, retry = i, r
+        reset = A.reset(S1[i], S2[i], S3[i], rate, period, burst)
+      end
     end
   end
-  local lim = lims[decider]
-  return { 0, now, decider, 0, avail[decider], math.max(1, retry),
-    ALG[lim.alg].reset(st[decider], lim, now) }
+  return { 0, NOW, decider, 0, AV[decider], math.max(1, retry), reset }
 end
 
 -- Phase 2: charge every limit the same grant.
 local wait, decider, left, reset = 0, 1, -1, 0
-for i, lim in ipairs(lims) do
-  local w = ALG[lim.alg].take(st[i], lim, now, grant)
+for i = 1, n do
+  local alg, rate, period, burst = limit(i)
+  local A = ALG[alg]
+  local a, b, c, w = A.commit(KEYS[i], S1[i], S2[i], S3[i], rate, period, burst, grant)
   if w > wait then wait = w end
-  ALG[lim.alg].save(KEYS[i], st[i], lim, now)
-  local l = ALG[lim.alg].avail(st[i], lim, now, reserve)
-  local r = ALG[lim.alg].reset(st[i], lim, now)
+  local l = A.avail(a, b, c, rate, period, burst, reserve)
+  local r = A.reset(a, b, c, rate, period, burst)
   if left < 0 or l < left or (l == left and r > reset) then
     decider, left, reset = i, l, r
   end
 end
-return { grant, now, decider, wait, left, 0, reset }
+return { grant, NOW, decider, wait, left, 0, reset }

@@ -1,6 +1,6 @@
 -- leakybucket.lua: LeakyBucket, a queue of capacity burst drained at exactly
--- rate per period. State is a GCRA debt (see prelude.lua): the time until
--- the queue is empty, i.e. until the next unit's slot begins.
+-- rate per period. State a = D, a GCRA debt (gcra.lua): the time until the
+-- queue is empty, i.e. until the next unit's slot begins.
 --
 -- Two modes (ARGV reserve):
 --   admit (0): a request conforms only when the queue is empty (no debt); it
@@ -12,22 +12,25 @@
 ALG[4] = {
   load = gcra_load,
 
-  avail = function(st, lim, now, reserve)
-    if reserve == 1 then return gcra_room(st, lim) end
-    if st.D > 0 then return 0 end
-    return lim.burst
+  avail = function(D, _, _, rate, period, burst, reserve)
+    if reserve == 1 then return gcra_room(D, period, burst) end
+    if D > 0 then return 0 end
+    return burst
   end,
 
   -- Admit: wait until the queue is empty. Reserve: until n units fit.
-  retry = function(st, lim, now, n, reserve)
-    if reserve == 1 then return gcra_until(st, lim, (lim.burst - n) * lim.period) end
-    return gcra_until(st, lim, 0)
+  retry = function(_, D, _, _, rate, period, burst, n, reserve)
+    if reserve == 1 then return gcra_until(D, rate, (burst - n) * period) end
+    return gcra_until(D, rate, 0)
   end,
 
   -- The wait for this request is the queue ahead of it.
-  take = gcra_take,
-  save = gcra_save,
-  reset = function(st, lim, now) return gcra_until(st, lim, 0) end,
+  commit = function(key, D, _, _, rate, period, _, g)
+    local D2, wait = gcra_commit(key, D, rate, period, g)
+    return D2, 0, 0, wait
+  end,
 
-  refund = function(key, lim, now, g, at) gcra_refund(key, lim, now, g) end,
+  reset = function(D, _, _, rate) return gcra_until(D, rate, 0) end,
+
+  refund = function(key, rate, period, _, g) gcra_refund(key, rate, period, g) end,
 }

@@ -10,11 +10,10 @@
 --
 -- A refund never raises any limit above its capacity. Returns the Redis time.
 local units, at = tonumber(ARGV[1]), tonumber(ARGV[2])
-local lims = limits_from(4)
-local now = now_us()
 if units > 0 then
-  for i, lim in ipairs(lims) do
-    ALG[lim.alg].refund(KEYS[i], lim, now, units, at)
+  for i = 1, #KEYS do
+    local alg, rate, period, burst = limit(i)
+    ALG[alg].refund(KEYS[i], rate, period, burst, units, at)
   end
 end
-return now
+return NOW

@@ -5,69 +5,67 @@
 -- where c counts the current window, p the previous one, and e is the time
 -- elapsed in the current window: the previous window's count, weighted by the
 -- share of it still inside the sliding period (rounded up: never admits more
--- than the estimate allows). State: a hash {w, c, p}; it expires when both
--- buckets are behind the sliding period (end of the next window).
-local function swc_weight(st, lim)
-  return cdiv(st.p * (lim.period - st.e), lim.period)
+-- than the estimate allows). The key is a hash {w, c, p}; it expires when
+-- both buckets are behind the sliding period (end of the next window).
+-- State: a = w (the current window), b = c, c = p, both as of now.
+local function swc_load(key, _, period)
+  local w = idiv(NOW, period)
+  local v = redis.call('HMGET', key, 'w', 'c', 'p')
+  local sw = tonumber(v[1])
+  if sw == w then return w, tonumber(v[2]) or 0, tonumber(v[3]) or 0 end
+  if sw == w - 1 then return w, 0, tonumber(v[2]) or 0 end -- one window on
+  return w, 0, 0                                             -- older, or absent
+end
+
+local function swc_save(key, w, c, p, period)
+  redis.call('HSET', key, 'w', int(w), 'c', int(c), 'p', int(p))
+  expire_in(key, (w + 2) * period - NOW)
 end
 
 ALG[3] = {
-  load = function(key, lim, now)
-    local w = idiv(now, lim.period)
-    local v = redis.call('HMGET', key, 'w', 'c', 'p')
-    local sw, c, p = tonumber(v[1]), tonumber(v[2]) or 0, tonumber(v[3]) or 0
-    if sw == w - 1 then -- one window on: the current bucket became the previous one
-      p, c = c, 0
-    elseif sw ~= w then -- older (or absent): both buckets are empty
-      p, c = 0, 0
-    end
-    return { w = w, c = c, p = p, e = now - w * lim.period }
+  load = swc_load,
+
+  avail = function(w, c, p, rate, period)
+    local e = NOW - w * period
+    return math.max(0, rate - c - cdiv(p * (period - e), period))
   end,
 
-  avail = function(st, lim, now, reserve)
-    return math.max(0, lim.rate - st.c - swc_weight(st, lim))
-  end,
-
-  retry = function(st, lim, now, n, reserve)
-    local P = lim.period
-    local room = lim.rate - st.c - n
+  retry = function(_, w, c, p, rate, period, _, n)
+    local e = NOW - w * period
+    local room = rate - c - n
     if room >= 0 then
       -- The current bucket has room: wait until the previous bucket's weight
-      -- falls to room, i.e. until e' >= P - floor(room * P / p) (p > 0 here).
-      return math.max(0, P - idiv(room * P, st.p)) - st.e
+      -- falls to room, i.e. until e' >= period - floor(room * period / p)
+      -- (p > 0 here, or n would fit).
+      return math.max(0, period - idiv(room * period, p)) - e
     end
-    -- The current bucket alone is too full: wait for the next window, where it
-    -- becomes the previous bucket, then until its weight leaves room for n.
+    -- The current bucket alone is too full: wait for the next window, where
+    -- it becomes the previous bucket, then until its weight leaves room for n.
     local later = 0
-    if st.c > 0 then later = math.max(0, P - idiv((lim.rate - n) * P, st.c)) end
-    return (P - st.e) + later
+    if c > 0 then later = math.max(0, period - idiv((rate - n) * period, c)) end
+    return (period - e) + later
   end,
 
-  take = function(st, lim, now, g) st.c = st.c + g; return 0 end,
-
-  save = function(key, st, lim, now)
-    redis.call('HSET', key, 'w', int(st.w), 'c', int(st.c), 'p', int(st.p))
-    expire_in(key, 2 * lim.period - st.e)
+  commit = function(key, w, c, p, _, period, _, g)
+    swc_save(key, w, c + g, p, period)
+    return w, c + g, p, 0
   end,
 
   -- Empty once both buckets have slid out of the period.
-  reset = function(st, lim, now)
-    if st.c > 0 then return 2 * lim.period - st.e end
-    if st.p > 0 then return lim.period - st.e end
+  reset = function(w, c, p, _, period)
+    if c > 0 then return (w + 2) * period - NOW end
+    if p > 0 then return (w + 1) * period - NOW end
     return 0
   end,
 
   -- Grants of the current window come off c, of the previous window off p.
-  refund = function(key, lim, now, g, at)
-    local st = ALG[3].load(key, lim, now)
-    local wa = idiv(at, lim.period)
-    if wa == st.w then
-      st.c = math.max(0, st.c - g)
-    elseif wa == st.w - 1 then
-      st.p = math.max(0, st.p - g)
-    else
-      return
+  refund = function(key, rate, period, _, g, at)
+    local w, c, p = swc_load(key, rate, period)
+    local wa = idiv(at, period)
+    if wa == w and c > 0 then
+      swc_save(key, w, math.max(0, c - g), p, period)
+    elseif wa == w - 1 and p > 0 then
+      swc_save(key, w, c, math.max(0, p - g), period)
     end
-    ALG[3].save(key, st, lim, now)
   end,
 }

@@ -1,24 +1,22 @@
--- tokenbucket.lua: TokenBucket, as GCRA with an exact debt (see the helpers
--- in prelude.lua). A full bucket holds burst units and refills at rate per
+-- tokenbucket.lua: TokenBucket, as GCRA with an exact debt (gcra.lua).
+-- State a = D. A full bucket holds burst units and refills at rate per
 -- period, so over any span T the units granted never exceed
 -- burst + rate*T/period, with no rounding drift.
 ALG[0] = {
   load = gcra_load,
 
-  -- Units grantable now: the room left in the bucket.
-  avail = function(st, lim, now, reserve) return gcra_room(st, lim) end,
+  avail = function(D, _, _, rate, period, burst) return gcra_room(D, period, burst) end,
 
-  -- Called only when fewer than n units fit: wait until the debt falls to
-  -- (burst - n) * period.
-  retry = function(st, lim, now, n, reserve)
-    return gcra_until(st, lim, (lim.burst - n) * lim.period)
+  -- n fit once the debt falls to (burst - n) * period.
+  retry = function(_, D, _, _, rate, period, burst, n)
+    return gcra_until(D, rate, (burst - n) * period)
   end,
 
-  take = function(st, lim, now, g) gcra_take(st, lim, now, g); return 0 end,
-  save = gcra_save,
+  commit = function(key, D, _, _, rate, period, _, g)
+    return gcra_commit(key, D, rate, period, g), 0, 0, 0
+  end,
 
-  -- Full again when the debt is paid.
-  reset = function(st, lim, now) return gcra_until(st, lim, 0) end,
+  reset = function(D, _, _, rate) return gcra_until(D, rate, 0) end,
 
-  refund = function(key, lim, now, g, at) gcra_refund(key, lim, now, g) end,
+  refund = function(key, rate, period, _, g) gcra_refund(key, rate, period, g) end,
 }

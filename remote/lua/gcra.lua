@@ -1,0 +1,54 @@
+-- gcra.lua: GCRA helpers, shared by the token bucket and the leaky bucket.
+--
+-- A bucket is full when its theoretical arrival time (TAT) is not after now;
+-- one unit moves the TAT period/rate us later. To keep that exact when rate
+-- does not divide period, the debt D (how far the TAT is ahead of now) is
+-- counted in units of 1/rate us: one unit costs exactly `period`, and D falls
+-- by `rate` every microsecond. A full bucket has D = 0; capacity is
+-- burst*period (below 2^53: the Go side checks). The key holds the TAT as
+-- "<us>:<remainder>", the remainder in [0, rate): TAT = us + remainder/rate.
+-- It expires when the debt is paid, since then it equals "absent".
+
+local function gcra_load(key, rate)
+  local v = redis.call('GET', key)
+  if not v then return 0 end
+  local us, rem = string.match(v, '^(%d+):(%d+)$')
+  us = tonumber(us)
+  if not us or us < NOW then return 0 end
+  return (us - NOW) * rate + tonumber(rem)
+end
+
+-- Units that fit in the room left: floor((burst*period - D) / period).
+local function gcra_room(D, period, burst)
+  return math.max(0, idiv(burst * period - D, period))
+end
+
+-- us until the debt falls to at most `to`, rounded up.
+local function gcra_until(D, rate, to)
+  return math.max(0, cdiv(D - to, rate))
+end
+
+local function gcra_save(key, D, rate)
+  if D <= 0 then
+    redis.call('DEL', key)
+    return
+  end
+  local us = idiv(D, rate)
+  redis.call('SET', key, string.format('%d:%d', NOW + us, D - us * rate),
+    'PX', int(math.max(1, cdiv(cdiv(D, rate), 1000))))
+end
+
+-- Charge g units. Returns the new debt and the us until the old debt is paid
+-- (how long a queued request waits for its slot).
+local function gcra_commit(key, D, rate, period, g)
+  local wait = gcra_until(D, rate, 0)
+  D = D + g * period
+  gcra_save(key, D, rate)
+  return D, wait
+end
+
+-- Give g units back exactly, never below "full".
+local function gcra_refund(key, rate, period, g)
+  local D = gcra_load(key, rate)
+  if D > 0 then gcra_save(key, math.max(0, D - g * period), rate) end
+end
