@@ -22,25 +22,21 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// t0 is aligned to the hour, so every window starts at t0.
-var t0 = time.Unix(1_699_999_200, 0)
+var t0 = redistest.Epoch
 
 // env is a Limiter on a miniredis whose time, and the Limiter's clock, move
 // only when the test says so.
 type env struct {
-	mr    *miniredis.Miniredis
+	mr    *redistest.Mini
 	clock *clock.Manual
 	l     *ratelease.Limiter
 }
 
 func newEnv(t *testing.T, opts ...ratelease.Option) *env {
 	t.Helper()
-	mr := miniredis.RunT(t)
-	mr.SetTime(t0)
-	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { _ = c.Close() })
+	mr := redistest.StartMini(t)
 	clk := clock.NewManual(t0)
-	l, err := ratelease.New(c, append([]ratelease.Option{ratelease.WithClock(clk), ratelease.WithRedisTimeout(5 * time.Second)}, opts...)...)
+	l, err := ratelease.New(mr.Client(t), append([]ratelease.Option{ratelease.WithClock(clk), ratelease.WithRedisTimeout(5 * time.Second)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,10 +46,8 @@ func newEnv(t *testing.T, opts ...ratelease.Option) *env {
 
 // advance moves Redis's TIME, its key expiry and the local clock together.
 func (e *env) advance(d time.Duration) {
-	now := e.clock.Now().Add(d)
-	e.mr.SetTime(now)
-	e.mr.FastForward(d)
-	e.clock.Set(now)
+	e.mr.Advance(d)
+	e.clock.Set(e.mr.Now())
 }
 
 func policy(t testing.TB, name string, limits ...ratelease.Limit) *ratelease.Policy {

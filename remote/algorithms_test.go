@@ -29,13 +29,13 @@ func runSteps(t *testing.T, l remote.Limit, steps []step) {
 	f := newFake(t)
 	p := mustPolicy(t, "p", l)
 	for i, s := range steps {
-		f.advance(s.advance)
+		f.Advance(s.advance)
 		d := acquire(t, f.s, p, "k", s.n, s.n, s.reserve)
 		got := step{advance: s.advance, n: s.n, reserve: s.reserve, granted: d.Granted, remaining: d.Remaining,
 			retryAfter: d.RetryAfter, resetAfter: d.ResetAfter, wait: d.Wait}
 		if got != s {
 			t.Fatalf("step %d (t=+%v, n=%d):\n got granted=%d remaining=%d retry=%v reset=%v wait=%v\nwant granted=%d remaining=%d retry=%v reset=%v wait=%v",
-				i, f.now.Sub(t0), s.n, got.granted, got.remaining, got.retryAfter, got.resetAfter, got.wait,
+				i, f.Now().Sub(t0), s.n, got.granted, got.remaining, got.retryAfter, got.resetAfter, got.wait,
 				s.granted, s.remaining, s.retryAfter, s.resetAfter, s.wait)
 		}
 	}
@@ -156,17 +156,17 @@ func TestWindowBoundary(t *testing.T) {
 		t.Run(c.limit.Algorithm.String(), func(t *testing.T) {
 			f := newFake(t)
 			p := mustPolicy(t, "p", c.limit)
-			f.advance(900 * ms)
+			f.Advance(900 * ms)
 			if d := acquire(t, f.s, p, "k", 1, 10, false); d.Granted != 10 {
 				t.Fatalf("before the boundary: granted %d, want 10", d.Granted)
 			}
-			f.advance(100 * ms)
-			before := f.now
+			f.Advance(100 * ms)
+			before := f.Now()
 			granted := int64(0)
 			for i := 0; i < 20; i++ {
 				granted += acquire(t, f.s, p, "k", 1, 1, false).Granted
 			}
-			if f.now != before {
+			if f.Now() != before {
 				t.Fatal("clock moved")
 			}
 			if granted != c.after {
@@ -205,15 +205,15 @@ func TestMultiLimitAllOrNothing(t *testing.T) {
 		win(remote.SlidingWindowLog, 5, time.Hour))
 	keys := p.Keys("test", "user")
 	snapshot := func() string {
-		tat, _ := f.mr.Get(keys[0])
-		return fmt.Sprintf("tb=%s fw=%s swl=%v", tat, f.mr.HGet(keys[1], "c"), mustMembers(t, f, keys[2]))
+		tat, _ := f.Get(keys[0])
+		return fmt.Sprintf("tb=%s fw=%s swl=%v", tat, f.HGet(keys[1], "c"), mustMembers(t, f, keys[2]))
 	}
 
 	d := acquire(t, f.s, p, "user", 5, 5, false)
 	if d.Granted != 5 || d.Decider != 2 || d.Remaining != 0 {
 		t.Fatalf("first: %+v, want 5 granted, decided by the hour limit with 0 left", d)
 	}
-	f.advance(time.Second) // the second limit refills; the hour limit does not
+	f.Advance(time.Second) // the second limit refills; the hour limit does not
 	before := snapshot()
 	d = acquire(t, f.s, p, "user", 1, 1, false)
 	if d.Granted != 0 || d.Decider != 2 {
@@ -243,10 +243,10 @@ func TestMultiLimitAllOrNothing(t *testing.T) {
 
 func mustMembers(t *testing.T, f *fake, key string) []string {
 	t.Helper()
-	if !f.mr.Exists(key) {
+	if !f.Exists(key) {
 		return nil
 	}
-	m, err := f.mr.ZMembers(key)
+	m, err := f.ZMembers(key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +262,7 @@ func TestRefund(t *testing.T) {
 		if d := acquire(t, f.s, p, "k", 1, 100, false); d.Granted != 3 {
 			t.Fatalf("after refunding 3: granted %d", d.Granted)
 		}
-		f.advance(time.Hour)
+		f.Advance(time.Hour)
 		d = acquire(t, f.s, p, "k", 1, 1, false)
 		refund(t, f.s, p, "k", 5, d.At) // more than was taken: the bucket is only full
 		if d := acquire(t, f.s, p, "k", 1, 100, false); d.Granted != 5 {
@@ -277,7 +277,7 @@ func TestRefund(t *testing.T) {
 		if d := acquire(t, f.s, p, "k", 1, 100, false); d.Granted != 5 {
 			t.Fatalf("after refund: granted %d, want 5", d.Granted)
 		}
-		f.advance(time.Second)
+		f.Advance(time.Second)
 		d2 := acquire(t, f.s, p, "k", 2, 2, false)
 		refund(t, f.s, p, "k", 5, d.At) // the old window's grant: no-op
 		if got := acquire(t, f.s, p, "k", 1, 100, false).Granted; got != 3 {
@@ -289,7 +289,7 @@ func TestRefund(t *testing.T) {
 		f := newFake(t)
 		p := mustPolicy(t, "p", win(remote.SlidingWindowCounter, 10, time.Second))
 		d := acquire(t, f.s, p, "k", 10, 10, false)
-		f.advance(time.Second)
+		f.Advance(time.Second)
 		refund(t, f.s, p, "k", 4, d.At)
 		if got := acquire(t, f.s, p, "k", 1, 100, false).Granted; got != 4 {
 			t.Fatalf("after refunding 4 to the previous window: granted %d, want 4", got)
@@ -299,7 +299,7 @@ func TestRefund(t *testing.T) {
 		f := newFake(t)
 		p := mustPolicy(t, "p", win(remote.SlidingWindowLog, 10, time.Second))
 		first := acquire(t, f.s, p, "k", 4, 4, false)
-		f.advance(ms)
+		f.Advance(ms)
 		acquire(t, f.s, p, "k", 3, 3, false)
 		refund(t, f.s, p, "k", 9, first.At) // only 4 were granted then
 		key := p.Keys("test", "k")[0]
@@ -330,12 +330,12 @@ func TestKeysExpire(t *testing.T) {
 			p := mustPolicy(t, "p", l)
 			acquire(t, f.s, p, "k", 3, 3, false)
 			key := p.Keys("test", "k")[0]
-			ttl := f.mr.TTL(key)
+			ttl := f.TTL(key)
 			if ttl <= 0 || ttl > 2*time.Second {
 				t.Fatalf("TTL %v, want a TTL of at most two periods", ttl)
 			}
-			f.advance(2 * time.Second)
-			if f.mr.Exists(key) {
+			f.Advance(2 * time.Second)
+			if f.Exists(key) {
 				t.Fatalf("%s still exists two periods later", key)
 			}
 		})

@@ -5,39 +5,26 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/ratelease/ratelease/internal/redistest"
 	"github.com/ratelease/ratelease/remote"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// t0 is aligned to the hour, so windows of 1s, 1m and 1h all start at t0.
-var t0 = time.Unix(1_699_999_200, 0)
+var t0 = redistest.Epoch
 
-// fake is a miniredis whose time moves only when the test says so.
+// fake is a Store on a miniredis whose time moves only when the test says so.
 type fake struct {
-	mr  *miniredis.Miniredis
-	now time.Time
-	s   *remote.Store
+	*redistest.Mini
+	s *remote.Store
 }
 
 func newFake(t *testing.T) *fake {
 	t.Helper()
-	mr := miniredis.RunT(t)
-	mr.SetTime(t0)
-	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { _ = c.Close() })
-	return &fake{mr: mr, now: t0, s: remote.NewStore(c, "test")}
-}
-
-// advance moves both of miniredis's clocks: TIME inside Lua and key expiry.
-func (f *fake) advance(d time.Duration) {
-	f.now = f.now.Add(d)
-	f.mr.SetTime(f.now)
-	f.mr.FastForward(d)
+	m := redistest.StartMini(t)
+	return &fake{Mini: m, s: remote.NewStore(m.Client(t), "test")}
 }
 
 func mustPolicy(t testing.TB, name string, limits ...remote.Limit) *remote.Policy {

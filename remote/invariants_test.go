@@ -21,14 +21,14 @@ func randomLoad(t *testing.T, l remote.Limit, seed uint64, steps int) []grant {
 	rng := rand.New(rand.NewPCG(seed, seed))
 	var log []grant
 	for i := 0; i < steps; i++ {
-		f.advance(time.Duration(rng.Int64N(int64(l.Period / 3))))
+		f.Advance(time.Duration(rng.Int64N(int64(l.Period / 3))))
 		lo := 1 + rng.Int64N(l.Capacity())
 		hi := lo + rng.Int64N(l.Capacity())
 		if d := acquire(t, f.s, p, "k", lo, hi, false); d.Granted > 0 {
 			if d.Granted < lo || d.Granted > hi {
 				t.Fatalf("granted %d outside [%d, %d]", d.Granted, lo, hi)
 			}
-			log = append(log, grant{f.now.Sub(t0), d.Granted})
+			log = append(log, grant{f.Now().Sub(t0), d.Granted})
 		}
 	}
 	if len(log) < steps/10 {
@@ -116,7 +116,7 @@ func TestTokenBucketNoDrift(t *testing.T) {
 		for i := 0; i <= steps; i++ {
 			admitted += acquire(t, f.s, p, "k", 1, l.Burst, false).Granted
 			if i < steps {
-				f.advance(step)
+				f.Advance(step)
 			}
 		}
 		T := time.Duration(steps) * step
