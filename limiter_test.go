@@ -34,9 +34,18 @@ type env struct {
 
 func newEnv(t *testing.T, opts ...ratelease.Option) *env {
 	t.Helper()
+	return newEnvClient(t, false, opts...)
+}
+
+// newEnvClient is newEnv with a choice of client: one that honours context
+// deadlines (the Limiter calls Redis directly) or not (each call guarded).
+func newEnvClient(t *testing.T, honours bool, opts ...ratelease.Option) *env {
+	t.Helper()
 	mr := redistest.StartMini(t)
 	clk := clock.NewManual(t0)
-	l, err := ratelease.New(mr.Client(t), append([]ratelease.Option{ratelease.WithClock(clk), ratelease.WithRedisTimeout(5 * time.Second)}, opts...)...)
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: honours})
+	t.Cleanup(func() { _ = client.Close() })
+	l, err := ratelease.New(client, append([]ratelease.Option{ratelease.WithClock(clk), ratelease.WithRedisTimeout(5 * time.Second)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +285,14 @@ func TestWaitContext(t *testing.T) {
 // A leaky bucket's Wait queues: each waiter reserves the next slot. A waiter
 // cancelled before its slot gives the slot back.
 func TestWaitLeakyBucketQueuesAndGivesBack(t *testing.T) {
-	e := newEnv(t)
+	for _, honours := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", honours), func(t *testing.T) {
+			testWaitLeakyBucketQueuesAndGivesBack(t, newEnvClient(t, honours))
+		})
+	}
+}
+
+func testWaitLeakyBucketQueuesAndGivesBack(t *testing.T, e *env) {
 	p := policy(t, "p", ratelease.Limit{Rate: 10, Period: time.Second, Burst: 3, Algorithm: ratelease.LeakyBucket})
 	ctx := context.Background()
 	if err := e.l.Wait(ctx, p, "k"); err != nil { // slot at 0
@@ -314,6 +330,30 @@ func TestWaitLeakyBucketQueuesAndGivesBack(t *testing.T) {
 	// Allow admits only into an empty queue: the queue ends at 300ms.
 	if res, _ := e.l.Allow(ctx, p, "k"); res.Allowed || res.RetryAfter != 100*time.Millisecond {
 		t.Fatalf("Allow with a busy queue: %+v, want denied with retry-after 100ms", res)
+	}
+}
+
+// Limiters with different key prefixes keep separate state on one Redis;
+// the policy's accessors report what it was built from.
+func TestKeyPrefixSeparatesLimiters(t *testing.T) {
+	e := newEnv(t)
+	other, err := ratelease.New(e.mr.Client(t), ratelease.WithKeyPrefix("other-app"), ratelease.WithExact())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	p := policy(t, "p", ratelease.Limit{Rate: 2, Period: time.Minute, Algorithm: ratelease.FixedWindow})
+	if p.Name() != "p" || len(p.Limits()) != 1 || p.Limits()[0].Burst != 2 || p.Capacity() != 2 {
+		t.Fatalf("policy accessors: %q %+v %d", p.Name(), p.Limits(), p.Capacity())
+	}
+	ctx := context.Background()
+	for _, l := range []*ratelease.Limiter{e.l, other} {
+		if res, err := l.AllowN(ctx, p, "k", 2); err != nil || !res.Allowed {
+			t.Fatalf("first limiter's full window must not count for the other: %+v, %v", res, err)
+		}
+	}
+	if !e.mr.Exists("ratelease:{p:k}:fw:60000000") || !e.mr.Exists("other-app:{p:k}:fw:60000000") {
+		t.Fatalf("keys: %v", e.mr.Keys())
 	}
 }
 

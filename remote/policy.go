@@ -73,9 +73,6 @@ func NewPolicy(name string, limits []Limit) (*Policy, error) {
 	return p, nil
 }
 
-// Name returns the policy's name.
-func (p *Policy) Name() string { return p.name }
-
 // Limits returns the policy's limits. The slice must not be modified.
 func (p *Policy) Limits() []Limit { return p.limits }
 

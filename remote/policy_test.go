@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ratelease/ratelease/remote"
 )
 
@@ -144,4 +146,25 @@ func FuzzKeys(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestHonoursDeadlines(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		client redis.UniversalClient
+		want   bool
+	}{
+		{"client", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true}), true},
+		{"client without", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), false},
+		{"cluster", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: true}), true},
+		{"cluster without", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}}), false},
+		{"ring", redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}, ContextTimeoutEnabled: true}), true},
+		{"ring without", redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}}), false},
+		{"universal, one address", redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: true}), true},
+	} {
+		if got := remote.HonoursDeadlines(c.client); got != c.want {
+			t.Errorf("%s: HonoursDeadlines = %v, want %v", c.name, got, c.want)
+		}
+		_ = c.client.Close()
+	}
 }

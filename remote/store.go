@@ -76,9 +76,6 @@ func NewStore(client redis.UniversalClient, prefix string) *Store {
 	return &Store{client: client, prefix: prefix}
 }
 
-// Prefix returns the key prefix.
-func (s *Store) Prefix() string { return s.prefix }
-
 // Request asks for units from every limit of one key. Min <= Max, and
 // 1 <= Min <= Policy.Capacity(); the caller checks.
 type Request struct {
