@@ -1,14 +1,20 @@
 // Package local holds the in-process parts of ratelease: what a Limiter
 // knows without asking Redis.
 //
-// It will own the per-(policy, key, limit) allowance of leased units (an
-// atomic counter with an expiry), the key store bounded by golang-lru/v2
-// whose eviction hands unused units back for refund, per-key demand
-// estimation, and the outage fallback limiter built on golang.org/x/time/rate.
+// It owns:
+//
+//   - [Allowance], the units leased for one (policy, key): an atomic counter
+//     with an expiry, taken from without a lock. One allowance serves every
+//     limit of its policy, because a lease charges all of them at once
+//     (all-or-nothing), so a leased unit is already paid for everywhere;
+//   - [Demand], an estimate of how fast an allowance is used, from which the
+//     lease size is chosen;
+//   - [Table], the allowances of one policy by key, read without a lock, and
+//     [Bound], which caps how many allowances exist across all tables (an
+//     LRU from golang-lru/v2, touched only when a lease is made, never on the
+//     hit path) and hands back the unused units of the ones it evicts.
 //
 // It must not talk to Redis or decide policy: it keeps state, and the tier
 // and sync packages act on it. It imports only clock from this module.
-//
-// In the current release every decision is exact (one Redis call), so the
-// package holds no code yet.
+// Every type is safe for concurrent use unless its doc says otherwise.
 package local

@@ -1,0 +1,101 @@
+package local
+
+import (
+	"sync/atomic"
+)
+
+// Allowance holds the units leased for one (policy, key) and when they
+// lapse. Take is lock-free: a load of the expiry and a compare-and-swap on
+// the count. The zero value holds nothing. Safe for concurrent use.
+//
+// Times are nanoseconds on the owner's monotonic clock (see Clock in
+// package tier); the allowance never reads a clock itself.
+type Allowance struct {
+	// units and hits are written on every hit; expires and the rest only
+	// when a lease is added. They share a cache line on purpose: a hit
+	// touches units and hits together.
+	units   atomic.Int64
+	hits    atomic.Uint64
+	expires atomic.Int64 // units lapse at this time (ns); 0: none held
+	// at is the Redis time (µs) of the newest grant, which a refund names.
+	at atomic.Int64
+	// deniedUntil: Redis denied this key until then (ns); requests before it
+	// are denied locally without asking again.
+	deniedUntil atomic.Int64
+	// retry is the RetryAfter Redis gave with that denial (ns).
+	retry atomic.Int64
+}
+
+// Take takes n units if at least n are held and unexpired at now. It reports
+// whether it did.
+func (a *Allowance) Take(n, now int64) bool {
+	if now >= a.expires.Load() {
+		return false
+	}
+	for {
+		u := a.units.Load()
+		if u < n {
+			return false
+		}
+		if a.units.CompareAndSwap(u, u-n) {
+			a.hits.Add(1)
+			return true
+		}
+	}
+}
+
+// Units returns the units held, expired or not.
+func (a *Allowance) Units() int64 { return a.units.Load() }
+
+// Hits returns the number of successful Takes so far.
+func (a *Allowance) Hits() uint64 { return a.hits.Load() }
+
+// Expires returns when the held units lapse (ns); 0 when none were added.
+func (a *Allowance) Expires() int64 { return a.expires.Load() }
+
+// Add adds g units granted by Redis at Redis time at (µs), valid until
+// expires (ns), at time now. Unexpired units already held keep the earlier
+// of the two expiries: a lease never outlives the shortest validity of the
+// units in it. Units held past their expiry are not merged: Add takes them
+// out and returns them (with their grant time), for the caller to refund.
+func (a *Allowance) Add(g, at, expires, now int64) (stale, staleAt int64) {
+	if old := a.expires.Load(); old != 0 && old <= now {
+		stale, staleAt = a.Drain()
+	}
+	for {
+		old := a.expires.Load()
+		e := expires
+		if old > now && old < e && a.units.Load() > 0 {
+			e = old
+		}
+		if a.expires.CompareAndSwap(old, e) {
+			break
+		}
+	}
+	a.at.Store(at)
+	a.units.Add(g)
+	return stale, staleAt
+}
+
+// Drain takes every held unit, for a refund, and returns how many there
+// were and the Redis time of the newest grant.
+func (a *Allowance) Drain() (units, at int64) {
+	return a.units.Swap(0), a.at.Load()
+}
+
+// Deny records that Redis denied this key until until (ns), with the
+// RetryAfter it gave (ns).
+func (a *Allowance) Deny(until, retry int64) {
+	a.retry.Store(retry)
+	a.deniedUntil.Store(until)
+}
+
+// Denied reports whether a recorded denial still holds at now, and how long
+// until it lapses.
+func (a *Allowance) Denied(now int64) (bool, int64) {
+	u := a.deniedUntil.Load()
+	if now < u {
+		return true, u - now
+	}
+	return false, 0
+}

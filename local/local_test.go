@@ -1,0 +1,172 @@
+package local_test
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/ratelease/ratelease/local"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestAllowanceTakeAndExpiry(t *testing.T) {
+	var a local.Allowance
+	if a.Take(1, 0) {
+		t.Fatal("zero allowance granted a unit")
+	}
+	if stale, _ := a.Add(5, 111, 100, 10); stale != 0 {
+		t.Fatalf("stale %d from an empty allowance", stale)
+	}
+	if !a.Take(3, 50) || a.Units() != 2 {
+		t.Fatalf("Take(3): units %d", a.Units())
+	}
+	if a.Take(3, 50) {
+		t.Fatal("took 3 of 2")
+	}
+	if a.Take(1, 100) {
+		t.Fatal("took a unit at its expiry")
+	}
+	if a.Hits() != 1 {
+		t.Fatalf("hits %d", a.Hits())
+	}
+	// New units on top of unexpired ones keep the earlier expiry.
+	a.Add(4, 222, 500, 60)
+	if a.Units() != 6 || a.Expires() != 100 {
+		t.Fatalf("after merge: units %d expires %d, want 6 and 100", a.Units(), a.Expires())
+	}
+	// Units past their expiry are not merged: Add hands them back.
+	stale, at := a.Add(7, 333, 900, 150)
+	if stale != 6 || at != 222 || a.Units() != 7 || a.Expires() != 900 {
+		t.Fatalf("after a stale merge: stale %d at %d, units %d expires %d", stale, at, a.Units(), a.Expires())
+	}
+	if u, at := a.Drain(); u != 7 || at != 333 || a.Units() != 0 {
+		t.Fatalf("Drain = %d, %d", u, at)
+	}
+}
+
+func TestAllowanceConcurrentTakesNeverExceedTheLease(t *testing.T) {
+	var a local.Allowance
+	a.Add(1000, 1, math.MaxInt64, 0)
+	var taken atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 500; i++ {
+				n := int64(1 + i%3)
+				if a.Take(n, 1) {
+					taken.Add(n)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if got := taken.Load() + a.Units(); got != 1000 {
+		t.Fatalf("taken + left = %d, want 1000", got)
+	}
+	if a.Units() > 2 {
+		t.Fatalf("%d units left although takes of 1..3 kept trying", a.Units())
+	}
+}
+
+func TestAllowanceDenial(t *testing.T) {
+	var a local.Allowance
+	a.Deny(100, 40)
+	if d, left := a.Denied(70); !d || left != 30 {
+		t.Fatalf("Denied(70) = %v, %d", d, left)
+	}
+	if d, _ := a.Denied(100); d {
+		t.Fatal("denial outlived its end")
+	}
+}
+
+func TestDemandConverges(t *testing.T) {
+	var d local.Demand
+	now := int64(1e9)
+	d.Observe(0, now)
+	for i := 0; i < 100; i++ { // 200 units per 100ms: 2000/s, for 10τ
+		now += 1e8
+		d.Observe(200, now)
+	}
+	if r := d.Rate(); r < 1999 || r > 2001 { // 2000·(1 - e^-10)
+		t.Fatalf("rate %.1f, want about 2000", r)
+	}
+	for i := 0; i < 50; i++ { // idle
+		now += 1e8
+		d.Observe(0, now)
+	}
+	if r := d.Rate(); r > 20 {
+		t.Fatalf("rate %.1f after 5s idle, want near 0", r)
+	}
+}
+
+func TestBoundEvictsLeastRecentlyLeasedAndHandsBackUnits(t *testing.T) {
+	type evicted struct {
+		key       string
+		units, at int64
+	}
+	var got []evicted
+	b := local.NewBound(2, func(e *local.Entry, units, at int64) { got = append(got, evicted{e.Key, units, at}) })
+	p, q := b.NewTable("p"), b.NewTable("q")
+	a := p.GetOrCreate("a")
+	a.Add(5, 77, math.MaxInt64, 0)
+	c := q.GetOrCreate("c")
+	if p.GetOrCreate("a") != a {
+		t.Fatal("GetOrCreate made a second entry for one key")
+	}
+	b.Touch(a) // c is now the least recently leased
+	q.GetOrCreate("d")
+	if len(got) != 1 || got[0].key != "c" || !c.Evicted() {
+		t.Fatalf("evicted %+v, want c", got)
+	}
+	if _, ok := q.Get("c"); ok {
+		t.Fatal("evicted entry still in its table")
+	}
+	p.GetOrCreate("e") // evicts a, with its 5 units
+	if len(got) != 2 || got[1] != (evicted{"a", 5, 77}) || a.Units() != 0 {
+		t.Fatalf("evicted %+v, want a with 5 units granted at 77", got)
+	}
+	if b.Len() != 2 {
+		t.Fatalf("Len = %d", b.Len())
+	}
+	b.Clear()
+	if b.Len() != 0 || len(got) != 4 {
+		t.Fatalf("after Clear: Len %d, evicted %d", b.Len(), len(got))
+	}
+	n := 0
+	p.Range(func(*local.Entry) bool { n++; return true })
+	q.Range(func(*local.Entry) bool { n++; return true })
+	if n != 0 {
+		t.Fatalf("%d entries left in tables after Clear", n)
+	}
+}
+
+// The hit path: one key, units to spare.
+func BenchmarkTake(b *testing.B) {
+	bound := local.NewBound(1000, nil)
+	tab := bound.NewTable("p")
+	e := tab.GetOrCreate("user:42")
+	e.Add(math.MaxInt64/2, 1, math.MaxInt64, 0)
+	key := string([]byte("user:42"))
+	b.Run("seq", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			e, _ := tab.Get(key)
+			e.Take(1, 1)
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				e, _ := tab.Get(key)
+				e.Take(1, 1)
+			}
+		})
+	})
+}

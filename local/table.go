@@ -1,0 +1,152 @@
+package local
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+)
+
+// Entry is the local state of one (policy, key): its allowance, read and
+// taken from lock-free on the hit path, and the bookkeeping of the leases
+// made for it, which the sync package keeps under Mu.
+type Entry struct {
+	Allowance
+
+	// Key is the caller's key.
+	Key string
+	// Policy is whatever the table's owner uses to name the policy.
+	Policy any
+
+	// Mu guards what follows; it is held only to make or apply a lease,
+	// never on the hit path.
+	Mu sync.Mutex
+	// Demand is the estimated rate of use of this entry.
+	Demand Demand
+	// Leasing is non-nil while a lease request for this entry is in flight;
+	// it is closed when the request ends. Concurrent misses wait on it
+	// instead of asking Redis again.
+	Leasing chan struct{}
+	// Leased is the total units ever added; with Units it tells how many
+	// were used since the last lease.
+	Leased int64
+
+	table   *Table
+	evicted atomic.Bool
+}
+
+// Evicted reports whether the entry has left its table (evicted or closed).
+// Units added to an evicted entry must be drained and refunded by whoever
+// added them.
+func (e *Entry) Evicted() bool { return e.evicted.Load() }
+
+// Table holds the entries of one policy by key. Get is lock-free. A Table
+// belongs to one Bound, which caps how many entries all its tables hold.
+type Table struct {
+	m      sync.Map // string -> *Entry
+	bound  *Bound
+	policy any
+}
+
+// Get returns the entry of key, if there is one.
+func (t *Table) Get(key string) (*Entry, bool) {
+	v, ok := t.m.Load(key)
+	if !ok {
+		return nil, false
+	}
+	return v.(*Entry), true
+}
+
+// GetOrCreate returns the entry of key, creating it if needed. Creating an
+// entry may evict the least recently leased entry of any table of the bound.
+func (t *Table) GetOrCreate(key string) *Entry {
+	if e, ok := t.Get(key); ok {
+		return e
+	}
+	e := &Entry{Key: key, Policy: t.policy, table: t}
+	if v, loaded := t.m.LoadOrStore(key, e); loaded {
+		return v.(*Entry)
+	}
+	t.bound.add(e)
+	return e
+}
+
+// Range calls f for every entry of the table, until f returns false.
+func (t *Table) Range(f func(*Entry) bool) {
+	t.m.Range(func(_, v any) bool { return f(v.(*Entry)) })
+}
+
+// Bound caps the number of entries across its tables, evicting the least
+// recently leased. Evicted entries leave their table, and their unused units
+// are handed to the eviction callback (outside the lock) for a refund.
+type Bound struct {
+	mu      sync.Mutex
+	lru     *simplelru.LRU[*Entry, struct{}] // requires mu held
+	evicted []*Entry                         // requires mu held; drained by add
+	onEvict func(e *Entry, units, at int64)
+}
+
+// NewBound returns a Bound of at most max entries (max >= 1). onEvict, if
+// not nil, receives each evicted entry with the units it held, drained.
+func NewBound(max int, onEvict func(e *Entry, units, at int64)) *Bound {
+	b := &Bound{onEvict: onEvict}
+	b.lru, _ = simplelru.NewLRU[*Entry, struct{}](max, func(e *Entry, _ struct{}) {
+		b.evicted = append(b.evicted, e) // requires mu held: simplelru calls back inside Add
+	})
+	return b
+}
+
+// NewTable returns an empty table of this bound; policy names it in its
+// entries.
+func (b *Bound) NewTable(policy any) *Table {
+	return &Table{bound: b, policy: policy}
+}
+
+// Len returns the number of entries in the bound.
+func (b *Bound) Len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.lru.Len()
+}
+
+// Touch marks e as recently leased. Call it when a lease is made, not on
+// hits: the hit path takes no lock.
+func (b *Bound) Touch(e *Entry) {
+	b.mu.Lock()
+	b.lru.Get(e)
+	b.mu.Unlock()
+}
+
+func (b *Bound) add(e *Entry) {
+	b.mu.Lock()
+	b.lru.Add(e, struct{}{})
+	gone := b.evicted
+	b.evicted = nil
+	b.mu.Unlock()
+	for _, old := range gone {
+		b.remove(old)
+	}
+}
+
+// remove takes e out of its table and hands its units to onEvict.
+func (b *Bound) remove(e *Entry) {
+	e.evicted.Store(true)
+	e.table.m.CompareAndDelete(e.Key, e)
+	units, at := e.Drain()
+	if b.onEvict != nil {
+		b.onEvict(e, units, at)
+	}
+}
+
+// Clear removes every entry, handing each one's units to onEvict, as Close
+// needs.
+func (b *Bound) Clear() {
+	b.mu.Lock()
+	all := b.lru.Keys()
+	b.lru.Purge()
+	b.evicted = nil
+	b.mu.Unlock()
+	for _, e := range all {
+		b.remove(e)
+	}
+}
