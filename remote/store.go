@@ -53,11 +53,7 @@ func assemble(mask uint8, main string) string {
 	}
 	var src []byte
 	for _, f := range append(files, main) {
-		b, err := luaFiles.ReadFile("lua/" + f)
-		if err != nil {
-			panic("remote: embedded script missing: " + f) // a build defect, not input
-		}
-		src = append(append(src, b...), '\n')
+		src = append(append(src, mustRead(f)...), '\n')
 	}
 	return string(src)
 }
@@ -89,6 +85,10 @@ type Request struct {
 	// says until when) instead of admitting only what conforms now. Other
 	// algorithms ignore it.
 	Reserve bool
+	// Share is the number of live instances sharing the limits (0 means 1).
+	// When the budget is scarce a grant above Min shrinks toward the room
+	// left divided by Share: one greedy instance cannot starve the others.
+	Share int64
 }
 
 // Decision is the reply of one acquire call.
@@ -112,24 +112,116 @@ type Decision struct {
 	RetryAfter time.Duration
 	// ResetAfter is when the decider is fully replenished.
 	ResetAfter time.Duration
+	// ValidFor is how long the granted units may be used before they lapse
+	// (the end of the current window of a window algorithm), or -1 when no
+	// limit of the policy bounds it. 0 when denied.
+	ValidFor time.Duration
 }
 
 // Acquire grants between r.Min and r.Max units to every limit of r.Key, or
 // nothing, in one atomic script call. Errors are Redis's or ctx's.
 func (s *Store) Acquire(ctx context.Context, r Request) (Decision, error) {
+	v, err := r.Policy.scripts.acquire.Run(ctx, s.client, r.Policy.Keys(s.prefix, r.Key), acquireArgs(r)...).Slice()
+	if err != nil {
+		return Decision{}, err
+	}
+	return parseDecision(r.Policy, v)
+}
+
+// AcquireBatch makes many acquire calls in one pipeline (one round trip per
+// Redis node), and returns a Decision or an error for each request, in
+// order. Scripts missing from a server (NOSCRIPT) are loaded and the calls
+// that needed them made again, once.
+func (s *Store) AcquireBatch(ctx context.Context, rs []Request) ([]Decision, []error) {
+	ds, errs := make([]Decision, len(rs)), make([]error, len(rs))
+	cmds := s.pipeline(ctx, len(rs), func(i int) (*redis.Script, []string, []any) {
+		return rs[i].Policy.scripts.acquire, rs[i].Policy.Keys(s.prefix, rs[i].Key), acquireArgs(rs[i])
+	})
+	for i, c := range cmds {
+		v, err := c.Slice()
+		if err == nil {
+			ds[i], err = parseDecision(rs[i].Policy, v)
+		}
+		errs[i] = err
+	}
+	return ds, errs
+}
+
+// Grant names units granted at time At (Decision.At) for a refund.
+type Grant struct {
+	Policy *Policy
+	Key    string
+	Units  int64
+	At     int64
+}
+
+// RefundBatch makes many refund calls in one pipeline, as AcquireBatch
+// does, and returns an error for each, in order.
+func (s *Store) RefundBatch(ctx context.Context, gs []Grant) []error {
+	errs := make([]error, len(gs))
+	cmds := s.pipeline(ctx, len(gs), func(i int) (*redis.Script, []string, []any) {
+		return gs[i].Policy.scripts.refund, gs[i].Policy.Keys(s.prefix, gs[i].Key), refundArgs(gs[i].Policy, gs[i].Units, gs[i].At)
+	})
+	for i, c := range cmds {
+		errs[i] = c.Err()
+	}
+	return errs
+}
+
+// pipeline runs n script calls, call(i) giving each one's script, keys and
+// args, with EVALSHA in one pipeline; calls that fail with NOSCRIPT are sent
+// again, in a second pipeline, with EVAL (which also caches the script).
+func (s *Store) pipeline(ctx context.Context, n int, call func(i int) (*redis.Script, []string, []any)) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, n)
+	_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := 0; i < n; i++ {
+			sc, keys, args := call(i)
+			cmds[i] = sc.EvalSha(ctx, p, keys, args...)
+		}
+		return nil
+	})
+	var retry []int
+	for i, c := range cmds {
+		if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+			retry = append(retry, i)
+		}
+	}
+	if len(retry) > 0 {
+		_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, i := range retry {
+				sc, keys, args := call(i)
+				cmds[i] = sc.Eval(ctx, p, keys, args...)
+			}
+			return nil
+		})
+	}
+	return cmds
+}
+
+func acquireArgs(r Request) []any {
 	p := r.Policy
-	args := make([]any, 0, 3+len(p.args))
+	args := make([]any, 0, 4+len(p.args))
 	reserve := 0
 	if r.Reserve {
 		reserve = 1
 	}
-	args = append(args, r.Min, r.Max, reserve)
-	args = append(args, p.args...)
-	v, err := p.scripts.acquire.Run(ctx, s.client, p.Keys(s.prefix, r.Key), args...).Slice()
-	if err != nil {
-		return Decision{}, err
+	share := r.Share
+	if share < 1 {
+		share = 1
 	}
-	var n [7]int64
+	args = append(args, r.Min, r.Max, reserve, share)
+	return append(args, p.args...)
+}
+
+func refundArgs(p *Policy, units, at int64) []any {
+	args := make([]any, 0, 4+len(p.args))
+	args = append(args, units, at, 0, 0)
+	return append(args, p.args...)
+}
+
+// parseDecision reads acquire.lua's eight integers.
+func parseDecision(p *Policy, v []any) (Decision, error) {
+	var n [8]int64
 	if len(v) != len(n) {
 		return Decision{}, fmt.Errorf("remote: acquire replied %d values, want %d", len(v), len(n))
 	}
@@ -147,6 +239,10 @@ func (s *Store) Acquire(ctx context.Context, r Request) (Decision, error) {
 		Remaining:  n[4],
 		RetryAfter: time.Duration(n[5]) * time.Microsecond,
 		ResetAfter: time.Duration(n[6]) * time.Microsecond,
+		ValidFor:   time.Duration(n[7]) * time.Microsecond,
+	}
+	if n[7] < 0 {
+		d.ValidFor = -1
 	}
 	if d.Decider < 0 || d.Decider >= len(p.limits) {
 		return Decision{}, fmt.Errorf("remote: acquire named limit %d of %d", n[2], len(p.limits))
@@ -162,10 +258,33 @@ func (s *Store) Refund(ctx context.Context, p *Policy, key string, units, at int
 	if units <= 0 {
 		return nil
 	}
-	args := make([]any, 0, 3+len(p.args))
-	args = append(args, units, at, 0)
-	args = append(args, p.args...)
-	return p.scripts.refund.Run(ctx, s.client, p.Keys(s.prefix, key), args...).Err()
+	return p.scripts.refund.Run(ctx, s.client, p.Keys(s.prefix, key), refundArgs(p, units, at)...).Err()
+}
+
+var membershipScript = redis.NewScript(mustRead("membership.lua"))
+
+func mustRead(f string) string {
+	b, err := luaFiles.ReadFile("lua/" + f)
+	if err != nil {
+		panic("remote: embedded script missing: " + f) // a build defect, not input
+	}
+	return string(b)
+}
+
+// MembersKey is the sorted set of live instances under prefix. One key per
+// prefix: each instance writes it about once a second, far from making a
+// hot key.
+func MembersKey(prefix string) string { return prefix + ":members" }
+
+// Heartbeat marks instance id live for ttl and returns how many instances
+// are live, this one included. With leave, it removes id instead (and the
+// count excludes it).
+func (s *Store) Heartbeat(ctx context.Context, id string, ttl time.Duration, leave bool) (int64, error) {
+	l := 0
+	if leave {
+		l = 1
+	}
+	return membershipScript.Run(ctx, s.client, []string{MembersKey(s.prefix)}, id, ttl.Milliseconds(), l).Int64()
 }
 
 // HonoursDeadlines reports whether client cuts a call short at its

@@ -6,9 +6,12 @@
 -- ARGV[2]   max: grant at most this many units (min <= max)
 -- ARGV[3]   reserve: 1 lets leaky buckets queue the request (WaitN), 0 admits
 --           only what conforms now
--- ARGV[4..] the limits, four values each (see limit() in prelude.lua)
+-- ARGV[4]   share: the number of live instances (1 or more). When the budget
+--           is scarce, a grant above min shrinks toward (units left) / share,
+--           so that one greedy instance cannot take what the others need
+-- ARGV[5..] the limits, four values each (see limit() in prelude.lua)
 --
--- Returns seven integers:
+-- Returns eight integers:
 --   granted      units charged to every limit; 0 means denied, nothing charged
 --   now          the Redis time of the decision, us (a refund names it)
 --   decider      1-based index of the limit that decided: when denied, the
@@ -19,19 +22,30 @@
 --   remaining    units the decider could still grant now
 --   retry_after  us until min units could be granted; 0 when granted
 --   reset_after  us until the decider is fully replenished
-local min, max, reserve = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+--   valid_for    us the grant may be used for before it lapses (the end of a
+--                window or bucket), or -1 for no limit; 0 when denied
+local min, max, reserve, share = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local n = #KEYS
 
 -- Phase 1: read every limit, writing nothing that counts; the grant is the
 -- least any limit can give. S1..S3 hold each limit's state, AV its room.
 local S1, S2, S3, AV = {}, {}, {}, {}
-local grant = max
+local least = max -- the least room of any limit, at most max
 for i = 1, n do
   local alg, rate, period, burst = limit(i)
   local a, b, c = ALG[alg].load(KEYS[i], rate, period, burst)
   local av = ALG[alg].avail(a, b, c, rate, period, burst, reserve)
   S1[i], S2[i], S3[i], AV[i] = a, b, c, av
-  if av < grant then grant = av end
+  if av < least then least = av end
+end
+
+-- Fair share: never more than a 1/share part of the room left, nor less than
+-- min. With plenty of room this changes nothing (the part exceeds max).
+local grant = least
+if share > 1 then
+  local least_room = AV[1]
+  for i = 2, n do least_room = math.min(least_room, AV[i]) end
+  grant = math.min(least, math.max(min, idiv(least_room, share)))
 end
 
 if grant < min then
@@ -49,14 +63,16 @@ if grant < min then
       end
     end
   end
-  return { 0, NOW, decider, 0, AV[decider], math.max(1, retry), reset }
+  return { 0, NOW, decider, 0, AV[decider], math.max(1, retry), reset, 0 }
 end
 
 -- Phase 2: charge every limit the same grant.
-local wait, decider, left, reset = 0, 1, -1, 0
+local wait, decider, left, reset, valid = 0, 1, -1, 0, -1
 for i = 1, n do
   local alg, rate, period, burst = limit(i)
   local A = ALG[alg]
+  local v = A.valid(S1[i], S2[i], S3[i], rate, period, burst)
+  if v >= 0 and (valid < 0 or v < valid) then valid = v end
   local a, b, c, w = A.commit(KEYS[i], S1[i], S2[i], S3[i], rate, period, burst, grant)
   if w > wait then wait = w end
   local l = A.avail(a, b, c, rate, period, burst, reserve)
@@ -65,4 +81,4 @@ for i = 1, n do
     decider, left, reset = i, l, r
   end
 end
-return { grant, NOW, decider, wait, left, 0, reset }
+return { grant, NOW, decider, wait, left, 0, reset, valid }

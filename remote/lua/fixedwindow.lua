@@ -37,6 +37,9 @@ ALG[1] = {
   end,
 
   -- Units granted in the current window go back; older grants have expired.
+  -- A grant belongs to its window: it lapses at the window's end.
+  valid = function(w, _, _, _, period) return (w + 1) * period - NOW end,
+
   refund = function(key, rate, period, _, g, at)
     local w, c = fw_load(key, rate, period)
     if idiv(at, period) == w and c > 0 then fw_save(key, w, math.max(0, c - g), period) end

@@ -32,5 +32,8 @@ ALG[4] = {
 
   reset = function(D, _, _, rate) return gcra_until(D, rate, 0) end,
 
+  -- Never leased (its grants are used at once): no limit.
+  valid = function() return -1 end,
+
   refund = function(key, rate, period, _, g) gcra_refund(key, rate, period, g) end,
 }

@@ -39,10 +39,11 @@ do
   NOW = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- The parameters of limit i (1-based), four ARGV values from ARGV[4i]:
+-- The parameters of limit i (1-based), four ARGV values from ARGV[4i+1]
+-- (after the four header values of acquire.lua and refund.lua):
 -- algorithm id, rate (units per period), period (us), burst (capacity).
 local function limit(i)
-  local o = 4 * i
+  local o = 4 * i + 1
   return tonumber(ARGV[o]), tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3])
 end
 
@@ -56,6 +57,9 @@ end
 --                              charges g units and writes the key (with a TTL);
 --                              wait is how long the grant waits for its slot
 --   reset(a, b, c, rate, period, burst)             -> us until fully replenished
+--   valid(a, b, c, rate, period, burst)             -> us a grant made now may
+--                              be used for before it must be given back, or -1
+--                              for no limit of the algorithm's own
 --   refund(key, rate, period, burst, g, at)         gives g units of the grant
 --                              made at time `at` back, never above capacity
 local ALG = {}

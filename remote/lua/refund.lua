@@ -5,8 +5,8 @@
 -- ARGV[2]   the grant's time, us (acquire's `now`): window algorithms refund
 --           only into the window the units were granted in, the log removes
 --           exactly the members of that grant
--- ARGV[3]   unused (keeps the limits at the same place as in acquire.lua)
--- ARGV[4..] the limits, as in acquire.lua
+-- ARGV[3-4] unused (keep the limits at the same place as in acquire.lua)
+-- ARGV[5..] the limits, as in acquire.lua
 --
 -- A refund never raises any limit above its capacity. Returns the Redis time.
 local units, at = tonumber(ARGV[1]), tonumber(ARGV[2])

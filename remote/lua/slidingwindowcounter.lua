@@ -59,6 +59,9 @@ ALG[3] = {
   end,
 
   -- Grants of the current window come off c, of the previous window off p.
+  -- A grant belongs to the current bucket: it lapses at its end.
+  valid = function(w, _, _, _, period) return (w + 1) * period - NOW end,
+
   refund = function(key, rate, period, _, g, at)
     local w, c, p = swc_load(key, rate, period)
     local wa = idiv(at, period)

@@ -61,6 +61,9 @@ ALG[2] = {
   end,
 
   -- Exact: remove up to g of the members granted at time at.
+  -- Never leased (exact by choice): no limit.
+  valid = function() return -1 end,
+
   refund = function(key, _, _, _, g, at)
     local names = redis.call('ZRANGEBYSCORE', key, int(at), int(at))
     local args = { 'ZREM', key }

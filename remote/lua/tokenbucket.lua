@@ -18,5 +18,9 @@ ALG[0] = {
 
   reset = function(D, _, _, rate) return gcra_until(D, rate, 0) end,
 
+  -- A leased unit left the bucket for good: no limit of its own (the
+  -- lease TTL bounds it).
+  valid = function() return -1 end,
+
   refund = function(key, rate, period, _, g) gcra_refund(key, rate, period, g) end,
 }
