@@ -16,6 +16,7 @@ type Allowance struct {
 	// touches units and hits together.
 	units   atomic.Int64
 	hits    atomic.Uint64
+	taken   atomic.Int64
 	expires atomic.Int64 // units lapse at this time (ns); 0: none held
 	// at is the Redis time (µs) of the newest grant, which a refund names.
 	at atomic.Int64
@@ -39,10 +40,14 @@ func (a *Allowance) Take(n, now int64) bool {
 		}
 		if a.units.CompareAndSwap(u, u-n) {
 			a.hits.Add(1)
+			a.taken.Add(n)
 			return true
 		}
 	}
 }
+
+// Taken returns the units taken so far.
+func (a *Allowance) Taken() int64 { return a.taken.Load() }
 
 // Units returns the units held, expired or not.
 func (a *Allowance) Units() int64 { return a.units.Load() }

@@ -27,9 +27,20 @@ type Entry struct {
 	// it is closed when the request ends. Concurrent misses wait on it
 	// instead of asking Redis again.
 	Leasing chan struct{}
-	// Leased is the total units ever added; with Units it tells how many
-	// were used since the last lease.
-	Leased int64
+	// Seen is Taken() at the last lease, for the demand estimate.
+	Seen int64
+	// Size is the size of the last lease asked for.
+	Size int64
+
+	// The last word from Redis on this key, for the Results of local hits:
+	// the deciding limit, the room it had left beyond what was leased, and
+	// when (ns) it would be fully replenished. Written at each lease.
+	Decider   atomic.Int32
+	Remaining atomic.Int64
+	ResetAt   atomic.Int64
+	// LowWater: when fewer units than this are held, a lease is made ahead
+	// of need (prefetch). Written at each lease.
+	LowWater atomic.Int64
 
 	table   *Table
 	evicted atomic.Bool
@@ -135,6 +146,19 @@ func (b *Bound) remove(e *Entry) {
 	units, at := e.Drain()
 	if b.onEvict != nil {
 		b.onEvict(e, units, at)
+	}
+}
+
+// Range calls f for every entry of the bound, until f returns false. It
+// takes a snapshot under the lock and calls f outside it.
+func (b *Bound) Range(f func(*Entry) bool) {
+	b.mu.Lock()
+	all := b.lru.Keys()
+	b.mu.Unlock()
+	for _, e := range all {
+		if !f(e) {
+			return
+		}
 	}
 }
 

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/ratelease/ratelease/clock"
+	"github.com/ratelease/ratelease/local"
 	"github.com/ratelease/ratelease/remote"
+	leasesync "github.com/ratelease/ratelease/sync"
 )
 
 // ErrUnavailable is wrapped, together with the cause, by every error that
@@ -31,6 +33,9 @@ const (
 	Remote
 	// Fallback: from the outage fallback, Redis being unavailable.
 	Fallback
+	// Cached: a denial repeated locally: Redis denied this key moments ago,
+	// and its RetryAfter has not passed.
+	Cached
 )
 
 // Decision is the engine's answer to one request.
@@ -54,6 +59,10 @@ type Config struct {
 	// it at the deadline: for clients that do not honour context deadlines
 	// themselves (see remote.HonoursDeadlines).
 	Guard bool
+	// Leaser, when not nil, enables leasing: policies that can lease are
+	// answered from local allowances first. Nil: every decision is exact.
+	// The Engine closes it.
+	Leaser *leasesync.Leaser
 }
 
 // Engine decides requests. Create it with New; it is safe for concurrent use.
@@ -62,6 +71,8 @@ type Engine struct {
 	clock   clock.Clock
 	timeout time.Duration
 	guard   bool
+	leaser  *leasesync.Leaser
+	tables  sync.Map // *remote.Policy -> *local.Table
 	closed  atomic.Bool
 	// inflight counts guarded calls still running; Close waits for them.
 	// mu orders inflight.Add before Close's Wait: guarded calls register
@@ -73,7 +84,8 @@ type Engine struct {
 
 // counters are the engine's statistics, updated atomically.
 type counters struct {
-	allowed, denied    atomic.Uint64
+	allowed, denied    atomic.Uint64 // of Remote and Cached decisions
+	remote, cached     atomic.Uint64
 	roundTrips, errors atomic.Uint64
 }
 
@@ -81,13 +93,20 @@ type counters struct {
 type Stats struct {
 	// Allowed and Denied count decisions, including each attempt of a Wait.
 	Allowed, Denied uint64
-	// RoundTrips counts Redis calls; Errors those that failed.
+	// Decisions by Source.
+	Local, Remote, Cached uint64
+	// RoundTrips counts Redis round trips (a pipeline of leases or refunds
+	// counts one); Errors the calls that failed.
 	RoundTrips, Errors uint64
+	// Leasing: leases answered by Redis, units granted by leases, given
+	// back, and (of those given back) lapsed unused; live instances.
+	Leases, UnitsLeased, UnitsRefunded, UnitsExpired uint64
+	Instances                                        int64
 }
 
 // New returns an Engine for cfg.
 func New(cfg Config) *Engine {
-	return &Engine{store: cfg.Store, clock: cfg.Clock, timeout: cfg.Timeout, guard: cfg.Guard}
+	return &Engine{store: cfg.Store, clock: cfg.Clock, timeout: cfg.Timeout, guard: cfg.Guard, leaser: cfg.Leaser}
 }
 
 // Allow decides whether n units of key may be used now, charging them if so.
@@ -95,6 +114,9 @@ func New(cfg Config) *Engine {
 func (e *Engine) Allow(ctx context.Context, p *remote.Policy, key string, n int64) (Decision, error) {
 	if e.closed.Load() {
 		return Decision{}, ErrClosed
+	}
+	if e.leaser != nil && Leasable(p) {
+		return e.allowLeased(ctx, p, key, n)
 	}
 	d, err := e.acquire(ctx, remote.Request{Policy: p, Key: key, Min: n, Max: n})
 	if err != nil {
@@ -109,6 +131,20 @@ func (e *Engine) Allow(ctx context.Context, p *remote.Policy, key string, n int6
 // A leaky bucket in the policy queues the request (reserving its slot)
 // instead of polling; a wait cancelled before its slot gives the slot back.
 func (e *Engine) Wait(ctx context.Context, p *remote.Policy, key string, n int64) error {
+	if e.leaser != nil && Leasable(p) {
+		for {
+			if e.closed.Load() {
+				return ErrClosed
+			}
+			d, err := e.allowLeased(ctx, p, key, n)
+			if err != nil || d.Allowed {
+				return err
+			}
+			if err := e.sleep(ctx, d.RetryAfter); err != nil {
+				return err
+			}
+		}
+	}
 	reserve := queues(p)
 	for {
 		if e.closed.Load() {
@@ -133,6 +169,93 @@ func (e *Engine) Wait(ctx context.Context, p *remote.Policy, key string, n int64
 			return err
 		}
 	}
+}
+
+// Leasable reports whether p's decisions may come from leases: not when it
+// has a SlidingWindowLog (exact by choice: its entries are its accuracy) or
+// a LeakyBucket (its point is spacing, which a batch of units would break).
+func Leasable(p *remote.Policy) bool {
+	for _, l := range p.Limits() {
+		if l.Algorithm == remote.SlidingWindowLog || l.Algorithm == remote.LeakyBucket {
+			return false
+		}
+	}
+	return true
+}
+
+// table returns the local table of p, making it on first use.
+func (e *Engine) table(p *remote.Policy) *local.Table {
+	if t, ok := e.tables.Load(p); ok {
+		return t.(*local.Table)
+	}
+	t, _ := e.tables.LoadOrStore(p, e.leaser.NewTable(p))
+	return t.(*local.Table)
+}
+
+// allowLeased decides from the key's local allowance if it can: a hit, or a
+// cached denial. Otherwise it leases (one Redis call, coalesced with
+// concurrent misses on the key), keeping n units of the grant.
+func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, key string, n int64) (Decision, error) {
+	t := e.table(p)
+	now := e.leaser.Now()
+	if ent, ok := t.Get(key); ok {
+		if d, done := e.fromLocal(p, ent, n, now); done {
+			return d, nil
+		}
+	}
+	ent := t.GetOrCreate(key)
+	if err := ctx.Err(); err != nil {
+		return Decision{}, err
+	}
+	lctx := ctx
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > e.timeout {
+		var cancel context.CancelFunc
+		lctx, cancel = context.WithTimeout(ctx, e.timeout)
+		defer cancel()
+	}
+	d, taken, err := e.leaser.Lease(lctx, p, ent, n)
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return Decision{}, cerr
+		}
+		return Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if taken { // a concurrent lease filled the allowance
+		return e.localDecision(ent, now), nil
+	}
+	if d.Granted == 0 && d.RetryAfter == 0 { // a concurrent lease was denied
+		if dd, done := e.fromLocal(p, ent, n, e.leaser.Now()); done {
+			return dd, nil
+		}
+	}
+	dec := e.decided(d)
+	dec.Remaining += ent.Units() // what Redis has left, and what this instance holds
+	return dec, nil
+}
+
+// fromLocal answers from ent if it can: a cached denial, or units taken
+// from the allowance (then perhaps a prefetch). done is false on a miss.
+func (e *Engine) fromLocal(p *remote.Policy, ent *local.Entry, n, now int64) (Decision, bool) {
+	if denied, left := ent.Denied(now); denied {
+		e.stats.cached.Add(1)
+		e.stats.denied.Add(1)
+		return Decision{Source: Cached, Limit: int(ent.Decider.Load()), RetryAfter: time.Duration(left),
+			ResetAfter: time.Duration(max(0, ent.ResetAt.Load()-now))}, true
+	}
+	if !ent.Take(n, now) {
+		return Decision{}, false
+	}
+	if ent.Units() < ent.LowWater.Load() {
+		e.leaser.Prefetch(p, ent)
+	}
+	return e.localDecision(ent, now), true
+}
+
+// localDecision is the Decision of a hit on ent. The remaining estimate is
+// what Redis had left at the last lease plus what this instance holds.
+func (e *Engine) localDecision(ent *local.Entry, now int64) Decision {
+	return Decision{Allowed: true, Source: Local, Limit: int(ent.Decider.Load()),
+		Remaining: ent.Remaining.Load() + ent.Units(), ResetAfter: time.Duration(max(0, ent.ResetAt.Load()-now))}
 }
 
 // queues reports whether p has a leaky bucket, whose Wait reserves a slot.
@@ -285,6 +408,7 @@ func (e *Engine) guarded(ctx context.Context, fn func(context.Context) (remote.D
 
 // decided counts a Redis decision and converts it.
 func (e *Engine) decided(d remote.Decision) Decision {
+	e.stats.remote.Add(1)
 	if d.Granted > 0 {
 		e.stats.allowed.Add(1)
 	} else {
@@ -303,20 +427,34 @@ func (e *Engine) decided(d remote.Decision) Decision {
 // Stats returns a snapshot of the counters.
 func (e *Engine) Stats() Stats {
 	s := &e.stats
-	return Stats{
+	st := Stats{
 		Allowed: s.allowed.Load(), Denied: s.denied.Load(),
-		RoundTrips: s.roundTrips.Load(), Errors: s.errors.Load(),
+		Remote: s.remote.Load(), Cached: s.cached.Load(),
+		RoundTrips: s.roundTrips.Load(), Errors: s.errors.Load(), Instances: 1,
 	}
+	if e.leaser != nil {
+		ls := e.leaser.Stats()
+		st.Local = e.leaser.LocalHits()
+		st.Allowed += st.Local
+		st.RoundTrips += ls.RoundTrips
+		st.Errors += ls.Errors
+		st.Leases, st.UnitsLeased, st.UnitsRefunded, st.UnitsExpired = ls.Leases, ls.UnitsLeased, ls.UnitsRefunded, ls.UnitsExpired
+		st.Instances = ls.Instances
+	}
+	return st
 }
 
-// Close makes every later call fail with ErrClosed, and waits for guarded
-// calls still running (each ends at the client's own timeouts at the
-// latest). It is idempotent and returns nil: in exact mode the engine holds
-// no units to give back.
+// Close makes every later call fail with ErrClosed, waits for guarded calls
+// still running (each ends at the client's own timeouts at the latest), and
+// closes the Leaser, which refunds every unit held. It is idempotent and
+// returns nil.
 func (e *Engine) Close() error {
 	e.mu.Lock()
-	e.closed.Store(true)
+	first := !e.closed.Swap(true)
 	e.mu.Unlock()
 	e.inflight.Wait()
+	if first && e.leaser != nil {
+		e.leaser.Close() // refunds every unit held
+	}
 	return nil
 }

@@ -1,0 +1,488 @@
+package sync
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	stdsync "sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratelease/ratelease/clock"
+	"github.com/ratelease/ratelease/local"
+	"github.com/ratelease/ratelease/remote"
+)
+
+// Config configures a Leaser. New checks it (see Validate).
+type Config struct {
+	// Min and Max bound the size of one lease, in units (1 <= Min <= Max).
+	Min, Max int64
+	// Refresh: a lease is sized to last about this long at the key's
+	// observed demand.
+	Refresh time.Duration
+	// TTL: leased units unused after this long are refunded. It bounds the
+	// overshoot of a token bucket over any window: Rate·TTL.
+	TTL time.Duration
+	// LowWater, in (0, 1): when fewer than LowWater × the last lease size
+	// units are left, the next lease is made ahead of need.
+	LowWater float64
+	// Timeout bounds each Redis call the Leaser makes.
+	Timeout time.Duration
+	// Heartbeat is the interval of the membership heartbeat; an instance
+	// counts as live for three intervals after its last one.
+	Heartbeat time.Duration
+	// MaxKeys bounds the number of keys with local state.
+	MaxKeys int
+}
+
+// ErrConfig is wrapped by Validate's errors.
+var ErrConfig = errors.New("invalid lease config")
+
+// Validate reports what is wrong with c, as an error wrapping ErrConfig.
+func (c Config) Validate() error {
+	switch {
+	case c.Min < 1 || c.Max < c.Min:
+		return errorf("need 1 <= Min <= Max, got Min %d, Max %d", c.Min, c.Max)
+	case c.Refresh <= 0 || c.TTL <= 0 || c.Timeout <= 0 || c.Heartbeat <= 0:
+		return errorf("Refresh, TTL, Timeout and Heartbeat must be positive")
+	case c.LowWater <= 0 || c.LowWater >= 1:
+		return errorf("LowWater %v must be in (0, 1)", c.LowWater)
+	case c.MaxKeys < 1:
+		return errorf("MaxKeys %d must be at least 1", c.MaxKeys)
+	}
+	return nil
+}
+
+// Stats counts a Leaser's work.
+type Stats struct {
+	// Leases counts lease requests answered by Redis; Denied those that
+	// granted nothing.
+	Leases, Denied uint64
+	// RoundTrips counts pipelines sent (each one round trip per node);
+	// Errors the calls in them that failed.
+	RoundTrips, Errors uint64
+	// UnitsLeased, UnitsRefunded: units granted by and given back to Redis.
+	// UnitsExpired: the refunded units that lapsed unused (TTL or window end).
+	UnitsLeased, UnitsRefunded, UnitsExpired uint64
+	// Instances is the last live-instance count (1 before the first
+	// heartbeat).
+	Instances int64
+}
+
+// Leaser makes and returns leases for the entries of one Limiter.
+type Leaser struct {
+	store *remote.Store
+	cfg   Config
+	clock clock.Clock
+	base  time.Time
+	id    string
+	bound *local.Bound
+
+	members atomic.Int64
+	// goneHits: local hits of entries no longer in the bound.
+	goneHits atomic.Uint64
+
+	work  chan struct{} // wakes the batcher
+	mu    stdsync.Mutex // guards the queues
+	calls []*call       // requires mu held
+	backs []remote.Grant
+
+	stop    chan struct{}
+	stopped atomic.Bool
+	wg      stdsync.WaitGroup
+
+	stats struct {
+		leases, denied, roundTrips, errors atomic.Uint64
+		leased, refunded, expired          atomic.Uint64
+	}
+}
+
+// call is one lease request on its way through the batcher.
+type call struct {
+	req   remote.Request
+	entry *local.Entry
+	start int64 // ns, when the request was made: validity counts from here
+	done  chan struct{}
+	d     remote.Decision
+	err   error
+	// abandoned: the requester stopped waiting; the batcher applies the
+	// grant to the entry itself.
+	abandoned atomic.Bool
+}
+
+// New starts a Leaser: its batcher, sweeper and heartbeat goroutines run
+// until Close.
+func New(store *remote.Store, clk clock.Clock, cfg Config) (*Leaser, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	l := &Leaser{
+		store: store, cfg: cfg, clock: clk, base: clk.Now(), id: hex.EncodeToString(id[:]),
+		work: make(chan struct{}, 1), stop: make(chan struct{}),
+	}
+	l.members.Store(1)
+	l.bound = local.NewBound(cfg.MaxKeys, func(e *local.Entry, units, at int64) {
+		l.goneHits.Add(e.Hits())
+		l.giveBack(e, units, at, false)
+	})
+	l.wg.Add(3)
+	go l.batcher()
+	go l.sweeper()
+	go l.heartbeat()
+	return l, nil
+}
+
+// Now returns the Leaser's monotonic time in ns, the time base of every
+// allowance it fills.
+func (l *Leaser) Now() int64 { return int64(l.clock.Now().Sub(l.base)) }
+
+// NewTable returns a table of entries for one policy, bounded with all the
+// Leaser's other tables.
+func (l *Leaser) NewTable(p *remote.Policy) *local.Table { return l.bound.NewTable(p) }
+
+// Instances returns the live-instance count last seen (at least 1).
+func (l *Leaser) Instances() int64 { return l.members.Load() }
+
+// Lease gets n units for e's key from Redis, sized for its demand: the
+// caller gets its n units directly (granted > 0), and the rest of the grant
+// goes into e's allowance for later requests. If another lease for e is in
+// flight, Lease waits for it and then tries e's allowance first (taken
+// reports that: no Redis call of its own). A denial is recorded in e, so
+// that requests before its RetryAfter are denied locally.
+func (l *Leaser) Lease(ctx context.Context, p *remote.Policy, e *local.Entry, n int64) (d remote.Decision, taken bool, err error) {
+	for {
+		e.Mu.Lock()
+		if ch := e.Leasing; ch != nil {
+			e.Mu.Unlock()
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return remote.Decision{}, false, ctx.Err()
+			}
+			now := l.Now()
+			if e.Take(n, now) {
+				return remote.Decision{}, true, nil
+			}
+			if denied, _ := e.Denied(now); denied {
+				return remote.Decision{}, false, nil
+			}
+			continue
+		}
+		ch := make(chan struct{})
+		e.Leasing = ch
+		size := l.sizeLocked(p, e, n)
+		e.Mu.Unlock()
+		d, err = l.lease(ctx, p, e, n, size)
+		e.Mu.Lock()
+		e.Leasing = nil
+		close(ch)
+		e.Mu.Unlock()
+		return d, false, err
+	}
+}
+
+// Prefetch starts a lease for e in the background, if none is in flight and
+// the Leaser is open. It never blocks.
+func (l *Leaser) Prefetch(p *remote.Policy, e *local.Entry) {
+	if l.stopped.Load() || !e.Mu.TryLock() {
+		return
+	}
+	if e.Leasing != nil {
+		e.Mu.Unlock()
+		return
+	}
+	ch := make(chan struct{})
+	e.Leasing = ch
+	size := l.sizeLocked(p, e, 1)
+	e.Mu.Unlock()
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Timeout)
+		d, err := l.lease(ctx, p, e, 0, size)
+		cancel()
+		_ = d
+		_ = err
+		e.Mu.Lock()
+		e.Leasing = nil
+		close(ch)
+		e.Mu.Unlock()
+	}()
+}
+
+// sizeLocked observes e's demand and returns the next lease size, for a
+// request of n units. Requires e.Mu held.
+func (l *Leaser) sizeLocked(p *remote.Policy, e *local.Entry, n int64) int64 {
+	now := l.Now()
+	taken := e.Taken()
+	e.Demand.Observe(taken-e.Seen+n, now)
+	e.Seen = taken
+	size := int64(math.Ceil(e.Demand.Rate() * l.cfg.Refresh.Seconds()))
+	size = max(l.cfg.Min, min(size, l.cfg.Max))
+	size = min(max(size, n), p.Capacity())
+	e.Size = size
+	return size
+}
+
+// lease asks Redis for between max(n, 1) and size units and applies the
+// answer to e; n of them are the caller's (0 for a prefetch).
+func (l *Leaser) lease(ctx context.Context, p *remote.Policy, e *local.Entry, n, size int64) (remote.Decision, error) {
+	start := l.Now()
+	c := &call{
+		req:   remote.Request{Policy: p, Key: e.Key, Min: max(n, 1), Max: size, Share: l.members.Load()},
+		entry: e, start: start,
+		done: make(chan struct{}),
+	}
+	l.enqueue(c, nil)
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		// The call goes on; its grant lands in e, not lost (apply runs in
+		// the batcher for abandoned calls).
+		if c.abandon() {
+			return remote.Decision{}, ctx.Err()
+		}
+		<-c.done
+	}
+	if c.err != nil {
+		return remote.Decision{}, c.err
+	}
+	l.apply(e, c.d, n, start)
+	return c.d, nil
+}
+
+// abandon marks c as no longer awaited, so that the batcher applies its
+// grant to the entry itself. It reports false when c was already complete
+// (or being completed): the caller must then wait for done and apply it.
+func (c *call) abandon() bool { return c.abandoned.CompareAndSwap(false, true) }
+
+// finish completes c: it hands the result to its requester or, if the
+// requester left, applies it to the entry (all of the grant goes into the
+// allowance).
+func (l *Leaser) finish(c *call, d remote.Decision, err error) {
+	c.d, c.err = d, err
+	if !c.abandoned.CompareAndSwap(false, true) && err == nil {
+		l.apply(c.entry, d, 0, c.start)
+	}
+	close(c.done)
+}
+
+// apply puts a decision into e: the grant beyond the caller's n units into
+// the allowance, valid from start for TTL or the grant's own validity,
+// whichever ends first; or the denial.
+func (l *Leaser) apply(e *local.Entry, d remote.Decision, n, start int64) {
+	now := l.Now()
+	e.Decider.Store(int32(d.Decider))
+	e.Remaining.Store(d.Remaining)
+	e.ResetAt.Store(now + int64(d.ResetAfter))
+	if d.Granted == 0 {
+		e.Deny(start+int64(d.RetryAfter), int64(d.RetryAfter))
+		return
+	}
+	valid := l.cfg.TTL
+	if d.ValidFor >= 0 && d.ValidFor < valid {
+		valid = d.ValidFor
+	}
+	keep := d.Granted - n
+	if keep > 0 {
+		stale, staleAt := e.Add(keep, d.At, start+int64(valid), now)
+		if stale > 0 {
+			l.giveBack(e, stale, staleAt, true)
+		}
+		e.LowWater.Store(int64(math.Ceil(l.cfg.LowWater * float64(e.Size))))
+	}
+	l.bound.Touch(e)
+	if e.Evicted() { // evicted while the lease was in flight: nobody will use it
+		if u, at := e.Drain(); u > 0 {
+			l.giveBack(e, u, at, false)
+		}
+	}
+}
+
+// giveBack queues a refund of units granted at at.
+func (l *Leaser) giveBack(e *local.Entry, units, at int64, expired bool) {
+	if units <= 0 {
+		return
+	}
+	if expired {
+		l.stats.expired.Add(uint64(units))
+	}
+	l.enqueue(nil, &remote.Grant{Policy: e.Policy.(*remote.Policy), Key: e.Key, Units: units, At: at})
+}
+
+func (l *Leaser) enqueue(c *call, g *remote.Grant) {
+	l.mu.Lock()
+	if c != nil {
+		l.calls = append(l.calls, c)
+	}
+	if g != nil {
+		l.backs = append(l.backs, *g)
+	}
+	l.mu.Unlock()
+	select {
+	case l.work <- struct{}{}:
+	default:
+	}
+}
+
+// maxBatch caps the calls sent in one pipeline.
+const maxBatch = 256
+
+// batcher sends what is queued, as soon as it is queued: lease requests in
+// one pipeline, refunds in another. Nothing waits to fill a batch; requests
+// that arrive while a pipeline is out go together in the next one.
+func (l *Leaser) batcher() {
+	defer l.wg.Done()
+	for {
+		select {
+		case <-l.work:
+		case <-l.stop:
+			for l.flush() { // what Close queued
+			}
+			return
+		}
+		for l.flush() {
+		}
+	}
+}
+
+// flush sends one batch of each queue; it reports whether anything was sent.
+func (l *Leaser) flush() bool {
+	l.mu.Lock()
+	calls := l.calls[:min(len(l.calls), maxBatch)]
+	l.calls = l.calls[len(calls):]
+	backs := l.backs[:min(len(l.backs), maxBatch)]
+	l.backs = l.backs[len(backs):]
+	l.mu.Unlock()
+	if len(calls) == 0 && len(backs) == 0 {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Timeout)
+	defer cancel()
+	if len(calls) > 0 {
+		rs := make([]remote.Request, len(calls))
+		for i, c := range calls {
+			rs[i] = c.req
+		}
+		l.stats.roundTrips.Add(1)
+		ds, errs := l.store.AcquireBatch(ctx, rs)
+		for i, c := range calls {
+			if errs[i] != nil {
+				l.stats.errors.Add(1)
+			} else {
+				l.stats.leases.Add(1)
+				l.stats.leased.Add(uint64(ds[i].Granted))
+				if ds[i].Granted == 0 {
+					l.stats.denied.Add(1)
+				}
+			}
+			l.finish(c, ds[i], errs[i])
+		}
+	}
+	if len(backs) > 0 {
+		l.stats.roundTrips.Add(1)
+		for i, err := range l.store.RefundBatch(ctx, backs) {
+			if err != nil {
+				// Not retried: the units come back by themselves when
+				// their key's state expires.
+				l.stats.errors.Add(1)
+				continue
+			}
+			l.stats.refunded.Add(uint64(backs[i].Units))
+		}
+	}
+	return true
+}
+
+// sweeper refunds units that lapsed unused, every quarter TTL.
+func (l *Leaser) sweeper() {
+	defer l.wg.Done()
+	every := max(l.cfg.TTL/4, time.Millisecond)
+	for {
+		t := l.clock.NewTimer(every)
+		select {
+		case <-l.stop:
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		now := l.Now()
+		l.bound.Range(func(e *local.Entry) bool {
+			if exp := e.Expires(); exp != 0 && exp <= now && e.Units() > 0 {
+				u, at := e.Drain()
+				l.giveBack(e, u, at, true)
+			}
+			return true
+		})
+	}
+}
+
+// heartbeat keeps this instance in the membership count.
+func (l *Leaser) heartbeat() {
+	defer l.wg.Done()
+	beat := func(leave bool) {
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Timeout)
+		defer cancel()
+		n, err := l.store.Heartbeat(ctx, l.id, 3*l.cfg.Heartbeat, leave)
+		if err != nil {
+			l.stats.errors.Add(1)
+			return
+		}
+		if !leave {
+			l.members.Store(max(n, 1))
+		}
+	}
+	beat(false)
+	for {
+		t := l.clock.NewTimer(l.cfg.Heartbeat)
+		select {
+		case <-l.stop:
+			t.Stop()
+			beat(true)
+			return
+		case <-t.C():
+			beat(false)
+		}
+	}
+}
+
+// Close refunds every unit held, leaves the membership and stops the
+// goroutines; it returns when they are done (each Redis call bounded by
+// the timeout). Idempotent.
+func (l *Leaser) Close() {
+	if !l.stopped.CompareAndSwap(false, true) {
+		return
+	}
+	l.bound.Clear() // queues the refunds
+	close(l.stop)
+	l.wg.Wait()
+}
+
+// LocalHits returns the number of requests answered from allowances, ever:
+// the hits of every entry, evicted ones included. It walks every entry:
+// for Stats, not for the hot path.
+func (l *Leaser) LocalHits() uint64 {
+	n := l.goneHits.Load()
+	l.bound.Range(func(e *local.Entry) bool { n += e.Hits(); return true })
+	return n
+}
+
+// Stats returns a snapshot of the counters.
+func (l *Leaser) Stats() Stats {
+	s := &l.stats
+	return Stats{
+		Leases: s.leases.Load(), Denied: s.denied.Load(),
+		RoundTrips: s.roundTrips.Load(), Errors: s.errors.Load(),
+		UnitsLeased: s.leased.Load(), UnitsRefunded: s.refunded.Load(), UnitsExpired: s.expired.Load(),
+		Instances: l.members.Load(),
+	}
+}
+
+func errorf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
+}
