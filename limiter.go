@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelease/ratelease/remote"
+	leasesync "github.com/ratelease/ratelease/sync"
 	"github.com/ratelease/ratelease/tier"
 )
 
@@ -52,14 +53,27 @@ const (
 	Remote = tier.Remote
 	// Fallback: answered by the outage fallback while Redis is unavailable.
 	Fallback = tier.Fallback
+	// Cached: a denial answered locally: Redis denied this key moments ago
+	// and its RetryAfter has not passed, so it is not asked again.
+	Cached = tier.Cached
 )
 
 // Stats counts a Limiter's work since New.
 type Stats struct {
 	// Allowed and Denied count decisions, each attempt of a Wait included.
 	Allowed, Denied uint64
-	// RoundTrips counts Redis calls; Errors those that failed.
+	// Local, Remote and Cached count decisions by Source.
+	Local, Remote, Cached uint64
+	// RoundTrips counts Redis round trips (one pipeline of leases or
+	// refunds counts one); Errors the calls that failed.
 	RoundTrips, Errors uint64
+	// Leases counts leases Redis answered; UnitsLeased the units they
+	// granted; UnitsRefunded the units given back (on expiry, eviction and
+	// Close); UnitsExpired those of the refunded that lapsed unused.
+	Leases, UnitsLeased, UnitsRefunded, UnitsExpired uint64
+	// Instances is the number of live Limiter instances last seen in Redis
+	// (1 in exact mode).
+	Instances int64
 }
 
 // New returns a Limiter that keeps its limits in client: any
@@ -79,11 +93,25 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 			return nil, err
 		}
 	}
+	store := remote.NewStore(client, cfg.prefix)
+	var leaser *leasesync.Leaser
+	if !cfg.exact {
+		lc := cfg.lease
+		var err error
+		leaser, err = leasesync.New(store, cfg.clock, leasesync.Config{
+			Min: int64(lc.Min), Max: int64(lc.Max), Refresh: lc.Refresh, TTL: lc.TTL, LowWater: lc.LowWater,
+			Timeout: cfg.redisTimeout, Heartbeat: heartbeat, MaxKeys: cfg.maxKeys,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+		}
+	}
 	return &Limiter{engine: tier.New(tier.Config{
-		Store:   remote.NewStore(client, cfg.prefix),
+		Store:   store,
 		Clock:   cfg.clock,
 		Timeout: cfg.redisTimeout,
 		Guard:   !remote.HonoursDeadlines(client),
+		Leaser:  leaser,
 	})}, nil
 }
 
@@ -153,10 +181,10 @@ func check(p *Policy, key string, n int) error {
 
 // Stats returns a snapshot of the Limiter's counters.
 func (l *Limiter) Stats() Stats {
-	s := l.engine.Stats()
-	return Stats{Allowed: s.Allowed, Denied: s.Denied, RoundTrips: s.RoundTrips, Errors: s.Errors}
+	return Stats(l.engine.Stats())
 }
 
-// Close stops the Limiter: every later call returns ErrClosed. It is
-// idempotent. It does not close the Redis client.
+// Close stops the Limiter: it gives every leased unit it holds back to
+// Redis, leaves the membership count, and every later call returns
+// ErrClosed. It is idempotent. It does not close the Redis client.
 func (l *Limiter) Close() error { return l.engine.Close() }

@@ -19,6 +19,8 @@ func (f optionFunc) apply(c *config) error { return f(c) }
 
 type config struct {
 	exact        bool
+	lease        LeaseConfig
+	maxKeys      int
 	prefix       string
 	clock        clock.Clock
 	redisTimeout time.Duration
@@ -30,24 +32,99 @@ const (
 	DefaultKeyPrefix = "ratelease"
 	// DefaultRedisTimeout bounds each Redis call.
 	DefaultRedisTimeout = 100 * time.Millisecond
+	// DefaultMaxKeys bounds the keys with local state (WithMaxKeys).
+	DefaultMaxKeys = 100_000
 	// maxPrefixLen is the longest key prefix, in bytes.
 	maxPrefixLen = 64
+	// heartbeat is the membership heartbeat interval.
+	heartbeat = time.Second
 )
+
+// DefaultLease is the lease configuration used unless WithLease says
+// otherwise; see LeaseConfig for what each field does.
+var DefaultLease = LeaseConfig{Min: 1, Max: 1000, Refresh: 250 * time.Millisecond, TTL: time.Second, LowWater: 0.25}
 
 func defaultConfig() config {
 	return config{
 		exact:        true,
+		lease:        DefaultLease,
+		maxKeys:      DefaultMaxKeys,
 		prefix:       DefaultKeyPrefix,
 		clock:        clock.System{},
 		redisTimeout: DefaultRedisTimeout,
 	}
 }
 
+// LeaseConfig tunes leasing: how many units a Limiter takes from Redis at a
+// time, and for how long it may hold them. A zero field takes its value
+// from DefaultLease.
+type LeaseConfig struct {
+	// Min and Max bound one lease, in units (1 <= Min <= Max). A cold key's
+	// first lease is Min; a lease never exceeds the policy's capacity.
+	Min, Max int
+	// Refresh sizes leases: a lease holds about Refresh worth of the key's
+	// observed demand. Longer means fewer Redis calls and more units held.
+	Refresh time.Duration
+	// TTL: leased units unused after this long go back to Redis. It is the
+	// overshoot bound: in any window of length w a token bucket admits at
+	// most Burst + Rate·(w + TTL). Window algorithms' leases also end with
+	// their window.
+	TTL time.Duration
+	// LowWater, in (0, 1): when a key's allowance falls below LowWater × its
+	// lease size, the next lease is made in the background, so that in
+	// steady state no request waits on Redis.
+	LowWater float64
+}
+
 // WithExact makes every decision one atomic Redis call, with the exact
-// per-request semantics of each algorithm. It is the only mode in this
-// release, and so the default.
+// per-request semantics of each algorithm: no leases, no local state. It is
+// the default in this release; of WithExact and WithLease, the last given
+// wins.
 func WithExact() Option {
 	return optionFunc(func(c *config) error { c.exact = true; return nil })
+}
+
+// WithLease turns leasing on, configured by lc (zero fields take
+// DefaultLease's values): policies without a SlidingWindowLog or LeakyBucket
+// are then answered from local allowances leased from Redis in batches, and
+// the others stay exact. Leasing is new in this release and opt-in; of
+// WithExact and WithLease, the last given wins. Invalid values are an error
+// wrapping ErrInvalidOption (from New).
+func WithLease(lc LeaseConfig) Option {
+	return optionFunc(func(c *config) error {
+		c.exact = false
+		d := DefaultLease
+		if lc.Min == 0 {
+			lc.Min = d.Min
+		}
+		if lc.Max == 0 {
+			lc.Max = max(d.Max, lc.Min)
+		}
+		if lc.Refresh == 0 {
+			lc.Refresh = d.Refresh
+		}
+		if lc.TTL == 0 {
+			lc.TTL = d.TTL
+		}
+		if lc.LowWater == 0 {
+			lc.LowWater = d.LowWater
+		}
+		c.lease = lc
+		return nil
+	})
+}
+
+// WithMaxKeys bounds the number of keys a Limiter keeps local state for
+// (default DefaultMaxKeys). Past it, the least recently leased key's state is
+// dropped and its unused units given back to Redis. It must be at least 1.
+func WithMaxKeys(n int) Option {
+	return optionFunc(func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("%w: max keys %d must be at least 1", ErrInvalidOption, n)
+		}
+		c.maxKeys = n
+		return nil
+	})
 }
 
 // WithKeyPrefix sets the prefix of every Redis key the Limiter writes
