@@ -58,23 +58,8 @@ const (
 	Cached = tier.Cached
 )
 
-// Stats counts a Limiter's work since New.
-type Stats struct {
-	// Allowed and Denied count decisions, each attempt of a Wait included.
-	Allowed, Denied uint64
-	// Local, Remote and Cached count decisions by Source.
-	Local, Remote, Cached uint64
-	// RoundTrips counts Redis round trips (one pipeline of leases or
-	// refunds counts one); Errors the calls that failed.
-	RoundTrips, Errors uint64
-	// Leases counts leases Redis answered; UnitsLeased the units they
-	// granted; UnitsRefunded the units given back (on expiry, eviction and
-	// Close); UnitsExpired those of the refunded that lapsed unused.
-	Leases, UnitsLeased, UnitsRefunded, UnitsExpired uint64
-	// Instances is the number of live Limiter instances last seen in Redis
-	// (1 in exact mode).
-	Instances int64
-}
+// Stats counts a Limiter's work since New; see its fields.
+type Stats = tier.Stats
 
 // New returns a Limiter that keeps its limits in client: any
 // redis.UniversalClient (*redis.Client, *redis.ClusterClient, *redis.Ring,
@@ -181,7 +166,7 @@ func check(p *Policy, key string, n int) error {
 
 // Stats returns a snapshot of the Limiter's counters.
 func (l *Limiter) Stats() Stats {
-	return Stats(l.engine.Stats())
+	return l.engine.Stats()
 }
 
 // Close stops the Limiter: it gives every leased unit it holds back to

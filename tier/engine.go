@@ -91,17 +91,20 @@ type counters struct {
 
 // Stats is a snapshot of an Engine's counters since New.
 type Stats struct {
-	// Allowed and Denied count decisions, including each attempt of a Wait.
+	// Allowed and Denied count decisions, each attempt of a Wait included.
 	Allowed, Denied uint64
-	// Decisions by Source.
+	// Local, Remote and Cached count decisions by Source.
 	Local, Remote, Cached uint64
-	// RoundTrips counts Redis round trips (a pipeline of leases or refunds
-	// counts one); Errors the calls that failed.
+	// RoundTrips counts Redis round trips (one pipeline of leases or
+	// refunds counts one); Errors the calls that failed.
 	RoundTrips, Errors uint64
-	// Leasing: leases answered by Redis, units granted by leases, given
-	// back, and (of those given back) lapsed unused; live instances.
+	// Leases counts leases Redis answered; UnitsLeased the units they
+	// granted; UnitsRefunded the units given back (on expiry, eviction and
+	// Close); UnitsExpired those of the refunded that lapsed unused.
 	Leases, UnitsLeased, UnitsRefunded, UnitsExpired uint64
-	Instances                                        int64
+	// Instances is the number of live Limiter instances last seen in Redis
+	// (1 in exact mode).
+	Instances int64
 }
 
 // New returns an Engine for cfg.
