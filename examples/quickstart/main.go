@@ -109,11 +109,19 @@ func run(addr string, instances, workers, rate int, duration time.Duration) erro
 	var prev []int64
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	lastRow := start
 	for s := 1; ; s++ {
 		select {
 		case <-ctx.Done():
+			if time.Since(lastRow) < 500*time.Millisecond {
+				s = -1 // the deadline fell on a tick: that second is printed already
+			}
 		case <-tick.C:
 		}
+		if s < 0 {
+			break
+		}
+		lastRow = time.Now()
 		var row strings.Builder
 		fmt.Fprintf(&row, "%6d", s)
 		var total int64
