@@ -28,6 +28,8 @@ type Policy struct {
 	// caller's key.
 	tails    []string
 	tailsLen int
+	// uses has bit a set for each Algorithm a of the policy's limits.
+	uses uint8
 	// scripts are assembled for exactly the algorithms the policy uses.
 	scripts *scripts
 }
@@ -69,9 +71,13 @@ func NewPolicy(name string, limits []Limit) (*Policy, error) {
 		p.tails = append(p.tails, tail)
 		p.tailsLen += len(tail)
 	}
+	p.uses = mask
 	p.scripts = scriptsFor(mask)
 	return p, nil
 }
+
+// Uses reports whether any of the policy's limits counts with a.
+func (p *Policy) Uses(a Algorithm) bool { return p.uses&(1<<a) != 0 }
 
 // Limits returns the policy's limits. The slice must not be modified.
 func (p *Policy) Limits() []Limit { return p.limits }

@@ -168,3 +168,13 @@ func TestHonoursDeadlines(t *testing.T) {
 		_ = c.client.Close()
 	}
 }
+
+func TestPolicyUses(t *testing.T) {
+	p := mustPolicy(t, "p", tb(1, 1, time.Second), win(remote.SlidingWindowLog, 5, time.Minute))
+	for a, want := range map[remote.Algorithm]bool{remote.TokenBucket: true, remote.SlidingWindowLog: true,
+		remote.FixedWindow: false, remote.SlidingWindowCounter: false, remote.LeakyBucket: false} {
+		if p.Uses(a) != want {
+			t.Errorf("Uses(%v) = %v, want %v", a, p.Uses(a), want)
+		}
+	}
+}

@@ -148,7 +148,7 @@ func (e *Engine) Wait(ctx context.Context, p *remote.Policy, key string, n int64
 			}
 		}
 	}
-	reserve := queues(p)
+	reserve := p.Uses(remote.LeakyBucket) // a leaky bucket's Wait reserves a slot
 	for {
 		if e.closed.Load() {
 			return ErrClosed
@@ -178,12 +178,7 @@ func (e *Engine) Wait(ctx context.Context, p *remote.Policy, key string, n int64
 // has a SlidingWindowLog (exact by choice: its entries are its accuracy) or
 // a LeakyBucket (its point is spacing, which a batch of units would break).
 func Leasable(p *remote.Policy) bool {
-	for _, l := range p.Limits() {
-		if l.Algorithm == remote.SlidingWindowLog || l.Algorithm == remote.LeakyBucket {
-			return false
-		}
-	}
-	return true
+	return !p.Uses(remote.SlidingWindowLog) && !p.Uses(remote.LeakyBucket)
 }
 
 // table returns the local table of p, making it on first use.
@@ -259,16 +254,6 @@ func (e *Engine) fromLocal(p *remote.Policy, ent *local.Entry, n, now int64) (De
 func (e *Engine) localDecision(ent *local.Entry, now int64) Decision {
 	return Decision{Allowed: true, Source: Local, Limit: int(ent.Decider.Load()),
 		Remaining: ent.Remaining.Load() + ent.Units(), ResetAfter: time.Duration(max(0, ent.ResetAt.Load()-now))}
-}
-
-// queues reports whether p has a leaky bucket, whose Wait reserves a slot.
-func queues(p *remote.Policy) bool {
-	for _, l := range p.Limits() {
-		if l.Algorithm == remote.LeakyBucket {
-			return true
-		}
-	}
-	return false
 }
 
 // sleep waits d on the engine's clock, or returns ctx's error; at once when
