@@ -205,12 +205,8 @@ func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, key string, 
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
 	}
-	lctx := ctx
-	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > e.timeout {
-		var cancel context.CancelFunc
-		lctx, cancel = context.WithTimeout(ctx, e.timeout)
-		defer cancel()
-	}
+	lctx, cancel := e.bounded(ctx)
+	defer cancel()
 	d, taken, err := e.leaser.Lease(lctx, p, ent, n)
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
@@ -298,18 +294,23 @@ func (e *Engine) refund(ctx context.Context, p *remote.Policy, key string, d rem
 	}
 }
 
+// bounded returns ctx limited to the Redis timeout, unless ctx's own
+// deadline is sooner (then ctx itself, and no timer is made).
+func (e *Engine) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= e.timeout {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, e.timeout)
+}
+
 // acquire makes one acquire call, bounded by the timeout and ctx. Errors
 // are ctx's, unwrapped, or wrap ErrUnavailable.
 func (e *Engine) acquire(ctx context.Context, r remote.Request) (remote.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return remote.Decision{}, err
 	}
-	rctx := ctx
-	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > e.timeout {
-		var cancel context.CancelFunc
-		rctx, cancel = context.WithTimeout(ctx, e.timeout)
-		defer cancel()
-	}
+	rctx, cancel := e.bounded(ctx)
+	defer cancel()
 	var d remote.Decision
 	var err error
 	if e.guard {
