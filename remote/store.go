@@ -241,7 +241,7 @@ func parseDecision(p *Policy, v []any) (Decision, error) {
 		ResetAfter: time.Duration(n[6]) * time.Microsecond,
 		ValidFor:   time.Duration(n[7]) * time.Microsecond,
 	}
-	if n[7] < 0 {
+	if n[7] == 0 && d.Granted > 0 { // the script's 0: no limit of its own
 		d.ValidFor = -1
 	}
 	if d.Decider < 0 || d.Decider >= len(p.limits) {

@@ -23,7 +23,9 @@
 --   retry_after  us until min units could be granted; 0 when granted
 --   reset_after  us until the decider is fully replenished
 --   valid_for    us the grant may be used for before it lapses (the end of a
---                window or bucket), or -1 for no limit; 0 when denied
+--                window or bucket, always > 0), or 0 for no limit of the
+--                policy's own, and when denied. (Not -1: go-redis allocates to
+--                box an integer reply outside 0..255, on every call.)
 local min, max, reserve, share = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local n = #KEYS
 
@@ -81,4 +83,4 @@ for i = 1, n do
     decider, left, reset = i, l, r
   end
 end
-return { grant, NOW, decider, wait, left, 0, reset, valid }
+return { grant, NOW, decider, wait, left, 0, reset, math.max(0, valid) }
