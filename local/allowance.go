@@ -23,8 +23,6 @@ type Allowance struct {
 	// deniedUntil: Redis denied this key until then (ns); requests before it
 	// are denied locally without asking again.
 	deniedUntil atomic.Int64
-	// retry is the RetryAfter Redis gave with that denial (ns).
-	retry atomic.Int64
 }
 
 // Take takes n units if at least n are held and unexpired at now. It reports
@@ -88,12 +86,8 @@ func (a *Allowance) Drain() (units, at int64) {
 	return a.units.Swap(0), a.at.Load()
 }
 
-// Deny records that Redis denied this key until until (ns), with the
-// RetryAfter it gave (ns).
-func (a *Allowance) Deny(until, retry int64) {
-	a.retry.Store(retry)
-	a.deniedUntil.Store(until)
-}
+// Deny records that Redis denied this key until until (ns).
+func (a *Allowance) Deny(until int64) { a.deniedUntil.Store(until) }
 
 // Denied reports whether a recorded denial still holds at now, and how long
 // until it lapses.

@@ -76,7 +76,7 @@ func TestAllowanceConcurrentTakesNeverExceedTheLease(t *testing.T) {
 
 func TestAllowanceDenial(t *testing.T) {
 	var a local.Allowance
-	a.Deny(100, 40)
+	a.Deny(100)
 	if d, left := a.Denied(70); !d || left != 30 {
 		t.Fatalf("Denied(70) = %v, %d", d, left)
 	}

@@ -178,10 +178,7 @@ func (l *Leaser) Lease(ctx context.Context, p *remote.Policy, e *local.Entry, n 
 		size := l.sizeLocked(p, e, n)
 		e.Mu.Unlock()
 		d, err = l.lease(ctx, p, e, n, size)
-		e.Mu.Lock()
-		e.Leasing = nil
-		close(ch)
-		e.Mu.Unlock()
+		release(e, ch)
 		return d, false, err
 	}
 }
@@ -204,15 +201,20 @@ func (l *Leaser) Prefetch(p *remote.Policy, e *local.Entry) {
 	go func() {
 		defer l.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Timeout)
-		d, err := l.lease(ctx, p, e, 0, size)
-		cancel()
-		_ = d
-		_ = err
-		e.Mu.Lock()
-		e.Leasing = nil
-		close(ch)
-		e.Mu.Unlock()
+		defer cancel()
+		// A failed prefetch changes nothing: the next miss leases itself.
+		_, _ = l.lease(ctx, p, e, 0, size)
+		release(e, ch)
 	}()
+}
+
+// release ends the lease in flight for e, whose Leasing is ch: waiters wake
+// and look at the allowance again.
+func release(e *local.Entry, ch chan struct{}) {
+	e.Mu.Lock()
+	e.Leasing = nil
+	close(ch)
+	e.Mu.Unlock()
 }
 
 // sizeLocked observes e's demand and returns the next lease size, for a
@@ -281,7 +283,7 @@ func (l *Leaser) apply(e *local.Entry, d remote.Decision, n, start int64) {
 	e.Remaining.Store(d.Remaining)
 	e.ResetAt.Store(now + int64(d.ResetAfter))
 	if d.Granted == 0 {
-		e.Deny(start+int64(d.RetryAfter), int64(d.RetryAfter))
+		e.Deny(start + int64(d.RetryAfter))
 		return
 	}
 	valid := l.cfg.TTL
