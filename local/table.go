@@ -38,6 +38,10 @@ type Entry struct {
 	Decider   atomic.Int32
 	Remaining atomic.Int64
 	ResetAt   atomic.Int64
+	// Scarce: the last lease of this entry was denied or granted less than
+	// it asked for; Redis is short of units for this key. Written at each
+	// lease.
+	Scarce atomic.Bool
 	// LowWater: when fewer units than this are held, a lease is made ahead
 	// of need (prefetch). Written at each lease.
 	LowWater atomic.Int64

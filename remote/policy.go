@@ -22,6 +22,8 @@ type Policy struct {
 	name     string
 	limits   []Limit
 	capacity int64
+	// rate is the smallest sustained rate of the limits, in units per second.
+	rate float64
 	// args are the scripts' per-limit ARGV, converted to strings once.
 	args []any
 	// tails are "}:" + suffix per limit: the part of each key after the
@@ -62,6 +64,9 @@ func NewPolicy(name string, limits []Limit) (*Policy, error) {
 		if i == 0 || l.Capacity() < p.capacity {
 			p.capacity = l.Capacity()
 		}
+		if r := float64(l.Rate) / l.Period.Seconds(); i == 0 || r < p.rate {
+			p.rate = r
+		}
 		p.args = append(p.args,
 			strconv.Itoa(int(l.Algorithm)),
 			strconv.FormatInt(l.Rate, 10),
@@ -85,6 +90,10 @@ func (p *Policy) Limits() []Limit { return p.limits }
 // Capacity is the most units one request can ever be granted: the smallest
 // capacity of the policy's limits.
 func (p *Policy) Capacity() int64 { return p.capacity }
+
+// Rate is the most units per second the policy admits in the long run: the
+// smallest Rate/Period of its limits.
+func (p *Policy) Rate() float64 { return p.rate }
 
 // Keys returns the Redis keys of key under p, one per limit, in the layout
 // prefix:{policy:key}:<algorithm>:<period µs>. All of them carry one hash

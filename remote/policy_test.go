@@ -75,6 +75,9 @@ func TestNewPolicyErrors(t *testing.T) {
 	if p.Capacity() != 15 {
 		t.Fatalf("Capacity() = %d, want the smallest capacity 15", p.Capacity())
 	}
+	if p.Rate() != 0.25 {
+		t.Fatalf("Rate() = %v, want the smallest rate, 15/min = 0.25/s", p.Rate())
+	}
 }
 
 func TestKeysLayout(t *testing.T) {

@@ -2,11 +2,12 @@ package sync
 
 import (
 	"context"
-	"crypto/rand"
+	crand "crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	stdsync "sync"
 	"sync/atomic"
 	"time"
@@ -120,7 +121,7 @@ func New(store *remote.Store, clk clock.Clock, cfg Config) (*Leaser, error) {
 		return nil, err
 	}
 	var id [8]byte
-	_, _ = rand.Read(id[:])
+	_, _ = crand.Read(id[:])
 	l := &Leaser{
 		store: store, cfg: cfg, clock: clk, base: clk.Now(), id: hex.EncodeToString(id[:]),
 		work: make(chan struct{}, 1), stop: make(chan struct{}),
@@ -175,9 +176,9 @@ func (l *Leaser) Lease(ctx context.Context, p *remote.Policy, e *local.Entry, n 
 		}
 		ch := make(chan struct{})
 		e.Leasing = ch
-		size := l.sizeLocked(p, e, n)
+		floor, size := l.sizeLocked(p, e, n)
 		e.Mu.Unlock()
-		d, err = l.lease(ctx, p, e, n, size)
+		d, err = l.lease(ctx, p, e, n, floor, size)
 		release(e, ch)
 		return d, false, err
 	}
@@ -195,7 +196,7 @@ func (l *Leaser) Prefetch(p *remote.Policy, e *local.Entry) {
 	}
 	ch := make(chan struct{})
 	e.Leasing = ch
-	size := l.sizeLocked(p, e, 1)
+	floor, size := l.sizeLocked(p, e, 0)
 	e.Mu.Unlock()
 	l.wg.Add(1)
 	go func() {
@@ -203,7 +204,7 @@ func (l *Leaser) Prefetch(p *remote.Policy, e *local.Entry) {
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Timeout)
 		defer cancel()
 		// A failed prefetch changes nothing: the next miss leases itself.
-		_, _ = l.lease(ctx, p, e, 0, size)
+		_, _ = l.lease(ctx, p, e, 0, floor, size)
 		release(e, ch)
 	}()
 }
@@ -217,26 +218,47 @@ func release(e *local.Entry, ch chan struct{}) {
 	e.Mu.Unlock()
 }
 
-// sizeLocked observes e's demand and returns the next lease size, for a
-// request of n units. Requires e.Mu held.
-func (l *Leaser) sizeLocked(p *remote.Policy, e *local.Entry, n int64) int64 {
+// sizeLocked observes e's demand and returns the bounds of the next lease,
+// for a request of n units (0 for a prefetch): at least floor units, or
+// nothing, and at most size.
+//
+// The size is demand × Refresh, clamped to [Min, Max] and to the policy's
+// capacity. The floor is max(n, 1), except when Redis is short of units for
+// the key (e.Scarce): then a lease waits until it can bring a useful batch,
+// about this instance's fair share of the rate for Refresh, rather than
+// asking again for every unit as it frees up. The batch is capped at half a
+// fair share of the capacity, so that a small burst is never outwaited (a
+// bucket that fills up loses the units that overflow it). Every instance
+// short of units asks for the same batch whatever its own demand, which was
+// measured in what it was admitted: sized by that, the instance that got most
+// would ask for most and get more still.
+// Requires e.Mu held.
+func (l *Leaser) sizeLocked(p *remote.Policy, e *local.Entry, n int64) (floor, size int64) {
 	now := l.Now()
 	taken := e.Taken()
 	e.Demand.Observe(taken-e.Seen+n, now)
 	e.Seen = taken
-	size := int64(math.Ceil(e.Demand.Rate() * l.cfg.Refresh.Seconds()))
+	size = int64(math.Ceil(e.Demand.Rate() * l.cfg.Refresh.Seconds()))
 	size = max(l.cfg.Min, min(size, l.cfg.Max))
 	size = min(max(size, n), p.Capacity())
 	e.Size = size
-	return size
+	floor = max(n, 1)
+	if e.Scarce.Load() {
+		share := l.members.Load()
+		batch := int64(math.Ceil(p.Rate() / float64(share) * l.cfg.Refresh.Seconds()))
+		batch = min(batch, p.Capacity()/(2*share))
+		floor = max(floor, batch)
+		size = max(size, floor)
+	}
+	return floor, size
 }
 
-// lease asks Redis for between max(n, 1) and size units and applies the
-// answer to e; n of them are the caller's (0 for a prefetch).
-func (l *Leaser) lease(ctx context.Context, p *remote.Policy, e *local.Entry, n, size int64) (remote.Decision, error) {
+// lease asks Redis for between floor and size units and applies the answer
+// to e; n of them are the caller's (0 for a prefetch).
+func (l *Leaser) lease(ctx context.Context, p *remote.Policy, e *local.Entry, n, floor, size int64) (remote.Decision, error) {
 	start := l.Now()
 	c := &call{
-		req:   remote.Request{Policy: p, Key: e.Key, Min: max(n, 1), Max: size, Share: l.members.Load()},
+		req:   remote.Request{Policy: p, Key: e.Key, Min: floor, Max: size, Share: l.members.Load()},
 		entry: e, start: start,
 		done: make(chan struct{}),
 	}
@@ -254,7 +276,7 @@ func (l *Leaser) lease(ctx context.Context, p *remote.Policy, e *local.Entry, n,
 	if c.err != nil {
 		return remote.Decision{}, c.err
 	}
-	l.apply(e, c.d, n, start)
+	l.apply(c, n)
 	return c.d, nil
 }
 
@@ -269,21 +291,37 @@ func (c *call) abandon() bool { return c.abandoned.CompareAndSwap(false, true) }
 func (l *Leaser) finish(c *call, d remote.Decision, err error) {
 	c.d, c.err = d, err
 	if !c.abandoned.CompareAndSwap(false, true) && err == nil {
-		l.apply(c.entry, d, 0, c.start)
+		l.apply(c, 0)
 	}
 	close(c.done)
 }
 
-// apply puts a decision into e: the grant beyond the caller's n units into
-// the allowance, valid from start for TTL or the grant's own validity,
-// whichever ends first; or the denial.
-func (l *Leaser) apply(e *local.Entry, d remote.Decision, n, start int64) {
+// apply puts the answer to c into its entry: the grant beyond the caller's n
+// units into the allowance, valid from the request's start for TTL or the
+// grant's own validity, whichever ends first; or the denial.
+func (l *Leaser) apply(c *call, n int64) {
+	e, d, start := c.entry, c.d, c.start
 	now := l.Now()
+	// Short of units: less than asked for, or too little left for every
+	// live instance to lease as much again.
+	e.Scarce.Store(d.Granted < c.req.Max || d.Remaining < c.req.Max*c.req.Share)
 	e.Decider.Store(int32(d.Decider))
 	e.Remaining.Store(d.Remaining)
 	e.ResetAt.Store(now + int64(d.ResetAfter))
 	if d.Granted == 0 {
-		e.Deny(start + int64(d.RetryAfter))
+		wait := int64(d.RetryAfter)
+		if c.req.Min > max(n, 1) && c.req.Share > 1 {
+			// A batch was asked for, and the other instances wait for
+			// theirs too: the first of them back takes the units. Coming
+			// back up to Share-1 batches' time later, at random, spreads
+			// them out, so that most asks find their batch. The units wait
+			// in Redis meanwhile: the batch is small enough that the others'
+			// batches fit in the bucket (see sizeLocked), and a window's
+			// units are still there to be leased when it opens.
+			perBatch := float64(c.req.Min) / c.req.Policy.Rate() * 1e9
+			wait += int64(rand.Float64() * float64(c.req.Share-1) * perBatch)
+		}
+		e.Deny(start + wait)
 		return
 	}
 	valid := l.cfg.TTL
@@ -440,8 +478,13 @@ func (l *Leaser) heartbeat() {
 		}
 	}
 	beat(false)
+	// Instances that start together each see only those that beat before
+	// them: beat again soon, then less often, up to the interval, so that
+	// the count settles within about a tenth of it.
+	every := max(l.cfg.Heartbeat/16, time.Millisecond)
 	for {
-		t := l.clock.NewTimer(l.cfg.Heartbeat)
+		t := l.clock.NewTimer(every)
+		every = min(2*every, l.cfg.Heartbeat)
 		select {
 		case <-l.stop:
 			t.Stop()

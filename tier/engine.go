@@ -227,22 +227,24 @@ func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, key string, 
 	return dec, nil
 }
 
-// fromLocal answers from ent if it can: a cached denial, or units taken
-// from the allowance (then perhaps a prefetch). done is false on a miss.
+// fromLocal answers from ent if it can: units taken from the allowance
+// (then perhaps a prefetch), or a cached denial. Units held are used first,
+// even while Redis denies the key: a prefetch may have been denied while
+// some were left. done is false on a miss.
 func (e *Engine) fromLocal(p *remote.Policy, ent *local.Entry, n, now int64) (Decision, bool) {
+	if ent.Take(n, now) {
+		if ent.Units() < ent.LowWater.Load() {
+			e.leaser.Prefetch(p, ent)
+		}
+		return e.localDecision(ent, now), true
+	}
 	if denied, left := ent.Denied(now); denied {
 		e.stats.cached.Add(1)
 		e.stats.denied.Add(1)
 		return Decision{Source: Cached, Limit: int(ent.Decider.Load()), RetryAfter: time.Duration(left),
 			ResetAfter: time.Duration(max(0, ent.ResetAt.Load()-now))}, true
 	}
-	if !ent.Take(n, now) {
-		return Decision{}, false
-	}
-	if ent.Units() < ent.LowWater.Load() {
-		e.leaser.Prefetch(p, ent)
-	}
-	return e.localDecision(ent, now), true
+	return Decision{}, false
 }
 
 // localDecision is the Decision of a hit on ent. The remaining estimate is
