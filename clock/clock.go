@@ -13,6 +13,14 @@ type Clock interface {
 	NewTimer(d time.Duration) Timer
 }
 
+// Elapsed is implemented by clocks that can tell the time elapsed since
+// they were made more cheaply than by subtracting two results of Now, for
+// hot paths that only compare times. Elapsed must agree with Now:
+// c.Now() == start.Add(c.Elapsed()) for the clock's fixed start.
+type Elapsed interface {
+	Elapsed() time.Duration
+}
+
 // Timer is a single-shot timer made by a Clock.
 type Timer interface {
 	// C returns the channel on which the time is delivered once.

@@ -91,6 +91,31 @@ func TestCoarseIsMonotonicAndClose(t *testing.T) {
 	}
 }
 
+// Elapsed agrees with Now: Now is the start plus Elapsed.
+func TestCoarseElapsedAgreesWithNow(t *testing.T) {
+	c := clock.NewCoarse(time.Millisecond)
+	defer c.Stop()
+	var start time.Time
+	checked := 0
+	for end := time.Now().Add(100 * time.Millisecond); time.Now().Before(end); time.Sleep(100 * time.Microsecond) {
+		e1 := c.Elapsed()
+		now := c.Now()
+		if e2 := c.Elapsed(); e1 != e2 {
+			continue // the ticker moved in between
+		}
+		if start.IsZero() {
+			start = now.Add(-e1)
+		}
+		if !now.Equal(start.Add(e1)) {
+			t.Fatalf("Now %v != start + Elapsed %v", now, start.Add(e1))
+		}
+		checked++
+	}
+	if checked < 10 {
+		t.Fatalf("only %d stable readings", checked)
+	}
+}
+
 func TestCoarseAdvances(t *testing.T) {
 	c := clock.NewCoarse(time.Millisecond)
 	defer c.Stop()

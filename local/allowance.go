@@ -16,8 +16,11 @@ type Allowance struct {
 	// touches units and hits together.
 	units   atomic.Int64
 	hits    atomic.Uint64
-	taken   atomic.Int64
 	expires atomic.Int64 // units lapse at this time (ns); 0: none held
+	// added and drained total the units put in and taken out other than by
+	// Take: what Take took is added - drained - units, with no counter of
+	// its own on the hit path.
+	added, drained atomic.Int64
 	// at is the Redis time (µs) of the newest grant, which a refund names.
 	at atomic.Int64
 	// deniedUntil: Redis denied this key until then (ns); requests before it
@@ -38,14 +41,18 @@ func (a *Allowance) Take(n, now int64) bool {
 		}
 		if a.units.CompareAndSwap(u, u-n) {
 			a.hits.Add(1)
-			a.taken.Add(n)
 			return true
 		}
 	}
 }
 
-// Taken returns the units taken so far.
-func (a *Allowance) Taken() int64 { return a.taken.Load() }
+// Taken returns the units taken so far. Calls running concurrently may or
+// may not be counted yet.
+func (a *Allowance) Taken() int64 {
+	// Read units last: a unit added after the added reading and then taken
+	// is not counted yet, rather than counted twice.
+	return max(0, a.added.Load()-a.drained.Load()-a.units.Load())
+}
 
 // Units returns the units held, expired or not.
 func (a *Allowance) Units() int64 { return a.units.Load() }
@@ -76,6 +83,7 @@ func (a *Allowance) Add(g, at, expires, now int64) (stale, staleAt int64) {
 		}
 	}
 	a.at.Store(at)
+	a.added.Add(g)
 	a.units.Add(g)
 	return stale, staleAt
 }
@@ -83,7 +91,9 @@ func (a *Allowance) Add(g, at, expires, now int64) (stale, staleAt int64) {
 // Drain takes every held unit, for a refund, and returns how many there
 // were and the Redis time of the newest grant.
 func (a *Allowance) Drain() (units, at int64) {
-	return a.units.Swap(0), a.at.Load()
+	units = a.units.Swap(0)
+	a.drained.Add(units)
+	return units, a.at.Load()
 }
 
 // Deny records that Redis denied this key until until (ns).

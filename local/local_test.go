@@ -46,6 +46,10 @@ func TestAllowanceTakeAndExpiry(t *testing.T) {
 	if u, at := a.Drain(); u != 7 || at != 333 || a.Units() != 0 {
 		t.Fatalf("Drain = %d, %d", u, at)
 	}
+	// Drained and stale units were not taken.
+	if a.Taken() != 3 {
+		t.Fatalf("Taken() = %d, want the 3 taken", a.Taken())
+	}
 }
 
 func TestAllowanceConcurrentTakesNeverExceedTheLease(t *testing.T) {
@@ -68,6 +72,9 @@ func TestAllowanceConcurrentTakesNeverExceedTheLease(t *testing.T) {
 	wg.Wait()
 	if got := taken.Load() + a.Units(); got != 1000 {
 		t.Fatalf("taken + left = %d, want 1000", got)
+	}
+	if a.Taken() != taken.Load() {
+		t.Fatalf("Taken() = %d, want %d", a.Taken(), taken.Load())
 	}
 	if a.Units() > 2 {
 		t.Fatalf("%d units left although takes of 1..3 kept trying", a.Units())
@@ -143,6 +150,41 @@ func TestBoundEvictsLeastRecentlyLeasedAndHandsBackUnits(t *testing.T) {
 	q.Range(func(*local.Entry) bool { n++; return true })
 	if n != 0 {
 		t.Fatalf("%d entries left in tables after Clear", n)
+	}
+}
+
+// Keys move from the locked dirty map to the lock-free read map after
+// enough lookups; an entry evicted while in the read map is gone for Get,
+// Range and GetOrCreate alike.
+func TestTableReadMapAndEviction(t *testing.T) {
+	var gone []string
+	b := local.NewBound(3, func(e *local.Entry, _, _ int64) { gone = append(gone, e.Key) })
+	tab := b.NewTable("p")
+	x, y := tab.GetOrCreate("x"), tab.GetOrCreate("y")
+	for i := 0; i < 10; i++ { // enough misses to promote the dirty map
+		if e, ok := tab.Get("x"); !ok || e != x {
+			t.Fatalf("Get(x) = %p, %v; want %p", e, ok, x)
+		}
+	}
+	b.Touch(y)
+	tab.GetOrCreate("z")
+	tab.GetOrCreate("w") // evicts x, the least recently leased, from the read map
+	if len(gone) != 1 || gone[0] != "x" {
+		t.Fatalf("evicted %v, want [x]", gone)
+	}
+	if _, ok := tab.Get("x"); ok {
+		t.Fatal("Get found an evicted entry")
+	}
+	keys := map[string]bool{}
+	tab.Range(func(e *local.Entry) bool { keys[e.Key] = true; return true })
+	if len(keys) != 3 || keys["x"] {
+		t.Fatalf("Range saw %v, want y, z, w", keys)
+	}
+	if x2 := tab.GetOrCreate("x"); x2 == x || x2.Evicted() {
+		t.Fatal("GetOrCreate returned the evicted entry")
+	}
+	if e, ok := tab.Get("x"); !ok || e == x {
+		t.Fatal("Get did not find the new entry of x")
 	}
 }
 

@@ -55,21 +55,52 @@ type Entry struct {
 // added them.
 func (e *Entry) Evicted() bool { return e.evicted.Load() }
 
-// Table holds the entries of one policy by key. Get is lock-free. A Table
-// belongs to one Bound, which caps how many entries all its tables hold.
+// Table holds the entries of one policy by key. A Table belongs to one
+// Bound, which caps how many entries all its tables hold.
+//
+// Get is lock-free for keys that have been in the table a while: it reads an
+// immutable map through one atomic load, a typed lookup with no interface
+// hashing. New keys go into a dirty map under a mutex, which replaces the
+// read map once lookups have missed it as many times as it has entries (the
+// scheme of sync.Map before Go 1.24, typed): the copy that a new dirty map
+// costs is paid for by those misses.
 type Table struct {
-	m      sync.Map // string -> *Entry
+	read atomic.Pointer[map[string]*Entry] // immutable once stored
+	mu   sync.Mutex
+	// dirty, when not nil, holds every live entry of read and the newer
+	// ones; nil means read is complete. Evicted entries may linger in read
+	// (Get skips them) until the next dirty map leaves them out.
+	dirty  map[string]*Entry // requires mu held
+	misses int               // requires mu held
 	bound  *Bound
 	policy any
 }
 
 // Get returns the entry of key, if there is one.
 func (t *Table) Get(key string) (*Entry, bool) {
-	v, ok := t.m.Load(key)
-	if !ok {
+	if m := t.read.Load(); m != nil {
+		if e, ok := (*m)[key]; ok && !e.evicted.Load() {
+			return e, true
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.getLocked(key)
+}
+
+// getLocked looks key up past the read map, counting the miss. Requires mu
+// held.
+func (t *Table) getLocked(key string) (*Entry, bool) {
+	if t.dirty == nil {
 		return nil, false
 	}
-	return v.(*Entry), true
+	e, ok := t.dirty[key]
+	if t.misses++; t.misses >= len(t.dirty) {
+		m := t.dirty
+		t.read.Store(&m)
+		t.dirty, t.misses = nil, 0
+	}
+	return e, ok
 }
 
 // GetOrCreate returns the entry of key, creating it if needed. Creating an
@@ -78,17 +109,59 @@ func (t *Table) GetOrCreate(key string) *Entry {
 	if e, ok := t.Get(key); ok {
 		return e
 	}
-	e := &Entry{Key: key, Policy: t.policy, table: t}
-	if v, loaded := t.m.LoadOrStore(key, e); loaded {
-		return v.(*Entry)
+	t.mu.Lock()
+	if e, ok := t.getLocked(key); ok {
+		t.mu.Unlock()
+		return e
 	}
+	if t.dirty == nil {
+		t.dirty = make(map[string]*Entry)
+		if m := t.read.Load(); m != nil {
+			for k, e := range *m {
+				if !e.evicted.Load() {
+					t.dirty[k] = e
+				}
+			}
+		}
+	}
+	e := &Entry{Key: key, Policy: t.policy, table: t}
+	t.dirty[key] = e
+	t.mu.Unlock()
 	t.bound.add(e)
 	return e
 }
 
-// Range calls f for every entry of the table, until f returns false.
+// remove drops e from the table (it is already marked evicted).
+func (t *Table) remove(e *Entry) {
+	t.mu.Lock()
+	if t.dirty != nil && t.dirty[e.Key] == e {
+		delete(t.dirty, e.Key)
+	}
+	t.mu.Unlock()
+}
+
+// Range calls f for every entry of the table, until f returns false. It
+// takes a snapshot under the lock and calls f outside it.
 func (t *Table) Range(f func(*Entry) bool) {
-	t.m.Range(func(_, v any) bool { return f(v.(*Entry)) })
+	t.mu.Lock()
+	m := t.dirty
+	if m == nil {
+		if r := t.read.Load(); r != nil {
+			m = *r
+		}
+	}
+	all := make([]*Entry, 0, len(m))
+	for _, e := range m {
+		if !e.evicted.Load() {
+			all = append(all, e)
+		}
+	}
+	t.mu.Unlock()
+	for _, e := range all {
+		if !f(e) {
+			return
+		}
+	}
 }
 
 // Bound caps the number of entries across its tables, evicting the least
@@ -146,7 +219,7 @@ func (b *Bound) add(e *Entry) {
 // remove takes e out of its table and hands its units to onEvict.
 func (b *Bound) remove(e *Entry) {
 	e.evicted.Store(true)
-	e.table.m.CompareAndDelete(e.Key, e)
+	e.table.remove(e)
 	units, at := e.Drain()
 	if b.onEvict != nil {
 		b.onEvict(e, units, at)

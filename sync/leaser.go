@@ -79,8 +79,12 @@ type Leaser struct {
 	cfg   Config
 	clock clock.Clock
 	base  time.Time
-	id    string
-	bound *local.Bound
+	// elapsed is clock's cheap reading, if it has one (clock.Elapsed), and
+	// skew its reading at base.
+	elapsed clock.Elapsed
+	skew    time.Duration
+	id      string
+	bound   *local.Bound
 
 	members atomic.Int64
 	// goneHits: local hits of entries no longer in the bound.
@@ -126,6 +130,9 @@ func New(store *remote.Store, clk clock.Clock, cfg Config) (*Leaser, error) {
 		store: store, cfg: cfg, clock: clk, base: clk.Now(), id: hex.EncodeToString(id[:]),
 		work: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
+	if el, ok := clk.(clock.Elapsed); ok {
+		l.elapsed, l.skew = el, el.Elapsed()
+	}
 	l.members.Store(1)
 	l.bound = local.NewBound(cfg.MaxKeys, func(e *local.Entry, units, at int64) {
 		l.goneHits.Add(e.Hits())
@@ -140,7 +147,12 @@ func New(store *remote.Store, clk clock.Clock, cfg Config) (*Leaser, error) {
 
 // Now returns the Leaser's monotonic time in ns, the time base of every
 // allowance it fills.
-func (l *Leaser) Now() int64 { return int64(l.clock.Now().Sub(l.base)) }
+func (l *Leaser) Now() int64 {
+	if l.elapsed != nil {
+		return int64(l.elapsed.Elapsed() - l.skew)
+	}
+	return int64(l.clock.Now().Sub(l.base))
+}
 
 // NewTable returns a table of entries for one policy, bounded with all the
 // Leaser's other tables.

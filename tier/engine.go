@@ -119,8 +119,23 @@ func (e *Engine) Allow(ctx context.Context, p *remote.Policy, key string, n int6
 		return Decision{}, ErrClosed
 	}
 	if e.leaser != nil && Leasable(p) {
-		return e.allowLeased(ctx, p, key, n)
+		// The hit path: a lookup, a clock reading, a compare-and-swap;
+		// everything else is out of line, to keep this frame small.
+		t := e.table(p)
+		now := e.leaser.Now()
+		if ent, ok := t.Get(key); ok && ent.Take(n, now) {
+			if ent.Units() < ent.LowWater.Load() {
+				e.leaser.Prefetch(p, ent)
+			}
+			return e.localDecision(ent, now), nil
+		}
+		return e.allowLeased(ctx, p, t, key, n, now)
 	}
+	return e.allowExact(ctx, p, key, n)
+}
+
+// allowExact decides with one Redis call.
+func (e *Engine) allowExact(ctx context.Context, p *remote.Policy, key string, n int64) (Decision, error) {
 	d, err := e.acquire(ctx, remote.Request{Policy: p, Key: key, Min: n, Max: n})
 	if err != nil {
 		return Decision{}, err
@@ -139,7 +154,7 @@ func (e *Engine) Wait(ctx context.Context, p *remote.Policy, key string, n int64
 			if e.closed.Load() {
 				return ErrClosed
 			}
-			d, err := e.allowLeased(ctx, p, key, n)
+			d, err := e.Allow(ctx, p, key, n)
 			if err != nil || d.Allowed {
 				return err
 			}
@@ -181,27 +196,37 @@ func Leasable(p *remote.Policy) bool {
 	return !p.Uses(remote.SlidingWindowLog) && !p.Uses(remote.LeakyBucket)
 }
 
-// table returns the local table of p, making it on first use.
+// table returns the local table of p, making it on first use. The first
+// engine to use p claims it and finds its table there without hashing.
 func (e *Engine) table(p *remote.Policy) *local.Table {
-	if t, ok := e.tables.Load(p); ok {
+	if t, ok := p.Claimed(e); ok {
 		return t.(*local.Table)
 	}
-	t, _ := e.tables.LoadOrStore(p, e.leaser.NewTable(p))
-	return t.(*local.Table)
+	return e.newTable(p)
 }
 
-// allowLeased decides from the key's local allowance if it can: a hit, or a
-// cached denial. Otherwise it leases (one Redis call, coalesced with
-// concurrent misses on the key), keeping n units of the grant.
-func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, key string, n int64) (Decision, error) {
-	t := e.table(p)
-	now := e.leaser.Now()
-	if ent, ok := t.Get(key); ok {
-		if d, done := e.fromLocal(p, ent, n, now); done {
-			return d, nil
-		}
+// newTable returns p's table from the map, making it if needed, and claims p.
+func (e *Engine) newTable(p *remote.Policy) *local.Table {
+	v, loaded := e.tables.Load(p)
+	if !loaded {
+		v, _ = e.tables.LoadOrStore(p, e.leaser.NewTable(p))
 	}
+	t := v.(*local.Table)
+	if !e.closed.Load() {
+		p.Claim(e, t)
+	}
+	return t
+}
+
+// allowLeased decides a request that missed the allowance at now: from a
+// cached denial, or units that came in meanwhile, or else by leasing (one
+// Redis call, coalesced with concurrent misses on the key), keeping n units
+// of the grant.
+func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, t *local.Table, key string, n, now int64) (Decision, error) {
 	ent := t.GetOrCreate(key)
+	if d, done := e.fromLocal(p, ent, n, now); done {
+		return d, nil
+	}
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
 	}
@@ -446,6 +471,10 @@ func (e *Engine) Close() error {
 	e.inflight.Wait()
 	if first && e.leaser != nil {
 		e.leaser.Close() // refunds every unit held
+		e.tables.Range(func(p, _ any) bool {
+			p.(*remote.Policy).Unclaim(e)
+			return true
+		})
 	}
 	return nil
 }
