@@ -44,7 +44,7 @@ func BenchmarkAllowExact(b *testing.B) {
 				name += "-guarded"
 			}
 			client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: !guarded})
-			l, err := ratelease.New(client, ratelease.WithRedisTimeout(time.Second))
+			l, err := ratelease.New(client, ratelease.WithExact(), ratelease.WithRedisTimeout(time.Second))
 			if err != nil {
 				b.Fatal(err)
 			}

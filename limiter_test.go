@@ -45,7 +45,7 @@ func newEnvClient(t *testing.T, honours bool, opts ...ratelease.Option) *env {
 	clk := clock.NewManual(t0)
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: honours})
 	t.Cleanup(func() { _ = client.Close() })
-	l, err := ratelease.New(client, append([]ratelease.Option{ratelease.WithClock(clk), ratelease.WithRedisTimeout(5 * time.Second)}, opts...)...)
+	l, err := ratelease.New(client, append([]ratelease.Option{ratelease.WithExact(), ratelease.WithClock(clk), ratelease.WithRedisTimeout(5 * time.Second)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,7 +378,7 @@ func TestRedisDown(t *testing.T) {
 	mr := miniredis.RunT(t)
 	c := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
 	defer c.Close()
-	l, err := ratelease.New(c, ratelease.WithRedisTimeout(time.Second))
+	l, err := ratelease.New(c, ratelease.WithExact(), ratelease.WithRedisTimeout(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -439,7 +439,7 @@ func TestRedisTimeoutOnHungServer(t *testing.T) {
 		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", honours), func(t *testing.T) {
 			c := redis.NewClient(&redis.Options{Addr: hungServer(t), MaxRetries: -1, ContextTimeoutEnabled: honours})
 			defer c.Close()
-			l, err := ratelease.New(c, ratelease.WithRedisTimeout(50*time.Millisecond))
+			l, err := ratelease.New(c, ratelease.WithExact(), ratelease.WithRedisTimeout(50*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -479,7 +479,7 @@ func TestRealRedisGlobalLimitAcrossLimiters(t *testing.T) {
 		ratelease.Limit{Rate: 100, Period: 240 * time.Hour})
 	var ls []*ratelease.Limiter
 	for i := 0; i < 5; i++ {
-		l, err := ratelease.New(srv.Client(t), ratelease.WithRedisTimeout(5*time.Second))
+		l, err := ratelease.New(srv.Client(t), ratelease.WithExact(), ratelease.WithRedisTimeout(5*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -543,7 +543,7 @@ func TestLateGrantIsRefunded(t *testing.T) {
 	defer direct.Close()
 	p := policy(t, "p", ratelease.PerHour(2))
 
-	l, err := ratelease.New(slow, ratelease.WithRedisTimeout(50*time.Millisecond))
+	l, err := ratelease.New(slow, ratelease.WithExact(), ratelease.WithRedisTimeout(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -557,7 +557,7 @@ func TestLateGrantIsRefunded(t *testing.T) {
 	proxy.SetDelay(0)
 	_ = l.Close() // waits for the late reply and its refund
 
-	check, err := ratelease.New(direct)
+	check, err := ratelease.New(direct, ratelease.WithExact())
 	if err != nil {
 		t.Fatal(err)
 	}

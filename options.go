@@ -46,7 +46,7 @@ var DefaultLease = LeaseConfig{Min: 1, Max: 1000, Refresh: 250 * time.Millisecon
 
 func defaultConfig() config {
 	return config{
-		exact:        true,
+		exact:        false,
 		lease:        DefaultLease,
 		maxKeys:      DefaultMaxKeys,
 		prefix:       DefaultKeyPrefix,
@@ -77,17 +77,18 @@ type LeaseConfig struct {
 }
 
 // WithExact makes every decision one atomic Redis call, with the exact
-// per-request semantics of each algorithm: no leases, no local state. It is
-// the default in this release; of WithExact and WithLease, the last given
-// wins.
+// per-request semantics of each algorithm: no leases, no local state. Use it
+// when every unit must be accounted in Redis the moment it is used, or when
+// the decision rate is low enough that a round trip per request is fine. Of
+// WithExact and WithLease, the last given wins.
 func WithExact() Option {
 	return optionFunc(func(c *config) error { c.exact = true; return nil })
 }
 
-// WithLease turns leasing on, configured by lc (zero fields take
+// WithLease configures leasing, the default mode, with lc (zero fields take
 // DefaultLease's values): policies without a SlidingWindowLog or LeakyBucket
-// are then answered from local allowances leased from Redis in batches, and
-// the others stay exact. Leasing is new in this release and opt-in; of
+// are answered from local allowances leased from Redis in batches, and the
+// others stay exact. See docs/leasing.md for how to choose the values. Of
 // WithExact and WithLease, the last given wins. Invalid values are an error
 // wrapping ErrInvalidOption (from New).
 func WithLease(lc LeaseConfig) Option {

@@ -23,9 +23,10 @@ type Allowance struct {
 	added, drained atomic.Int64
 	// at is the Redis time (µs) of the newest grant, which a refund names.
 	at atomic.Int64
-	// deniedUntil: Redis denied this key until then (ns); requests before it
-	// are denied locally without asking again.
-	deniedUntil atomic.Int64
+	// deniedUntil: Redis denied deniedN units of this key until then (ns);
+	// requests for as many units or more before it are denied locally
+	// without asking again.
+	deniedUntil, deniedN atomic.Int64
 }
 
 // Take takes n units if at least n are held and unexpired at now. It reports
@@ -96,14 +97,17 @@ func (a *Allowance) Drain() (units, at int64) {
 	return units, a.at.Load()
 }
 
-// Deny records that Redis denied this key until until (ns).
-func (a *Allowance) Deny(until int64) { a.deniedUntil.Store(until) }
+// Deny records that Redis denied n units of this key until until (ns).
+func (a *Allowance) Deny(until, n int64) {
+	a.deniedN.Store(n)
+	a.deniedUntil.Store(until)
+}
 
-// Denied reports whether a recorded denial still holds at now, and how long
-// until it lapses.
-func (a *Allowance) Denied(now int64) (bool, int64) {
+// Denied reports whether a recorded denial holds for n units at now (it was
+// for n units or fewer, and has not lapsed), and how long until it lapses.
+func (a *Allowance) Denied(now, n int64) (bool, int64) {
 	u := a.deniedUntil.Load()
-	if now < u {
+	if now < u && n >= a.deniedN.Load() {
 		return true, u - now
 	}
 	return false, 0

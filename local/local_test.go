@@ -83,11 +83,14 @@ func TestAllowanceConcurrentTakesNeverExceedTheLease(t *testing.T) {
 
 func TestAllowanceDenial(t *testing.T) {
 	var a local.Allowance
-	a.Deny(100)
-	if d, left := a.Denied(70); !d || left != 30 {
-		t.Fatalf("Denied(70) = %v, %d", d, left)
+	a.Deny(100, 5)
+	if d, left := a.Denied(70, 5); !d || left != 30 {
+		t.Fatalf("Denied(70, 5) = %v, %d", d, left)
 	}
-	if d, _ := a.Denied(100); d {
+	if d, _ := a.Denied(70, 4); d {
+		t.Fatal("a denial of 5 units denied 4")
+	}
+	if d, _ := a.Denied(100, 5); d {
 		t.Fatal("denial outlived its end")
 	}
 }

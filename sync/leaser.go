@@ -62,8 +62,8 @@ type Stats struct {
 	// Leases counts lease requests answered by Redis; Denied those that
 	// granted nothing.
 	Leases, Denied uint64
-	// RoundTrips counts pipelines sent (each one round trip per node);
-	// Errors the calls in them that failed.
+	// RoundTrips counts pipelines sent (each one round trip per node) and
+	// heartbeats; Errors the calls in them that failed.
 	RoundTrips, Errors uint64
 	// UnitsLeased, UnitsRefunded: units granted by and given back to Redis.
 	// UnitsExpired: the refunded units that lapsed unused (TTL or window end).
@@ -181,7 +181,7 @@ func (l *Leaser) Lease(ctx context.Context, p *remote.Policy, e *local.Entry, n 
 			if e.Take(n, now) {
 				return remote.Decision{}, true, nil
 			}
-			if denied, _ := e.Denied(now); denied {
+			if denied, _ := e.Denied(now, n); denied {
 				return remote.Decision{}, false, nil
 			}
 			continue
@@ -333,7 +333,7 @@ func (l *Leaser) apply(c *call, n int64) {
 			perBatch := float64(c.req.Min) / c.req.Policy.Rate() * 1e9
 			wait += int64(rand.Float64() * float64(c.req.Share-1) * perBatch)
 		}
-		e.Deny(start + wait)
+		e.Deny(start+wait, max(n, 1))
 		return
 	}
 	valid := l.cfg.TTL
@@ -480,6 +480,7 @@ func (l *Leaser) heartbeat() {
 	beat := func(leave bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Timeout)
 		defer cancel()
+		l.stats.roundTrips.Add(1)
 		n, err := l.store.Heartbeat(ctx, l.id, 3*l.cfg.Heartbeat, leave)
 		if err != nil {
 			l.stats.errors.Add(1)

@@ -96,7 +96,8 @@ type Stats struct {
 	// Local, Remote and Cached count decisions by Source.
 	Local, Remote, Cached uint64
 	// RoundTrips counts Redis round trips (one pipeline of leases or
-	// refunds counts one); Errors the calls that failed.
+	// refunds counts one, and so does each membership heartbeat); Errors the
+	// calls that failed.
 	RoundTrips, Errors uint64
 	// Leases counts leases Redis answered; UnitsLeased the units they
 	// granted; UnitsRefunded the units given back (on expiry, eviction and
@@ -263,7 +264,7 @@ func (e *Engine) fromLocal(p *remote.Policy, ent *local.Entry, n, now int64) (De
 		}
 		return e.localDecision(ent, now), true
 	}
-	if denied, left := ent.Denied(now); denied {
+	if denied, left := ent.Denied(now, n); denied {
 		e.stats.cached.Add(1)
 		e.stats.denied.Add(1)
 		return Decision{Source: Cached, Limit: int(ent.Decider.Load()), RetryAfter: time.Duration(left),

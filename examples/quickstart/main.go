@@ -8,9 +8,10 @@
 //
 // Each instance has its own Redis client and a few goroutines that ask for
 // the same key as fast as they can. Once a second it prints what each
-// instance admitted, the total against the limit, and the Redis calls made;
-// at the end, a summary that checks the total against the limit's bound,
-// burst + rate·T.
+// instance admitted, the total against the limit, the Redis calls made and
+// the calls saved (decisions made without one, which a per-request limiter
+// would have made); at the end, a summary that checks the total against the
+// limit's bound, burst + rate·T. With -exact, every decision is a Redis call.
 package main
 
 import (
@@ -37,13 +38,14 @@ func main() {
 	workers := flag.Int("workers", 4, "goroutines per instance")
 	rate := flag.Int("rate", 100, "the global limit, requests per second (burst the same)")
 	duration := flag.Duration("duration", 3*time.Second, "how long to run")
+	exact := flag.Bool("exact", false, "one Redis call per decision instead of leasing")
 	flag.Parse()
-	if err := run(*addr, *instances, *workers, *rate, *duration); err != nil {
+	if err := run(*addr, *instances, *workers, *rate, *duration, *exact); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(addr string, instances, workers, rate int, duration time.Duration) error {
+func run(addr string, instances, workers, rate int, duration time.Duration, exact bool) error {
 	if instances < 1 || workers < 1 || rate < 1 || duration < time.Second {
 		return errors.New("need -instances, -workers and -rate >= 1 and -duration >= 1s")
 	}
@@ -61,16 +63,20 @@ func run(addr string, instances, workers, rate int, duration time.Duration) erro
 		return err
 	}
 	key := fmt.Sprintf("demo-%d", time.Now().UnixNano()) // a fresh key on a shared Redis
-	fmt.Printf("ratelease quickstart: %d instances × %d goroutines on %s, one key, limit %v, exact mode\n\n",
-		instances, workers, where, policy.Limits()[0])
+	mode, opts := "lease mode", []ratelease.Option{ratelease.WithRedisTimeout(time.Second)}
+	if exact {
+		mode, opts = "exact mode", append(opts, ratelease.WithExact())
+	}
+	fmt.Printf("ratelease quickstart: %d instances × %d goroutines on %s, one key, limit %v, %s\n\n",
+		instances, workers, where, policy.Limits()[0], mode)
 
 	limiters := make([]*ratelease.Limiter, instances)
 	admitted := make([]atomic.Int64, instances)
-	var failures atomic.Int64
+	var failures, decisions atomic.Int64
 	for i := range limiters {
 		client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 		defer client.Close()
-		l, err := ratelease.New(client, ratelease.WithRedisTimeout(time.Second))
+		l, err := ratelease.New(client, opts...)
 		if err != nil {
 			return err
 		}
@@ -89,6 +95,9 @@ func run(addr string, instances, workers, rate int, duration time.Duration) erro
 				defer wg.Done()
 				for ctx.Err() == nil {
 					res, err := l.Allow(ctx, policy, key)
+					if err == nil {
+						decisions.Add(1)
+					}
 					switch {
 					case err != nil && ctx.Err() == nil:
 						failures.Add(1)
@@ -105,7 +114,7 @@ func run(addr string, instances, workers, rate int, duration time.Duration) erro
 	for i := range limiters {
 		header += fmt.Sprintf("  inst%-2d", i+1)
 	}
-	fmt.Println(header + "   total   limit  redis calls")
+	fmt.Println(header + "   total   limit  redis calls  calls saved")
 	var prev []int64
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -138,7 +147,8 @@ func run(addr string, instances, workers, rate int, duration time.Duration) erro
 		if s == 1 {
 			limit = 2 * rate // the full burst, plus a second of refill
 		}
-		fmt.Fprintf(&row, "  %6d  %6d  %11d", total, limit, roundTrips(limiters))
+		calls := roundTrips(limiters)
+		fmt.Fprintf(&row, "  %6d  %6d  %11d  %11d", total, limit, calls, max(0, decisions.Load()-int64(calls)))
 		fmt.Println(row.String())
 		if ctx.Err() != nil {
 			break
@@ -154,7 +164,9 @@ func run(addr string, instances, workers, rate int, duration time.Duration) erro
 	bound := float64(rate) + float64(rate)*elapsed.Seconds()
 	fmt.Printf("\nadmitted %d in %.1fs across %d instances; bound burst + rate·T = %.0f (%.1f%% used)\n",
 		total, elapsed.Seconds(), instances, bound, 100*float64(total)/bound)
-	fmt.Printf("redis calls: %d (one per decision in exact mode), errors: %d\n", roundTrips(limiters), failures.Load())
+	calls, made := int64(roundTrips(limiters)), decisions.Load()
+	fmt.Printf("redis calls: %d for %d decisions (%.2f per decision; a per-request limiter makes 1), errors: %d\n",
+		calls, made, float64(calls)/float64(max(made, 1)), failures.Load())
 	if float64(total) > bound {
 		fmt.Println("the global limit was exceeded: this is a bug")
 		os.Exit(1)
