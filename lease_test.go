@@ -3,6 +3,7 @@ package ratelease_test
 import (
 	"context"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelease/ratelease"
+	"github.com/ratelease/ratelease/clock"
 	"github.com/ratelease/ratelease/internal/redistest"
 )
 
@@ -269,4 +271,118 @@ func skewedLoad(t *testing.T, ls []*ratelease.Limiter, p *ratelease.Policy, d ti
 	}
 	wg.Wait()
 	return adm.Load(), dec.Load()
+}
+
+// The window bound, on simulated time: two Limiters on one Redis whose
+// clocks (the Limiters' and Redis's TIME) move together a millisecond at a
+// time, under demand that switches at random between idle, steady and
+// bursts. In every window of length w, what both admitted together is at
+// most Burst + Rate·(w + TTL): leased units left unused expire after TTL,
+// so they can add at most Rate·TTL to what the bucket itself allows.
+func TestLeaseWindowBound(t *testing.T) {
+	const (
+		rate, burst = 1000, 100
+		// A TTL short next to what a lease holds: units outliving it would
+		// show at once.
+		ttl   = 20 * time.Millisecond
+		steps = 4000 // ms
+	)
+	mr := redistest.StartMini(t)
+	clk := clock.NewManual(mr.Now())
+	p := policy(t, "win", ratelease.Limit{Rate: rate, Period: time.Second, Burst: burst})
+	var ls []*ratelease.Limiter
+	for i := 0; i < 2; i++ {
+		l, err := ratelease.New(mr.Client(t), ratelease.WithClock(clk), ratelease.WithRedisTimeout(5*time.Second),
+			ratelease.WithLease(ratelease.LeaseConfig{Max: 500, TTL: ttl, Refresh: 250 * time.Millisecond}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		ls = append(ls, l)
+	}
+	rng := rand.New(rand.NewPCG(7, 7))
+	perStep := make([]int, steps+1) // admitted at each ms
+	demand, phaseEnd := 0.0, 0
+	for ms := 0; ms <= steps; ms++ {
+		if ms >= phaseEnd {
+			// Per instance per ms: idle, under the limit, at it, far over it.
+			demand = []float64{0, 0.2, 0.5, 5}[rng.IntN(4)]
+			phaseEnd = ms + 50 + rng.IntN(350)
+		}
+		for _, l := range ls {
+			n := int(demand)
+			if rng.Float64() < demand-float64(n) {
+				n++
+			}
+			for r := 0; r < n; r++ {
+				res, err := l.Allow(context.Background(), p, "k")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Allowed {
+					perStep[ms]++
+				}
+			}
+		}
+		mr.Advance(time.Millisecond)
+		clk.Advance(time.Millisecond)
+	}
+	worstExcess := math.Inf(-1) // the most any window went past Burst + Rate·w
+	for _, w := range []int{0, 1, 10, 50, 100, 200, 500, 1000, 2000} {
+		bound := burst + rate*(float64(w)/1000+ttl.Seconds())
+		sum, most := 0, 0
+		for ms := 0; ms <= steps; ms++ { // windows [ms-w, ms]
+			sum += perStep[ms]
+			if ms-w-1 >= 0 {
+				sum -= perStep[ms-w-1]
+			}
+			most = max(most, sum)
+		}
+		t.Logf("w=%4dms: at most %4d admitted, bound %6.0f", w, most, bound)
+		if float64(most) > bound {
+			t.Errorf("window %dms admitted %d > Burst + Rate·(w + TTL) = %.0f", w, most, bound)
+		}
+		worstExcess = max(worstExcess, float64(most)-(burst+rate*float64(w)/1000))
+	}
+	t.Logf("the most any window went past Burst + Rate·w: %.0f (allowed: Rate·TTL = %.0f)", worstExcess, rate*ttl.Seconds())
+}
+
+// The TTL term of the window bound is real, and no more: a lease taken at
+// time 0 and used just before it lapses adds to what the bucket grants at
+// that moment, by less than Rate·TTL.
+func TestLeaseTTLOvershoot(t *testing.T) {
+	const rate, burst, ttl = 1000, 100, 20 * time.Millisecond
+	mr := redistest.StartMini(t)
+	clk := clock.NewManual(mr.Now())
+	p := policy(t, "ttl", ratelease.Limit{Rate: rate, Period: time.Second, Burst: burst})
+	l, err := ratelease.New(mr.Client(t), ratelease.WithClock(clk), ratelease.WithRedisTimeout(5*time.Second),
+		ratelease.WithLease(ratelease.LeaseConfig{Min: 50, Max: 50, TTL: ttl, Refresh: time.Millisecond, LowWater: 0.01}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	allowN := func(k int) (admitted int) {
+		for i := 0; i < k; i++ {
+			if res, err := l.Allow(ctx, p, "k"); err != nil {
+				t.Fatal(err)
+			} else if res.Allowed {
+				admitted++
+			}
+		}
+		return admitted
+	}
+	if got := allowN(1); got != 1 { // leases 50, keeps 49
+		t.Fatalf("first request: admitted %d", got)
+	}
+	step := ttl - time.Millisecond
+	mr.Advance(step)
+	clk.Advance(step)
+	// At 19ms: the 49 held, and what the bucket has: 50 left + 19 refilled.
+	got := allowN(1000)
+	excess := got - burst // past Burst + Rate·w for a window of length 0
+	t.Logf("admitted %d at once at %v: %d past Burst, allowed Rate·TTL = %.0f", got, step, excess, rate*ttl.Seconds())
+	if excess <= 0 || float64(excess) > rate*ttl.Seconds() {
+		t.Fatalf("admitted %d at once: want more than Burst (%d), by at most Rate·TTL", got, burst)
+	}
 }

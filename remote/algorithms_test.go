@@ -269,6 +269,21 @@ func TestRefund(t *testing.T) {
 			t.Fatalf("after an over-refund: granted %d, want the capacity 5", d.Granted)
 		}
 	})
+	t.Run("token bucket, less what refilled since the grant", func(t *testing.T) {
+		f := newFake(t)
+		p := mustPolicy(t, "p", tb(10, 10, time.Second))
+		first := acquire(t, f.s, p, "k", 10, 10, false)
+		f.Advance(300 * time.Millisecond) // 3 units refill
+		if d := acquire(t, f.s, p, "k", 3, 3, false); d.Granted != 3 {
+			t.Fatalf("after 300ms: granted %d, want the 3 refilled", d.Granted)
+		}
+		// Had the first 10 stayed in the bucket, 3 of them could have
+		// overflowed it since: 7 come back.
+		refund(t, f.s, p, "k", 10, first.At)
+		if d := acquire(t, f.s, p, "k", 1, 100, false); d.Granted != 7 {
+			t.Fatalf("after the late refund: granted %d, want 7", d.Granted)
+		}
+	})
 	t.Run("fixed window, only into the grant's window", func(t *testing.T) {
 		f := newFake(t)
 		p := mustPolicy(t, "p", win(remote.FixedWindow, 5, time.Second))

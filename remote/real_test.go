@@ -173,13 +173,14 @@ func TestRealRedisNoScriptHeals(t *testing.T) {
 	if err := c.ScriptFlush(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if d := acquire(t, s, p, "k", 1, 1, false); d.Granted != 1 {
+	d := acquire(t, s, p, "k", 1, 1, false)
+	if d.Granted != 1 {
 		t.Fatalf("after SCRIPT FLUSH: %+v", d)
 	}
 	if err := c.ScriptFlush(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	refund(t, s, p, "k", 2, 0)
+	refund(t, s, p, "k", 2, d.At)
 	if d := acquire(t, s, p, "k", 1, 100, false); d.Granted != 10 {
 		t.Fatalf("after the refund: granted %d, want a full bucket", d.Granted)
 	}

@@ -52,3 +52,15 @@ local function gcra_refund(key, rate, period, g)
   local D = gcra_load(key, rate)
   if D > 0 then gcra_save(key, math.max(0, D - g * period), rate) end
 end
+
+-- Give back g units granted at time `at` (us) and never used, less what the
+-- bucket refilled since: had they stayed in the bucket, as much of them as
+-- that could have overflowed a full bucket meanwhile. Units held outside the
+-- bucket must not come back as capacity beyond it, or a late refund would
+-- let a window admit more than burst + rate*(w + TTL).
+local function gcra_refund_aged(key, rate, period, g, at)
+  local elapsed = math.max(0, NOW - at)
+  if elapsed * rate >= g * period then return end
+  local D = gcra_load(key, rate)
+  if D > 0 then gcra_save(key, math.max(0, D - (g * period - elapsed * rate)), rate) end
+end

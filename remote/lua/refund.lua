@@ -4,7 +4,8 @@
 -- ARGV[1]   units to give back
 -- ARGV[2]   the grant's time, us (acquire's `now`): window algorithms refund
 --           only into the window the units were granted in, the log removes
---           exactly the members of that grant
+--           exactly the members of that grant, and the token bucket takes
+--           back only what could not have overflowed it since
 -- ARGV[3-4] unused (keep the limits at the same place as in acquire.lua)
 -- ARGV[5..] the limits, as in acquire.lua
 --

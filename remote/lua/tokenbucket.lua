@@ -22,5 +22,6 @@ ALG[0] = {
   -- lease TTL bounds it).
   valid = function() return -1 end,
 
-  refund = function(key, rate, period, _, g) gcra_refund(key, rate, period, g) end,
+  -- Aged: leased units come back late (at expiry), see gcra_refund_aged.
+  refund = function(key, rate, period, _, g, at) gcra_refund_aged(key, rate, period, g, at) end,
 }
