@@ -386,3 +386,48 @@ func TestLeaseTTLOvershoot(t *testing.T) {
 		t.Fatalf("admitted %d at once: want more than Burst (%d), by at most Rate·TTL", got, burst)
 	}
 }
+
+// Fairness: four equal instances, each far over its share of the limit,
+// get equal parts of it: Jain's index (Σx)² / (n·Σx²) at least 0.95.
+func TestLeaseFairShare(t *testing.T) {
+	srv := redistest.Start(t)
+	p := policy(t, "fair", ratelease.Limit{Rate: 2000, Period: time.Second, Burst: 200})
+	const n = 4
+	admitted := make([]atomic.Int64, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = c.Close() })
+		l := leased(t, c, ratelease.LeaseConfig{})
+		defer l.Close()
+		for g := 0; g < 2; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for ctx.Err() == nil {
+					res, err := l.Allow(ctx, p, "shared")
+					if err == nil && res.Allowed {
+						admitted[i].Add(1)
+					}
+					time.Sleep(20 * time.Microsecond) // each instance: some 50k requests/s at most
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	var sum, squares float64
+	counts := make([]int64, n)
+	for i := range admitted {
+		counts[i] = admitted[i].Load()
+		x := float64(counts[i])
+		sum += x
+		squares += x * x
+	}
+	jain := sum * sum / (n * squares)
+	t.Logf("admitted per instance %v: Jain index %.3f", counts, jain)
+	if jain < 0.95 {
+		t.Fatalf("Jain index %.3f < 0.95 (admitted %v)", jain, counts)
+	}
+}

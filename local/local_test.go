@@ -2,6 +2,8 @@ package local_test
 
 import (
 	"math"
+	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -214,4 +216,28 @@ func BenchmarkTake(b *testing.B) {
 			}
 		})
 	})
+}
+
+// BenchmarkIdleKeyMemory reports the heap an idle key costs in the local
+// store: its entry, with units held, in a table and in the bound's LRU.
+func BenchmarkIdleKeyMemory(b *testing.B) {
+	const keys = 100_000
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		bound := local.NewBound(keys, nil)
+		tab := bound.NewTable("p")
+		for i := 0; i < keys; i++ {
+			e := tab.GetOrCreate("user:" + strconv.Itoa(1_000_000+i)) // 12-byte keys
+			e.Add(10, 1, math.MaxInt64, 0)
+		}
+		for i := 0; i < keys; i++ { // promote every key to the read map
+			tab.Get("user:" + strconv.Itoa(1_000_000+i))
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/keys, "B/key")
+		runtime.KeepAlive(tab)
+	}
 }

@@ -2,11 +2,13 @@
 // a key and a number of units, it decides, and it makes Wait wait.
 //
 // It owns the order in which a decision is sought and the accounting of
-// where each came from (Stats). In exact mode, the only mode so far, every
-// decision is one atomic call to the Redis tier (package remote), bounded by
-// the Redis timeout and the caller's context; the local allowance (package
-// local) and lease synchronisation (package sync) will be consulted before
-// Redis, and a fallback after it.
+// where each came from (Stats). With a Leaser (lease mode, the default of
+// the root package), a policy that can lease is decided from the key's local
+// allowance first (package local: a lock-free hit), then from a cached
+// denial, then by a lease (package sync: one coalesced, batched Redis call);
+// policies with a SlidingWindowLog or LeakyBucket, and every policy in exact
+// mode, are decided by one atomic call to the Redis tier (package remote).
+// Every Redis call is bounded by the Redis timeout and the caller's context.
 //
 // It does not validate input (the root package does, once), build Redis keys
 // or scripts (remote does), or read the time except through the injected

@@ -1,0 +1,242 @@
+package sync_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	stdsync "sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/ratelease/ratelease/clock"
+	"github.com/ratelease/ratelease/internal/redistest"
+	"github.com/ratelease/ratelease/remote"
+	leasesync "github.com/ratelease/ratelease/sync"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// cfg is a valid Config with long intervals, for tests to adjust.
+func cfg() leasesync.Config {
+	return leasesync.Config{Min: 1, Max: 100, Refresh: time.Second, TTL: time.Hour, LowWater: 0.25,
+		Timeout: 5 * time.Second, Heartbeat: time.Hour, MaxKeys: 100}
+}
+
+func newLeaser(t *testing.T, c redis.UniversalClient, clk clock.Clock, conf leasesync.Config) *leasesync.Leaser {
+	t.Helper()
+	l, err := leasesync.New(remote.NewStore(c, "t"), clk, conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	return l
+}
+
+func tokenBucket(t *testing.T, rate, burst int64) *remote.Policy {
+	t.Helper()
+	p, err := remote.NewPolicy("p", []remote.Limit{{Algorithm: remote.TokenBucket, Rate: rate, Period: time.Hour, Burst: burst}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestConfigErrors(t *testing.T) {
+	for _, mod := range []func(*leasesync.Config){
+		func(c *leasesync.Config) { c.Min = 0 },
+		func(c *leasesync.Config) { c.Max = 0 },
+		func(c *leasesync.Config) { c.TTL = 0 },
+		func(c *leasesync.Config) { c.LowWater = 1 },
+		func(c *leasesync.Config) { c.MaxKeys = 0 },
+	} {
+		c := cfg()
+		mod(&c)
+		if err := c.Validate(); !errors.Is(err, leasesync.ErrConfig) {
+			t.Errorf("Validate(%+v) = %v, want ErrConfig", c, err)
+		}
+	}
+}
+
+// Concurrent misses on one key make one Redis call: the others wait for it
+// and take their units from what it brought.
+func TestLeaseCoalesces(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.NewProxy(t, srv.Addr)
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	conf := cfg()
+	conf.Min, conf.Max = 50, 50
+	l := newLeaser(t, c, clock.System{}, conf)
+	p := tokenBucket(t, 1000, 1000)
+	e := l.NewTable(p).GetOrCreate("k")
+	proxy.SetDelay(50 * time.Millisecond) // all of them miss while the first lease is out
+	var wg stdsync.WaitGroup
+	results := make(chan string, 20)
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, taken, err := l.Lease(context.Background(), p, e, 1)
+			results <- fmt.Sprintf("granted=%d taken=%v err=%v", d.Granted, taken, err)
+		}()
+	}
+	wg.Wait()
+	close(results)
+	got := map[string]int{}
+	for r := range results {
+		got[r]++
+	}
+	// One lease of 50: its requester got 50 (1 its own), the 19 others took
+	// one unit each from the allowance.
+	if s := l.Stats(); s.Leases != 1 || s.UnitsLeased != 50 {
+		t.Fatalf("Stats %+v, want one lease of 50 (results %v)", s, got)
+	}
+	if got["granted=50 taken=false err=<nil>"] != 1 || got["granted=0 taken=true err=<nil>"] != 19 || e.Units() != 30 {
+		t.Fatalf("results %v, %d units left; want 1 lease, 19 takes, 30 left", got, e.Units())
+	}
+}
+
+// Leases for many keys that are due together go out in one pipeline: with
+// every reply delayed, those queued while the first pipeline is out all go
+// in the second.
+func TestLeasesAreBatched(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.NewProxy(t, srv.Addr)
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	l := newLeaser(t, c, clock.System{}, cfg())
+	p := tokenBucket(t, 1000, 1000)
+	tab := l.NewTable(p)
+	time.Sleep(100 * time.Millisecond) // the first heartbeat is done
+	before := l.Stats().RoundTrips
+	proxy.SetDelay(100 * time.Millisecond)
+	var wg stdsync.WaitGroup
+	for i := 0; i < 40; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if d, _, err := l.Lease(context.Background(), p, tab.GetOrCreate(fmt.Sprint("k", i)), 1); err != nil || d.Granted < 1 {
+				t.Errorf("key %d: %+v, %v", i, d, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if s := l.Stats(); s.Leases != 40 || s.RoundTrips-before > 2 {
+		t.Fatalf("40 leases in %d round trips, want at most 2 (Stats %+v)", s.RoundTrips-before, s)
+	}
+}
+
+// A cold key starts at Min; with demand the lease grows toward
+// demand × Refresh, never past Max.
+func TestLeaseSizeFollowsDemand(t *testing.T) {
+	mr := redistest.StartMini(t)
+	clk := clock.NewManual(mr.Now())
+	conf := cfg()
+	conf.Min, conf.Max, conf.Refresh = 2, 400, 100*time.Millisecond
+	l := newLeaser(t, mr.Client(t), clk, conf)
+	p := tokenBucket(t, 1_000_000, 1_000_000)
+	e := l.NewTable(p).GetOrCreate("k")
+	d, _, err := l.Lease(context.Background(), p, e, 1)
+	if err != nil || d.Granted != 2 {
+		t.Fatalf("cold lease: %+v, %v; want Min = 2", d, err)
+	}
+	// 1000 units per second for 3 seconds: 100 per 100ms.
+	var sizes []int64
+	for ms := 0; ms < 3000; ms++ {
+		clk.Advance(time.Millisecond)
+		mr.Advance(time.Millisecond)
+		if !e.Take(1, l.Now()) {
+			d, _, err := l.Lease(context.Background(), p, e, 1)
+			if err != nil || d.Granted < 1 {
+				t.Fatalf("at %dms: %+v, %v", ms, d, err)
+			}
+			sizes = append(sizes, d.Granted)
+		}
+	}
+	last := sizes[len(sizes)-1]
+	t.Logf("lease sizes: %v", sizes)
+	if last < 80 || last > 120 {
+		t.Fatalf("at 1000/s with Refresh 100ms the lease is %d, want about 100", last)
+	}
+}
+
+// Units unused after TTL go back to Redis, counted as expired; at Close the
+// rest go back too.
+func TestExpiredUnitsAreRefunded(t *testing.T) {
+	mr := redistest.StartMini(t)
+	clk := clock.NewManual(mr.Now())
+	conf := cfg()
+	conf.Min, conf.Max, conf.TTL = 10, 10, 100*time.Millisecond
+	l := newLeaser(t, mr.Client(t), clk, conf)
+	p := tokenBucket(t, 1000, 1000)
+	tab := l.NewTable(p)
+	if _, _, err := l.Lease(context.Background(), p, tab.GetOrCreate("a"), 1); err != nil {
+		t.Fatal(err)
+	}
+	// The sweeper runs every TTL/4: step past the TTL and let it refund.
+	for i := 0; i < 8 && l.Stats().UnitsRefunded == 0; i++ {
+		clk.Advance(25 * time.Millisecond)
+		waitFor(t, func() bool { return clk.Timers() > 0 })
+	}
+	waitFor(t, func() bool { return l.Stats().UnitsRefunded == 9 })
+	if s := l.Stats(); s.UnitsExpired != 9 {
+		t.Fatalf("Stats %+v, want the 9 unused units expired and refunded", s)
+	}
+	// A fresh lease for b, then Close: its 9 spare units go back.
+	if _, _, err := l.Lease(context.Background(), p, tab.GetOrCreate("b"), 1); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if s := l.Stats(); s.UnitsRefunded != 18 || s.UnitsExpired != 9 {
+		t.Fatalf("after Close: %+v, want 18 refunded, 9 of them expired", s)
+	}
+}
+
+// Past MaxKeys the least recently leased key is evicted and its units
+// refunded.
+func TestEvictionRefunds(t *testing.T) {
+	mr := redistest.StartMini(t)
+	conf := cfg()
+	conf.Min, conf.Max, conf.MaxKeys = 10, 10, 1
+	l := newLeaser(t, mr.Client(t), clock.NewManual(mr.Now()), conf)
+	p := tokenBucket(t, 1000, 1000)
+	tab := l.NewTable(p)
+	a := tab.GetOrCreate("a")
+	if _, _, err := l.Lease(context.Background(), p, a, 1); err != nil {
+		t.Fatal(err)
+	}
+	tab.GetOrCreate("b") // evicts a
+	if !a.Evicted() {
+		t.Fatal("a was not evicted")
+	}
+	waitFor(t, func() bool { return l.Stats().UnitsRefunded == 9 })
+}
+
+// Every Leaser heartbeats into the membership count, and leaves it at Close.
+func TestMembership(t *testing.T) {
+	srv := redistest.Start(t)
+	conf := cfg()
+	conf.Heartbeat = 50 * time.Millisecond
+	a := newLeaser(t, srv.Client(t), clock.System{}, conf)
+	b, err := leasesync.New(remote.NewStore(srv.Client(t), "t"), clock.System{}, conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return a.Instances() == 2 && b.Instances() == 2 })
+	b.Close()
+	waitFor(t, func() bool { return a.Instances() == 1 })
+}
+
+// waitFor polls cond for up to 5 seconds: for what background goroutines
+// finish on their own time.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("condition not met within 5s")
+		}
+	}
+}
