@@ -42,6 +42,9 @@ type Config struct {
 // ErrConfig is wrapped by Validate's errors.
 var ErrConfig = errors.New("invalid lease config")
 
+// ErrClosed is returned by Lease once Close has begun.
+var ErrClosed = errors.New("leaser closed")
+
 // Validate reports what is wrong with c, as an error wrapping ErrConfig.
 func (c Config) Validate() error {
 	switch {
@@ -94,6 +97,10 @@ type Leaser struct {
 	mu    stdsync.Mutex // guards the queues
 	calls []*call       // requires mu held
 	backs []remote.Grant
+	// pending counts lease calls not yet applied; Close waits for them
+	// before it stops the batcher, so that the units of a lease that lands
+	// during Close are refunded too. Added to under mu, only while open.
+	pending stdsync.WaitGroup
 
 	stop    chan struct{}
 	stopped atomic.Bool
@@ -210,7 +217,14 @@ func (l *Leaser) Prefetch(p *remote.Policy, e *local.Entry) {
 	e.Leasing = ch
 	floor, size := l.sizeLocked(p, e, 0)
 	e.Mu.Unlock()
+	l.mu.Lock() // Close sets stopped under mu: no Add after its Wait
+	if l.stopped.Load() {
+		l.mu.Unlock()
+		release(e, ch)
+		return
+	}
 	l.wg.Add(1)
+	l.mu.Unlock()
 	go func() {
 		defer l.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Timeout)
@@ -274,7 +288,15 @@ func (l *Leaser) lease(ctx context.Context, p *remote.Policy, e *local.Entry, n,
 		entry: e, start: start,
 		done: make(chan struct{}),
 	}
-	l.enqueue(c, nil)
+	l.mu.Lock()
+	if l.stopped.Load() {
+		l.mu.Unlock()
+		return remote.Decision{}, ErrClosed
+	}
+	l.pending.Add(1)
+	l.calls = append(l.calls, c)
+	l.mu.Unlock()
+	l.wake()
 	select {
 	case <-c.done:
 	case <-ctx.Done():
@@ -285,6 +307,7 @@ func (l *Leaser) lease(ctx context.Context, p *remote.Policy, e *local.Entry, n,
 		}
 		<-c.done
 	}
+	defer l.pending.Done()
 	if c.err != nil {
 		return remote.Decision{}, c.err
 	}
@@ -302,8 +325,11 @@ func (c *call) abandon() bool { return c.abandoned.CompareAndSwap(false, true) }
 // allowance).
 func (l *Leaser) finish(c *call, d remote.Decision, err error) {
 	c.d, c.err = d, err
-	if !c.abandoned.CompareAndSwap(false, true) && err == nil {
-		l.apply(c, 0)
+	if !c.abandoned.CompareAndSwap(false, true) { // the requester left
+		if err == nil {
+			l.apply(c, 0)
+		}
+		l.pending.Done()
 	}
 	close(c.done)
 }
@@ -364,18 +390,14 @@ func (l *Leaser) giveBack(e *local.Entry, units, at int64, expired bool) {
 	if expired {
 		l.stats.expired.Add(uint64(units))
 	}
-	l.enqueue(nil, &remote.Grant{Policy: e.Policy.(*remote.Policy), Key: e.Key, Units: units, At: at})
+	l.mu.Lock()
+	l.backs = append(l.backs, remote.Grant{Policy: e.Policy.(*remote.Policy), Key: e.Key, Units: units, At: at})
+	l.mu.Unlock()
+	l.wake()
 }
 
-func (l *Leaser) enqueue(c *call, g *remote.Grant) {
-	l.mu.Lock()
-	if c != nil {
-		l.calls = append(l.calls, c)
-	}
-	if g != nil {
-		l.backs = append(l.backs, *g)
-	}
-	l.mu.Unlock()
+// wake tells the batcher that something is queued.
+func (l *Leaser) wake() {
 	select {
 	case l.work <- struct{}{}:
 	default:
@@ -513,11 +535,15 @@ func (l *Leaser) heartbeat() {
 // goroutines; it returns when they are done (each Redis call bounded by
 // the timeout). Idempotent.
 func (l *Leaser) Close() {
-	if !l.stopped.CompareAndSwap(false, true) {
+	l.mu.Lock()
+	first := !l.stopped.Swap(true) // no lease starts after this
+	l.mu.Unlock()
+	if !first {
 		return
 	}
-	l.bound.Clear() // queues the refunds
-	close(l.stop)
+	l.bound.Clear()  // queues the refunds of every unit held
+	l.pending.Wait() // leases in flight land, and are refunded (their entries are gone)
+	close(l.stop)    // the batcher sends what is queued, then stops
 	l.wg.Wait()
 }
 

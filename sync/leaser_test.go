@@ -240,3 +240,38 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 	}
 }
+
+// A lease still in flight when Close begins lands, and its spare units are
+// refunded before Close returns; leases after Close fail with ErrClosed.
+func TestCloseRefundsLeaseInFlight(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.NewProxy(t, srv.Addr)
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	conf := cfg()
+	conf.Min, conf.Max = 10, 10
+	l := newLeaser(t, c, clock.System{}, conf)
+	p := tokenBucket(t, 1000, 1000)
+	e := l.NewTable(p).GetOrCreate("k")
+	time.Sleep(50 * time.Millisecond) // the first heartbeat is done
+	proxy.SetDelay(200 * time.Millisecond)
+	done := make(chan remote.Decision)
+	go func() {
+		d, _, err := l.Lease(context.Background(), p, e, 1)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- d
+	}()
+	time.Sleep(50 * time.Millisecond) // the lease is out
+	l.Close()
+	if d := <-done; d.Granted != 10 {
+		t.Fatalf("lease in flight: %+v", d)
+	}
+	if s := l.Stats(); s.UnitsRefunded != 9 {
+		t.Fatalf("Stats %+v, want the 9 spare units refunded by Close", s)
+	}
+	if _, _, err := l.Lease(context.Background(), p, e, 1); !errors.Is(err, leasesync.ErrClosed) {
+		t.Fatalf("Lease after Close: %v, want ErrClosed", err)
+	}
+}

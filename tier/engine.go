@@ -235,6 +235,9 @@ func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, t *local.Tab
 	defer cancel()
 	d, taken, err := e.leaser.Lease(lctx, p, ent, n)
 	if err != nil {
+		if errors.Is(err, leasesync.ErrClosed) {
+			return Decision{}, ErrClosed
+		}
 		if cerr := ctx.Err(); cerr != nil {
 			return Decision{}, cerr
 		}
