@@ -106,7 +106,7 @@ func BenchmarkAllowLeased(b *testing.B) {
 	if _, err := l.Allow(ctx, p, "hot"); err != nil { // the first lease
 		b.Fatal(err)
 	}
-	b.Run("ratelease/seq", func(b *testing.B) {
+	b.Run("impl=ratelease/seq", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			if res, _ := l.Allow(ctx, p, "hot"); !res.Allowed {
@@ -114,7 +114,7 @@ func BenchmarkAllowLeased(b *testing.B) {
 			}
 		}
 	})
-	b.Run("ratelease/parallel", func(b *testing.B) {
+	b.Run("impl=ratelease/parallel", func(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
@@ -123,13 +123,13 @@ func BenchmarkAllowLeased(b *testing.B) {
 		})
 	})
 	rl := rate.NewLimiter(1e9, 1e9)
-	b.Run("xrate/seq", func(b *testing.B) {
+	b.Run("impl=xrate/seq", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			rl.Allow()
 		}
 	})
-	b.Run("xrate/parallel", func(b *testing.B) {
+	b.Run("impl=xrate/parallel", func(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {

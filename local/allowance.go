@@ -5,46 +5,62 @@ import (
 )
 
 // Allowance holds the units leased for one (policy, key) and when they
-// lapse. Take is lock-free: a load of the expiry and a compare-and-swap on
-// the count. The zero value holds nothing. Safe for concurrent use.
+// lapse. Take is lock-free: atomic loads and a compare-and-swap. The zero
+// value holds nothing. Safe for concurrent use.
 //
-// Times are nanoseconds on the owner's monotonic clock (see Clock in
-// package tier); the allowance never reads a clock itself.
+// Units live in two generations, each with its own expiry: cur, the newest
+// lease, and prev, what was left of the lease before it when cur arrived.
+// Take uses prev first, since it lapses first. So a lease made ahead of need
+// (prefetch) neither cuts short the units it joins nor stretches their life:
+// no unit outlives its own lease's validity. Should a third lease arrive while
+// prev still holds units, cur joins prev under prev's (earlier) expiry.
+//
+// Times are nanoseconds on the owner's monotonic clock (see Leaser.Now in
+// package sync); the allowance never reads a clock itself.
 type Allowance struct {
-	// units and hits are written on every hit; expires and the rest only
-	// when a lease is added. They share a cache line on purpose: a hit
-	// touches units and hits together.
-	units   atomic.Int64
-	hits    atomic.Uint64
-	expires atomic.Int64 // units lapse at this time (ns); 0: none held
+	cur  slot
+	hits atomic.Uint64
+	prev slot
 	// added and drained total the units put in and taken out other than by
 	// Take: what Take took is added - drained - units, with no counter of
 	// its own on the hit path.
 	added, drained atomic.Int64
-	// at is the Redis time (µs) of the newest grant, which a refund names.
-	at atomic.Int64
 	// deniedUntil: Redis denied deniedN units of this key until then (ns);
 	// requests for as many units or more before it are denied locally
 	// without asking again.
 	deniedUntil, deniedN atomic.Int64
 }
 
-// Take takes n units if at least n are held and unexpired at now. It reports
-// whether it did.
-func (a *Allowance) Take(n, now int64) bool {
-	if now >= a.expires.Load() {
+// slot is one generation of units: how many, until when (ns), and the
+// Redis time (µs) of the oldest grant among them, which a refund names.
+type slot struct {
+	units, expires, at atomic.Int64
+}
+
+// take takes n units if the slot holds them, unexpired, at now.
+func (s *slot) take(n, now int64) bool {
+	if now >= s.expires.Load() {
 		return false
 	}
 	for {
-		u := a.units.Load()
+		u := s.units.Load()
 		if u < n {
 			return false
 		}
-		if a.units.CompareAndSwap(u, u-n) {
-			a.hits.Add(1)
+		if s.units.CompareAndSwap(u, u-n) {
 			return true
 		}
 	}
+}
+
+// Take takes n units if at least n are held, unexpired, in one generation
+// at now. It reports whether it did.
+func (a *Allowance) Take(n, now int64) bool {
+	if (a.prev.units.Load() >= n && a.prev.take(n, now)) || a.cur.take(n, now) {
+		a.hits.Add(1)
+		return true
+	}
+	return false
 }
 
 // Taken returns the units taken so far. Calls running concurrently may or
@@ -52,49 +68,70 @@ func (a *Allowance) Take(n, now int64) bool {
 func (a *Allowance) Taken() int64 {
 	// Read units last: a unit added after the added reading and then taken
 	// is not counted yet, rather than counted twice.
-	return max(0, a.added.Load()-a.drained.Load()-a.units.Load())
+	return max(0, a.added.Load()-a.drained.Load()-a.Units())
 }
 
 // Units returns the units held, expired or not.
-func (a *Allowance) Units() int64 { return a.units.Load() }
+func (a *Allowance) Units() int64 { return a.cur.units.Load() + a.prev.units.Load() }
 
 // Hits returns the number of successful Takes so far.
 func (a *Allowance) Hits() uint64 { return a.hits.Load() }
 
-// Expires returns when the held units lapse (ns); 0 when none were added.
-func (a *Allowance) Expires() int64 { return a.expires.Load() }
-
 // Add adds g units granted by Redis at Redis time at (µs), valid until
-// expires (ns), at time now. Unexpired units already held keep the earlier
-// of the two expiries: a lease never outlives the shortest validity of the
-// units in it. Units held past their expiry are not merged: Add takes them
-// out and returns them (with their grant time), for the caller to refund.
+// expires (ns), at time now. Units already held and unexpired keep their
+// own expiry, in the previous generation. Units held past their expiry are
+// taken out: Add returns them (with their oldest grant time), for the caller
+// to refund. Adds must not run concurrently with each other (one lease per
+// entry at a time); Take, DrainExpired and Drain may.
 func (a *Allowance) Add(g, at, expires, now int64) (stale, staleAt int64) {
-	if old := a.expires.Load(); old != 0 && old <= now {
-		stale, staleAt = a.Drain()
-	}
-	for {
-		old := a.expires.Load()
-		e := expires
-		if old > now && old < e && a.units.Load() > 0 {
-			e = old
+	stale, staleAt = a.DrainExpired(now)
+	if u := a.cur.units.Swap(0); u > 0 {
+		if a.prev.units.Load() > 0 {
+			// prev is older: its expiry and grant time stay, and hold for
+			// these units too.
+			a.prev.units.Add(u)
+		} else {
+			a.prev.expires.Store(a.cur.expires.Load())
+			a.prev.at.Store(a.cur.at.Load())
+			a.prev.units.Add(u)
 		}
-		if a.expires.CompareAndSwap(old, e) {
-			break
-		}
 	}
-	a.at.Store(at)
+	a.cur.expires.Store(expires)
+	a.cur.at.Store(at)
 	a.added.Add(g)
-	a.units.Add(g)
+	a.cur.units.Add(g)
 	return stale, staleAt
 }
 
+// DrainExpired takes the units of every generation expired at now, for a
+// refund, and returns how many there were and their oldest grant time.
+func (a *Allowance) DrainExpired(now int64) (units, at int64) {
+	for _, s := range []*slot{&a.prev, &a.cur} {
+		if s.units.Load() > 0 && s.expires.Load() <= now {
+			units, at = a.drain(s, units, at)
+		}
+	}
+	return units, at
+}
+
 // Drain takes every held unit, for a refund, and returns how many there
-// were and the Redis time of the newest grant.
+// were and the oldest grant time among them.
 func (a *Allowance) Drain() (units, at int64) {
-	units = a.units.Swap(0)
-	a.drained.Add(units)
-	return units, a.at.Load()
+	units, at = a.drain(&a.prev, 0, 0)
+	return a.drain(&a.cur, units, at)
+}
+
+// drain empties s into a running total of units and their oldest grant.
+func (a *Allowance) drain(s *slot, units, at int64) (int64, int64) {
+	u := s.units.Swap(0)
+	if u <= 0 {
+		return units, at
+	}
+	a.drained.Add(u)
+	if t := s.at.Load(); units == 0 || t < at {
+		at = t
+	}
+	return units + u, at
 }
 
 // Deny records that Redis denied n units of this key until until (ns).

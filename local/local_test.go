@@ -35,22 +35,55 @@ func TestAllowanceTakeAndExpiry(t *testing.T) {
 	if a.Hits() != 1 {
 		t.Fatalf("hits %d", a.Hits())
 	}
-	// New units on top of unexpired ones keep the earlier expiry.
-	a.Add(4, 222, 500, 60)
-	if a.Units() != 6 || a.Expires() != 100 {
-		t.Fatalf("after merge: units %d expires %d, want 6 and 100", a.Units(), a.Expires())
+	if u, at := a.DrainExpired(100); u != 2 || at != 111 || a.Units() != 0 {
+		t.Fatalf("DrainExpired = %d, %d; units left %d", u, at, a.Units())
 	}
-	// Units past their expiry are not merged: Add hands them back.
-	stale, at := a.Add(7, 333, 900, 150)
-	if stale != 6 || at != 222 || a.Units() != 7 || a.Expires() != 900 {
-		t.Fatalf("after a stale merge: stale %d at %d, units %d expires %d", stale, at, a.Units(), a.Expires())
-	}
-	if u, at := a.Drain(); u != 7 || at != 333 || a.Units() != 0 {
-		t.Fatalf("Drain = %d, %d", u, at)
-	}
-	// Drained and stale units were not taken.
 	if a.Taken() != 3 {
 		t.Fatalf("Taken() = %d, want the 3 taken", a.Taken())
+	}
+}
+
+// A lease added while units are held keeps both expiries: the older units
+// are used first and lapse at their own time, the new ones at theirs.
+func TestAllowanceGenerations(t *testing.T) {
+	var a local.Allowance
+	a.Add(4, 10, 100, 0)  // expires at 100
+	a.Add(6, 20, 150, 50) // a prefetch at 50: 4 old + 6 new
+	if !a.Take(3, 60) || a.Units() != 7 {
+		t.Fatalf("after Take(3): %d units, want 7", a.Units())
+	}
+	// At 100 the one old unit left lapses; the 6 new ones do not.
+	if u, at := a.DrainExpired(100); u != 1 || at != 10 {
+		t.Fatalf("DrainExpired(100) = %d, %d; want the 1 old unit granted at 10", u, at)
+	}
+	if !a.Take(6, 120) || a.Take(1, 120) {
+		t.Fatal("the new units did not serve until their own expiry")
+	}
+	// A third lease while prev still holds units: cur joins prev under
+	// prev's earlier expiry, never a later one.
+	var b local.Allowance
+	b.Add(2, 1, 100, 0)
+	b.Add(2, 2, 200, 10)
+	b.Add(2, 3, 300, 20) // prev (2 units, expiring at 100) gets cur's 2
+	if b.Take(5, 99) || !b.Take(4, 99) {
+		t.Fatal("want 4 units in prev and no single take of 5 across generations")
+	}
+	if u, at := b.DrainExpired(100); u != 0 || at != 0 {
+		t.Fatalf("DrainExpired(100) = %d, %d; prev was used up", u, at)
+	}
+	if !b.Take(2, 299) || b.Take(1, 299) {
+		t.Fatal("the newest lease did not serve until 300")
+	}
+	// Units past their expiry are not merged: Add hands them back, with the
+	// oldest grant time.
+	var c local.Allowance
+	c.Add(3, 7, 100, 0)
+	c.Add(3, 8, 150, 50)
+	if stale, at := c.Add(5, 9, 400, 200); stale != 6 || at != 7 || c.Units() != 5 {
+		t.Fatalf("stale %d at %d, units %d; want 6 at 7 and 5 held", stale, at, c.Units())
+	}
+	if u, at := c.Drain(); u != 5 || at != 9 || c.Units() != 0 || c.Taken() != 0 {
+		t.Fatalf("Drain = %d, %d; Taken %d", u, at, c.Taken())
 	}
 }
 

@@ -487,8 +487,7 @@ func (l *Leaser) sweeper() {
 		}
 		now := l.Now()
 		l.bound.Range(func(e *local.Entry) bool {
-			if exp := e.Expires(); exp != 0 && exp <= now && e.Units() > 0 {
-				u, at := e.Drain()
+			if u, at := e.DrainExpired(now); u > 0 {
 				l.giveBack(e, u, at, true)
 			}
 			return true
