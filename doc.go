@@ -12,8 +12,13 @@
 //	res, err := l.Allow(ctx, api, "user:42")
 //	if !res.Allowed { /* 429, Retry-After: res.RetryAfter */ }
 //
-// Every decision is one atomic Lua script on Redis; Redis's own TIME is the
-// only clock that decides, so hosts need no clock sync. The state of a key
+// By default a Limiter leases: it takes units from Redis in batches, through
+// atomic Lua scripts, and answers most requests from memory, while the global
+// limit holds within a tested bound (a token bucket admits at most
+// Burst + Rate·(w + TTL) in any window w; see LeaseConfig and
+// docs/leasing.md). WithExact makes every decision one atomic script call
+// instead. Redis's own TIME is the only clock that decides a limit, so hosts
+// need no clock sync. The state of a key
 // lives under <prefix>:{<policy>:<key>}:<limit>; the hash tag keeps all limits
 // of one key in one Redis Cluster slot.
 //

@@ -143,8 +143,10 @@ func WithKeyPrefix(prefix string) Option {
 }
 
 // WithClock sets the local clock (default clock.System{}). Redis's own TIME
-// decides every limit; the local clock only times Wait's sleeps. Tests pass
-// a *clock.Manual.
+// decides every limit; the local clock times Wait's sleeps and when leased
+// units lapse. A clock.NewCoarse(time.Millisecond) makes a leased hit cheaper
+// (no system clock reading; units may then lapse up to a millisecond late).
+// Tests pass a *clock.Manual.
 func WithClock(c clock.Clock) Option {
 	return optionFunc(func(cfg *config) error {
 		if c == nil {
