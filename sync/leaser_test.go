@@ -35,6 +35,16 @@ func newLeaser(t *testing.T, c redis.UniversalClient, clk clock.Clock, conf leas
 	return l
 }
 
+// proxied starts a real Redis behind a delaying proxy and returns the proxy
+// and a client through it.
+func proxied(t *testing.T) (*redistest.Proxy, *redis.Client) {
+	t.Helper()
+	proxy := redistest.NewProxy(t, redistest.Start(t).Addr)
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	return proxy, c
+}
+
 func tokenBucket(t *testing.T, rate, burst int64) *remote.Policy {
 	t.Helper()
 	p, err := remote.NewPolicy("p", []remote.Limit{{Algorithm: remote.TokenBucket, Rate: rate, Period: time.Hour, Burst: burst}})
@@ -63,10 +73,7 @@ func TestConfigErrors(t *testing.T) {
 // Concurrent misses on one key make one Redis call: the others wait for it
 // and take their units from what it brought.
 func TestLeaseCoalesces(t *testing.T) {
-	srv := redistest.Start(t)
-	proxy := redistest.NewProxy(t, srv.Addr)
-	c := redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = c.Close() })
+	proxy, c := proxied(t)
 	conf := cfg()
 	conf.Min, conf.Max = 50, 50
 	l := newLeaser(t, c, clock.System{}, conf)
@@ -103,10 +110,7 @@ func TestLeaseCoalesces(t *testing.T) {
 // every reply delayed, those queued while the first pipeline is out all go
 // in the second.
 func TestLeasesAreBatched(t *testing.T) {
-	srv := redistest.Start(t)
-	proxy := redistest.NewProxy(t, srv.Addr)
-	c := redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = c.Close() })
+	proxy, c := proxied(t)
 	l := newLeaser(t, c, clock.System{}, cfg())
 	p := tokenBucket(t, 1000, 1000)
 	tab := l.NewTable(p)
@@ -244,10 +248,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // A lease still in flight when Close begins lands, and its spare units are
 // refunded before Close returns; leases after Close fail with ErrClosed.
 func TestCloseRefundsLeaseInFlight(t *testing.T) {
-	srv := redistest.Start(t)
-	proxy := redistest.NewProxy(t, srv.Addr)
-	c := redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = c.Close() })
+	proxy, c := proxied(t)
 	conf := cfg()
 	conf.Min, conf.Max = 10, 10
 	l := newLeaser(t, c, clock.System{}, conf)
