@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -191,17 +192,20 @@ func TestBoundEvictsLeastRecentlyLeasedAndHandsBackUnits(t *testing.T) {
 	}
 }
 
-// Keys move from the locked dirty map to the lock-free read map after
-// enough lookups; an entry evicted while in the read map is gone for Get,
-// Range and GetOrCreate alike.
+// Keys move into the table's snapshot after enough lookups (in the
+// background); an entry evicted while in the snapshot is gone for Get, Range
+// and GetOrCreate alike.
 func TestTableReadMapAndEviction(t *testing.T) {
 	var gone []string
 	b := local.NewBound(3, func(e *local.Entry, _, _ int64) { gone = append(gone, e.Key) })
 	tab := b.NewTable("p")
 	x, y := tab.GetOrCreate("x"), tab.GetOrCreate("y")
-	for i := 0; i < 10; i++ { // enough misses to promote the dirty map
+	for i := 0; i < 200; i++ { // enough misses to rebuild the snapshot
 		if e, ok := tab.Get("x"); !ok || e != x {
 			t.Fatalf("Get(x) = %p, %v; want %p", e, ok, x)
+		}
+		if i == 100 {
+			time.Sleep(10 * time.Millisecond) // let the rebuild run
 		}
 	}
 	b.Touch(y)

@@ -58,22 +58,20 @@ func (e *Entry) Evicted() bool { return e.evicted.Load() }
 // Table holds the entries of one policy by key. A Table belongs to one
 // Bound, which caps how many entries all its tables hold.
 //
-// Get is lock-free for keys that have been in the table a while: it reads an
-// immutable map through one atomic load, a typed lookup with no interface
-// hashing. New keys go into a dirty map under a mutex, which replaces the
-// read map once lookups have missed it as many times as it has entries (the
-// scheme of sync.Map before Go 1.24, typed): the copy that a new dirty map
-// costs is paid for by those misses.
+// Get never takes a lock. Every live entry is in a sync.Map; a typed,
+// immutable snapshot of it (one atomic load and a map lookup, no interface
+// hashing) answers the keys that have been there a while, and is rebuilt in
+// the background once lookups have missed it a quarter of its size times
+// (at least 64): the rebuild's cost is paid for by those misses.
 type Table struct {
-	read atomic.Pointer[map[string]*Entry] // immutable once stored
-	mu   sync.Mutex
-	// dirty, when not nil, holds every live entry of read and the newer
-	// ones; nil means read is complete. Evicted entries may linger in read
-	// (Get skips them) until the next dirty map leaves them out.
-	dirty  map[string]*Entry // requires mu held
-	misses int               // requires mu held
-	bound  *Bound
-	policy any
+	all  sync.Map                          // string -> *Entry: every live entry
+	read atomic.Pointer[map[string]*Entry] // a snapshot of all; evicted entries may linger (Get skips them)
+	// misses counts lookups answered by all, not read, since the last
+	// rebuild; rebuilding is held while one runs.
+	misses     atomic.Int64
+	rebuilding atomic.Bool
+	bound      *Bound
+	policy     any
 }
 
 // Get returns the entry of key, if there is one.
@@ -83,24 +81,34 @@ func (t *Table) Get(key string) (*Entry, bool) {
 			return e, true
 		}
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.getLocked(key)
-}
-
-// getLocked looks key up past the read map, counting the miss. Requires mu
-// held.
-func (t *Table) getLocked(key string) (*Entry, bool) {
-	if t.dirty == nil {
+	v, ok := t.all.Load(key)
+	if !ok {
 		return nil, false
 	}
-	e, ok := t.dirty[key]
-	if t.misses++; t.misses >= len(t.dirty) {
-		m := t.dirty
-		t.read.Store(&m)
-		t.dirty, t.misses = nil, 0
+	t.missed()
+	return v.(*Entry), true
+}
+
+// missed counts a lookup that the snapshot could not answer, and starts a
+// rebuild when there have been enough.
+func (t *Table) missed() {
+	size := int64(0)
+	if m := t.read.Load(); m != nil {
+		size = int64(len(*m))
 	}
-	return e, ok
+	if t.misses.Add(1) < max(64, size/4) || !t.rebuilding.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		m := make(map[string]*Entry, size+size/4)
+		t.all.Range(func(k, v any) bool {
+			m[k.(string)] = v.(*Entry)
+			return true
+		})
+		t.read.Store(&m)
+		t.misses.Store(0)
+		t.rebuilding.Store(false)
+	}()
 }
 
 // GetOrCreate returns the entry of key, creating it if needed. Creating an
@@ -109,59 +117,20 @@ func (t *Table) GetOrCreate(key string) *Entry {
 	if e, ok := t.Get(key); ok {
 		return e
 	}
-	t.mu.Lock()
-	if e, ok := t.getLocked(key); ok {
-		t.mu.Unlock()
-		return e
-	}
-	if t.dirty == nil {
-		t.dirty = make(map[string]*Entry)
-		if m := t.read.Load(); m != nil {
-			for k, e := range *m {
-				if !e.evicted.Load() {
-					t.dirty[k] = e
-				}
-			}
-		}
-	}
 	e := &Entry{Key: key, Policy: t.policy, table: t}
-	t.dirty[key] = e
-	t.mu.Unlock()
+	if v, loaded := t.all.LoadOrStore(key, e); loaded {
+		return v.(*Entry)
+	}
 	t.bound.add(e)
 	return e
 }
 
 // remove drops e from the table (it is already marked evicted).
-func (t *Table) remove(e *Entry) {
-	t.mu.Lock()
-	if t.dirty != nil && t.dirty[e.Key] == e {
-		delete(t.dirty, e.Key)
-	}
-	t.mu.Unlock()
-}
+func (t *Table) remove(e *Entry) { t.all.CompareAndDelete(e.Key, e) }
 
-// Range calls f for every entry of the table, until f returns false. It
-// takes a snapshot under the lock and calls f outside it.
+// Range calls f for every entry of the table, until f returns false.
 func (t *Table) Range(f func(*Entry) bool) {
-	t.mu.Lock()
-	m := t.dirty
-	if m == nil {
-		if r := t.read.Load(); r != nil {
-			m = *r
-		}
-	}
-	all := make([]*Entry, 0, len(m))
-	for _, e := range m {
-		if !e.evicted.Load() {
-			all = append(all, e)
-		}
-	}
-	t.mu.Unlock()
-	for _, e := range all {
-		if !f(e) {
-			return
-		}
-	}
+	t.all.Range(func(_, v any) bool { return f(v.(*Entry)) })
 }
 
 // Bound caps the number of entries across its tables, evicting the least
