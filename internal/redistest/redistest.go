@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,10 +25,15 @@ import (
 // into a test failure.
 const RequireEnv = "RATELEASE_REQUIRE_REDIS"
 
-// Server is a redis-server process started by Start.
+// Server is a redis-server process started by Start. Its methods that
+// kill, restart, pause and resume it act on the process Start made, by PID,
+// and on nothing else; they are for one goroutine at a time.
 type Server struct {
 	// Addr is host:port on 127.0.0.1.
 	Addr   string
+	bin    string
+	dir    string
+	port   int
 	cmd    *exec.Cmd
 	exited chan error // receives cmd.Wait's result once the process is gone
 }
@@ -45,7 +51,11 @@ func Start(t testing.TB) *Server {
 	}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		s, err := start(bin, t.TempDir())
+		port, err := freePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := start(bin, t.TempDir(), port)
 		if err == nil {
 			t.Cleanup(s.stop)
 			return s
@@ -56,45 +66,90 @@ func Start(t testing.TB) *Server {
 	return nil
 }
 
-func start(bin, dir string) (*Server, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin,
-		"--bind", "127.0.0.1", "--port", strconv.Itoa(port),
-		"--save", "", "--appendonly", "no", "--dir", dir,
+func start(bin, dir string, port int) (*Server, error) {
+	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin: bin, dir: dir, port: port}
+	return s, s.run()
+}
+
+// run starts the process on s's port and waits until it answers PING.
+func (s *Server) run() error {
+	cmd := exec.Command(s.bin,
+		"--bind", "127.0.0.1", "--port", strconv.Itoa(s.port),
+		"--save", "", "--appendonly", "no", "--dir", s.dir,
 		"--protected-mode", "yes", "--loglevel", "warning")
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return err
 	}
-	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), cmd: cmd, exited: make(chan error, 1)}
+	s.cmd, s.exited = cmd, make(chan error, 1)
 	go func() { s.exited <- cmd.Wait() }()
+	var err error
+	port := s.port
 	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
 	defer c.Close()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
 		select {
 		case err := <-s.exited:
-			return nil, fmt.Errorf("redis-server on port %d exited: %v", port, err)
+			s.exited <- err // for stop
+			return fmt.Errorf("redis-server on port %d exited: %v", port, err)
 		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		err = c.Ping(ctx).Err()
 		cancel()
 		if err == nil {
-			return s, nil
+			return nil
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	s.stop()
-	return nil, fmt.Errorf("redis-server on port %d did not answer PING within 10s: %v", port, err)
+	return fmt.Errorf("redis-server on port %d did not answer PING within 10s: %v", port, err)
 }
 
 // stop kills the process started for s, by its PID, and waits until it has
-// exited and been reaped.
+// exited and been reaped. Idempotent.
 func (s *Server) stop() {
-	_ = s.cmd.Process.Kill()
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill() // SIGKILL ends a paused process too
 	<-s.exited
+	s.cmd = nil
+}
+
+// Kill kills the server (SIGKILL, by PID) and waits until it is gone: a
+// crash. Its data is lost (persistence is off).
+func (s *Server) Kill() { s.stop() }
+
+// Restart kills the server if it runs and starts a new, empty one on the
+// same port, returning once it answers PING.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.stop()
+	var err error
+	for attempt := 0; attempt < 50; attempt++ { // the port may linger a moment
+		if err = s.run(); err == nil {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("redistest: restart on %s: %v", s.Addr, err)
+}
+
+// Pause stops the server with SIGSTOP: it keeps its connections open and
+// answers nothing, the hardest failure for a client. Resume ends it.
+func (s *Server) Pause(t testing.TB) { s.signal(t, syscall.SIGSTOP) }
+
+// Resume continues a paused server with SIGCONT.
+func (s *Server) Resume(t testing.TB) { s.signal(t, syscall.SIGCONT) }
+
+func (s *Server) signal(t testing.TB, sig syscall.Signal) {
+	t.Helper()
+	if s.cmd == nil {
+		t.Fatal("redistest: the server is not running")
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("redistest: %v to pid %d: %v", sig, s.cmd.Process.Pid, err)
+	}
 }
 
 // Client returns a go-redis client for s, closed when t ends.

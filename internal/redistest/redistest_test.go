@@ -1,0 +1,55 @@
+package redistest_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/ratelease/ratelease/internal/redistest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func ping(c *redis.Client) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	return c.Ping(ctx).Err()
+}
+
+// Pause makes the server answer nothing; Resume brings it back; Kill ends
+// it; Restart brings up a new, empty server on the same address.
+func TestServerFaults(t *testing.T) {
+	s := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer c.Close()
+	if err := c.Set(context.Background(), "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.Pause(t)
+	if err := ping(c); err == nil {
+		t.Fatal("a paused server answered")
+	}
+	s.Resume(t)
+	if err := ping(c); err != nil {
+		// the timed-out connection is dropped; the next one works
+		if err := ping(c); err != nil {
+			t.Fatalf("after Resume: %v", err)
+		}
+	}
+	s.Kill()
+	if err := ping(c); err == nil {
+		t.Fatal("a killed server answered")
+	}
+	s.Restart(t)
+	if err := ping(c); err != nil {
+		if err := ping(c); err != nil {
+			t.Fatalf("after Restart: %v", err)
+		}
+	}
+	if n, _ := c.Exists(context.Background(), "k").Result(); n != 0 {
+		t.Fatal("a restarted server kept its data")
+	}
+}
