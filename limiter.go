@@ -97,6 +97,11 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 		Timeout: cfg.redisTimeout,
 		Guard:   !remote.HonoursDeadlines(client),
 		Leaser:  leaser,
+
+		FailureMode: cfg.failure,
+		Instances:   int64(cfg.instances),
+		MaxKeys:     cfg.maxKeys,
+		Observer:    cfg.observer,
 	})}, nil
 }
 

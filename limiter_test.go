@@ -378,7 +378,7 @@ func TestRedisDown(t *testing.T) {
 	mr := miniredis.RunT(t)
 	c := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
 	defer c.Close()
-	l, err := ratelease.New(c, ratelease.WithExact(), ratelease.WithRedisTimeout(time.Second))
+	l, err := ratelease.New(c, ratelease.WithExact(), ratelease.WithFailureMode(ratelease.FailClosed), ratelease.WithRedisTimeout(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -439,7 +439,7 @@ func TestRedisTimeoutOnHungServer(t *testing.T) {
 		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", honours), func(t *testing.T) {
 			c := redis.NewClient(&redis.Options{Addr: hungServer(t), MaxRetries: -1, ContextTimeoutEnabled: honours})
 			defer c.Close()
-			l, err := ratelease.New(c, ratelease.WithExact(), ratelease.WithRedisTimeout(50*time.Millisecond))
+			l, err := ratelease.New(c, ratelease.WithExact(), ratelease.WithFailureMode(ratelease.FailClosed), ratelease.WithRedisTimeout(50*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -543,7 +543,7 @@ func TestLateGrantIsRefunded(t *testing.T) {
 	defer direct.Close()
 	p := policy(t, "p", ratelease.PerHour(2))
 
-	l, err := ratelease.New(slow, ratelease.WithExact(), ratelease.WithRedisTimeout(50*time.Millisecond))
+	l, err := ratelease.New(slow, ratelease.WithExact(), ratelease.WithFailureMode(ratelease.FailClosed), ratelease.WithRedisTimeout(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ratelease/ratelease/clock"
+	"github.com/ratelease/ratelease/tier"
 )
 
 // Option configures a Limiter in New.
@@ -18,6 +19,9 @@ type optionFunc func(*config) error
 func (f optionFunc) apply(c *config) error { return f(c) }
 
 type config struct {
+	failure      FailureMode
+	instances    int
+	observer     func(BreakerState)
 	exact        bool
 	lease        LeaseConfig
 	maxKeys      int
@@ -174,6 +178,78 @@ func WithRedisTimeout(d time.Duration) Option {
 			return fmt.Errorf("%w: redis timeout %v must be positive", ErrInvalidOption, d)
 		}
 		c.redisTimeout = d
+		return nil
+	})
+}
+
+// FailureMode says how a Limiter decides while Redis is unavailable: while
+// its circuit breaker is open, or when a call fails. Units already leased
+// are used first in every mode.
+type FailureMode = tier.FailureMode
+
+// The failure modes (WithFailureMode).
+const (
+	// FailLocal (the default) decides by per-key local limits at this
+	// instance's share of each limit: Rate/instances per Period and
+	// Burst/instances (at least 1), with x/time/rate. Instances are the
+	// live count last seen in Redis, or WithInstances. Source Fallback.
+	FailLocal = tier.FailLocal
+	// FailOpen admits every request. Source Fallback.
+	FailOpen = tier.FailOpen
+	// FailClosed returns an error wrapping ErrUnavailable and the cause.
+	FailClosed = tier.FailClosed
+)
+
+// BreakerState is the state of a Limiter's circuit breaker (Stats().Breaker
+// and WithObserver).
+type BreakerState = tier.BreakerState
+
+// The circuit breaker's states. It opens after 5 failed Redis calls in a
+// row; while open no call goes to Redis. After a backoff (100ms, doubling
+// after each failed probe up to 5s) one call probes Redis (half-open); its
+// success closes the breaker.
+const (
+	BreakerClosed   = tier.BreakerClosed
+	BreakerOpen     = tier.BreakerOpen
+	BreakerHalfOpen = tier.BreakerHalfOpen
+)
+
+// WithFailureMode sets how requests are decided while Redis is unavailable
+// (default FailLocal). What FailLocal and FailOpen admit during an outage is
+// charged to Redis once it is back, up to each key's capacity, so that the
+// first moments after recovery do not admit a fresh full burst on top.
+func WithFailureMode(m FailureMode) Option {
+	return optionFunc(func(c *config) error {
+		if m > FailClosed {
+			return fmt.Errorf("%w: unknown failure mode %d", ErrInvalidOption, m)
+		}
+		c.failure = m
+		return nil
+	})
+}
+
+// WithInstances fixes the number of instances that FailLocal divides each
+// limit by (default: the live instances last seen in Redis when leasing, 1
+// in exact mode). It must be at least 1.
+func WithInstances(n int) Option {
+	return optionFunc(func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("%w: instances %d must be at least 1", ErrInvalidOption, n)
+		}
+		c.instances = n
+		return nil
+	})
+}
+
+// WithObserver calls f with each new state of the circuit breaker, on the
+// goroutine that changed it: state changes only, never on the hot path. f
+// must not block.
+func WithObserver(f func(BreakerState)) Option {
+	return optionFunc(func(c *config) error {
+		if f == nil {
+			return fmt.Errorf("%w: nil observer", ErrInvalidOption)
+		}
+		c.observer = f
 		return nil
 	})
 }

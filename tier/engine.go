@@ -63,13 +63,27 @@ type Config struct {
 	// answered from local allowances first. Nil: every decision is exact.
 	// The Engine closes it.
 	Leaser *leasesync.Leaser
+	// FailureMode decides requests while Redis is unavailable.
+	FailureMode FailureMode
+	// Instances, when positive, is the number of instances FailLocal divides
+	// each limit by; 0 takes the live-instance count last seen in Redis
+	// (leasing) or 1.
+	Instances int64
+	// MaxKeys bounds the keys FailLocal keeps limits for (default 100,000).
+	MaxKeys int
+	// Observer, when not nil, is called with each new state of the circuit
+	// breaker, on the goroutine that changed it: it must not block.
+	Observer func(BreakerState)
 }
 
 // Engine decides requests. Create it with New; it is safe for concurrent use.
 type Engine struct {
-	store   *remote.Store
-	clock   clock.Clock
-	timeout time.Duration
+	store    *remote.Store
+	clock    clock.Clock
+	base     time.Time // the breaker's time is ns since base
+	breaker  *breaker
+	fallback *fallback
+	timeout  time.Duration
 	guard   bool
 	leaser  *leasesync.Leaser
 	tables  sync.Map // *remote.Policy -> *local.Table
@@ -84,17 +98,19 @@ type Engine struct {
 
 // counters are the engine's statistics, updated atomically.
 type counters struct {
-	allowed, denied    atomic.Uint64 // of Remote and Cached decisions
+	allowed, denied    atomic.Uint64 // of Remote, Cached and Fallback decisions
 	remote, cached     atomic.Uint64
+	fallback           atomic.Uint64
 	roundTrips, errors atomic.Uint64
+	charged            atomic.Uint64
 }
 
 // Stats is a snapshot of an Engine's counters since New.
 type Stats struct {
 	// Allowed and Denied count decisions, each attempt of a Wait included.
 	Allowed, Denied uint64
-	// Local, Remote and Cached count decisions by Source.
-	Local, Remote, Cached uint64
+	// Local, Remote, Cached and Fallback count decisions by Source.
+	Local, Remote, Cached, Fallback uint64
 	// RoundTrips counts Redis round trips (one pipeline of leases or
 	// refunds counts one, and so does each membership heartbeat); Errors the
 	// calls that failed.
@@ -106,11 +122,72 @@ type Stats struct {
 	// Instances is the number of live Limiter instances last seen in Redis
 	// (1 in exact mode).
 	Instances int64
+	// Breaker is the circuit breaker's state now; BreakerOpens counts the
+	// times it opened. UnitsCharged counts the units admitted during outages
+	// (FailLocal, FailOpen) and charged to Redis once it was back.
+	Breaker      BreakerState
+	BreakerOpens uint64
+	UnitsCharged uint64
 }
 
 // New returns an Engine for cfg.
 func New(cfg Config) *Engine {
-	return &Engine{store: cfg.Store, clock: cfg.Clock, timeout: cfg.Timeout, guard: cfg.Guard, leaser: cfg.Leaser}
+	e := &Engine{store: cfg.Store, clock: cfg.Clock, base: cfg.Clock.Now(), timeout: cfg.Timeout, guard: cfg.Guard, leaser: cfg.Leaser}
+	instances := func() int64 { return 1 }
+	switch {
+	case cfg.Instances > 0:
+		instances = func() int64 { return cfg.Instances }
+	case cfg.Leaser != nil:
+		instances = cfg.Leaser.Instances
+	}
+	maxKeys := cfg.MaxKeys
+	if maxKeys <= 0 {
+		maxKeys = 100_000
+	}
+	e.fallback = newFallback(cfg.FailureMode, maxKeys, instances)
+	e.breaker = newBreaker(cfg.Observer, e.chargeOutage)
+	return e
+}
+
+// nanos is the breaker's time: ns on the engine's clock since New.
+func (e *Engine) nanos() int64 { return int64(e.clock.Now().Sub(e.base)) }
+
+// unavailable decides a request while Redis cannot (cause says why), by the
+// failure mode.
+func (e *Engine) unavailable(p *remote.Policy, key string, n int64, cause error) (Decision, error) {
+	d, err := e.fallback.decide(p, key, n, e.clock.Now(), cause)
+	if err != nil {
+		return Decision{}, err
+	}
+	e.stats.fallback.Add(1)
+	if d.Allowed {
+		e.stats.allowed.Add(1)
+	} else {
+		e.stats.denied.Add(1)
+	}
+	return d, nil
+}
+
+// chargeOutage charges to Redis what the fallback admitted while it was
+// unavailable, once the breaker has closed: one pipeline, bounded by the
+// timeout. Close waits for it.
+func (e *Engine) chargeOutage() {
+	e.mu.Lock()
+	if e.closed.Load() {
+		e.mu.Unlock()
+		return
+	}
+	e.inflight.Add(1)
+	e.mu.Unlock()
+	defer e.inflight.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+	defer cancel()
+	e.stats.roundTrips.Add(1)
+	n, err := e.fallback.charge(ctx, e.store)
+	if err != nil {
+		e.stats.errors.Add(1)
+	}
+	e.stats.charged.Add(uint64(n))
 }
 
 // Allow decides whether n units of key may be used now, charging them if so.
@@ -125,7 +202,7 @@ func (e *Engine) Allow(ctx context.Context, p *remote.Policy, key string, n int6
 		t := e.table(p)
 		now := e.leaser.Now()
 		if ent, ok := t.Get(key); ok && ent.Take(n, now) {
-			if ent.Units() < ent.LowWater.Load() {
+			if ent.Units() < ent.LowWater.Load() && e.breaker.State() == BreakerClosed {
 				e.leaser.Prefetch(p, ent)
 			}
 			return e.localDecision(ent, now), nil
@@ -135,13 +212,55 @@ func (e *Engine) Allow(ctx context.Context, p *remote.Policy, key string, n int6
 	return e.allowExact(ctx, p, key, n)
 }
 
-// allowExact decides with one Redis call.
+// allowExact decides with one Redis call, or by the failure mode.
 func (e *Engine) allowExact(ctx context.Context, p *remote.Policy, key string, n int64) (Decision, error) {
-	d, err := e.acquire(ctx, remote.Request{Policy: p, Key: key, Min: n, Max: n})
+	d, cause, err := e.acquireGuarded(ctx, remote.Request{Policy: p, Key: key, Min: n, Max: n})
 	if err != nil {
 		return Decision{}, err
 	}
+	if cause != nil {
+		return e.unavailable(p, key, n, cause)
+	}
 	return e.decided(d), nil
+}
+
+// acquireGuarded makes one acquire call through the breaker. cause is not
+// nil when Redis could not decide (the breaker is open, or the call failed);
+// err is the caller's context error.
+func (e *Engine) acquireGuarded(ctx context.Context, r remote.Request) (d remote.Decision, cause, err error) {
+	ok, probe, cause := e.breaker.allow(e.nanos())
+	if !ok {
+		return remote.Decision{}, cause, nil
+	}
+	d, err = e.acquire(ctx, r)
+	return d, e.outcome(probe, err), e.callerErr(err)
+}
+
+// outcome reports a call's result to the breaker and returns the cause of a
+// Redis failure, or nil (success, or the caller's own context ended).
+func (e *Engine) outcome(probe bool, err error) error {
+	switch {
+	case err == nil:
+		e.breaker.success()
+		return nil
+	case errors.Is(err, ErrUnavailable):
+		e.breaker.failure(e.nanos(), probe, err)
+		return err
+	default: // the caller's context, or closed
+		if probe {
+			e.breaker.abort(e.nanos())
+		}
+		return nil
+	}
+}
+
+// callerErr is err unless it is a Redis failure (which the failure mode
+// handles).
+func (e *Engine) callerErr(err error) error {
+	if err == nil || errors.Is(err, ErrUnavailable) {
+		return nil
+	}
+	return err
 }
 
 // Wait blocks until n units of key are granted, or ctx ends. It sleeps on
@@ -169,9 +288,19 @@ func (e *Engine) Wait(ctx context.Context, p *remote.Policy, key string, n int64
 		if e.closed.Load() {
 			return ErrClosed
 		}
-		d, err := e.acquire(ctx, remote.Request{Policy: p, Key: key, Min: n, Max: n, Reserve: reserve})
+		d, cause, err := e.acquireGuarded(ctx, remote.Request{Policy: p, Key: key, Min: n, Max: n, Reserve: reserve})
 		if err != nil {
 			return err
+		}
+		if cause != nil { // Redis unavailable: the failure mode decides
+			fd, err := e.unavailable(p, key, n, cause)
+			if err != nil || fd.Allowed {
+				return err
+			}
+			if err := e.sleep(ctx, fd.RetryAfter); err != nil {
+				return err
+			}
+			continue
 		}
 		e.decided(d)
 		if d.Granted > 0 {
@@ -231,18 +360,28 @@ func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, t *local.Tab
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
 	}
+	ok, probe, cause := e.breaker.allow(e.nanos())
+	if !ok {
+		return e.unavailable(p, key, n, cause)
+	}
 	lctx, cancel := e.bounded(ctx)
 	defer cancel()
 	d, taken, err := e.leaser.Lease(lctx, p, ent, n)
 	if err != nil {
-		if errors.Is(err, leasesync.ErrClosed) {
-			return Decision{}, ErrClosed
+		switch {
+		case errors.Is(err, leasesync.ErrClosed):
+			err = ErrClosed
+		case ctx.Err() != nil:
+			err = ctx.Err()
+		default:
+			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
-		if cerr := ctx.Err(); cerr != nil {
-			return Decision{}, cerr
+		if cause := e.outcome(probe, err); cause != nil {
+			return e.unavailable(p, key, n, cause)
 		}
-		return Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return Decision{}, err
 	}
+	e.breaker.success()
 	if taken { // a concurrent lease filled the allowance
 		return e.localDecision(ent, now), nil
 	}
@@ -262,7 +401,7 @@ func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, t *local.Tab
 // some were left. done is false on a miss.
 func (e *Engine) fromLocal(p *remote.Policy, ent *local.Entry, n, now int64) (Decision, bool) {
 	if ent.Take(n, now) {
-		if ent.Units() < ent.LowWater.Load() {
+		if ent.Units() < ent.LowWater.Load() && e.breaker.State() == BreakerClosed {
 			e.leaser.Prefetch(p, ent)
 		}
 		return e.localDecision(ent, now), true
@@ -449,8 +588,9 @@ func (e *Engine) Stats() Stats {
 	s := &e.stats
 	st := Stats{
 		Allowed: s.allowed.Load(), Denied: s.denied.Load(),
-		Remote: s.remote.Load(), Cached: s.cached.Load(),
+		Remote: s.remote.Load(), Cached: s.cached.Load(), Fallback: s.fallback.Load(),
 		RoundTrips: s.roundTrips.Load(), Errors: s.errors.Load(), Instances: 1,
+		Breaker: e.breaker.State(), BreakerOpens: e.breaker.opens.Load(), UnitsCharged: s.charged.Load(),
 	}
 	if e.leaser != nil {
 		ls := e.leaser.Stats()

@@ -3,6 +3,8 @@ package tier_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,7 +35,7 @@ func newEngine(t *testing.T, lease int64) (*tier.Engine, *redistest.Mini) {
 			t.Fatal(err)
 		}
 	}
-	e := tier.New(tier.Config{Store: store, Clock: clk, Timeout: 300 * time.Millisecond, Guard: true, Leaser: l})
+	e := tier.New(tier.Config{Store: store, Clock: clk, Timeout: 300 * time.Millisecond, Guard: true, Leaser: l, FailureMode: tier.FailClosed})
 	t.Cleanup(func() { _ = e.Close() })
 	return e, mr
 }
@@ -135,6 +137,158 @@ func TestRedisGone(t *testing.T) {
 		cancel()
 		if _, err := e.Allow(ctx, p, "new", 1); err != context.Canceled {
 			t.Fatalf("lease %d: cancelled context: %v, want context.Canceled unwrapped", lease, err)
+		}
+	}
+}
+
+// newDegrading returns a leasing engine in mode m on a miniredis, with a
+// manual clock, counting every breaker state it reports.
+func newDegrading(t *testing.T, m tier.FailureMode, instances int64) (*tier.Engine, *redistest.Mini, *clock.Manual, *[]tier.BreakerState) {
+	t.Helper()
+	mr := redistest.StartMini(t)
+	store := remote.NewStore(mr.Client(t), "t")
+	clk := clock.NewManual(mr.Now())
+	l, err := leasesync.New(store, clk, leasesync.Config{Min: 5, Max: 5, Refresh: time.Second,
+		TTL: time.Hour, LowWater: 0.01, Timeout: 300 * time.Millisecond, Heartbeat: time.Hour, MaxKeys: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	states := &[]tier.BreakerState{}
+	e := tier.New(tier.Config{Store: store, Clock: clk, Timeout: 300 * time.Millisecond, Guard: true, Leaser: l,
+		FailureMode: m, Instances: instances, Observer: func(s tier.BreakerState) {
+			mu.Lock()
+			*states = append(*states, s)
+			mu.Unlock()
+		}})
+	t.Cleanup(func() { _ = e.Close() })
+	return e, mr, clk, states
+}
+
+// The breaker opens after five failures in a row, stops calling Redis,
+// probes after its backoff (doubling after a failed probe), and closes when
+// a probe succeeds.
+func TestBreaker(t *testing.T) {
+	e, mr, clk, states := newDegrading(t, tier.FailOpen, 1)
+	p := perHour(t, 1000)
+	ctx := context.Background()
+	mr.Close()
+	for i := 0; i < 5; i++ {
+		if d, err := e.Allow(ctx, p, fmt.Sprint("k", i), 1); err != nil || !d.Allowed || d.Source != tier.Fallback {
+			t.Fatalf("request %d with Redis down: %+v, %v", i, d, err)
+		}
+	}
+	if s := e.Stats(); s.Breaker != tier.BreakerOpen || s.BreakerOpens != 1 {
+		t.Fatalf("after 5 failures: %+v", s)
+	}
+	calls := e.Stats().RoundTrips
+	for i := 0; i < 100; i++ {
+		if d, _ := e.Allow(ctx, p, "k", 1); d.Source != tier.Fallback {
+			t.Fatalf("open breaker: %+v", d)
+		}
+	}
+	if got := e.Stats().RoundTrips - calls; got != 0 {
+		t.Fatalf("an open breaker made %d round trips", got)
+	}
+	clk.Advance(100 * time.Millisecond) // the backoff: one probe, which fails
+	e.Allow(ctx, p, "k", 1)
+	if s := e.Stats(); s.Breaker != tier.BreakerOpen {
+		t.Fatalf("after a failed probe: %v", s.Breaker)
+	}
+	clk.Advance(100 * time.Millisecond) // the backoff doubled: not yet
+	calls = e.Stats().RoundTrips
+	e.Allow(ctx, p, "k", 1)
+	if got := e.Stats().RoundTrips - calls; got != 0 {
+		t.Fatalf("probed before the doubled backoff (%d round trips)", got)
+	}
+	if err := mr.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(100 * time.Millisecond)
+	if d, err := e.Allow(ctx, p, "k", 1); err != nil || d.Source != tier.Remote {
+		t.Fatalf("the probe after Redis came back: %+v, %v", d, err)
+	}
+	want := []tier.BreakerState{tier.BreakerOpen, tier.BreakerHalfOpen, tier.BreakerOpen, tier.BreakerHalfOpen, tier.BreakerClosed}
+	if fmt.Sprint(*states) != fmt.Sprint(want) {
+		t.Fatalf("observed %v, want %v", *states, want)
+	}
+}
+
+// FailLocal limits each key to this instance's share; FailClosed fails with
+// ErrUnavailable; units already leased are used first in every mode.
+func TestFailureModes(t *testing.T) {
+	p := perHour(t, 10)
+	ctx := context.Background()
+
+	e, mr, _, _ := newDegrading(t, tier.FailLocal, 2)
+	mr.Close()
+	allowed := 0
+	for i := 0; i < 10; i++ {
+		d, err := e.Allow(ctx, p, "k", 1)
+		if err != nil || d.Source != tier.Fallback {
+			t.Fatalf("FailLocal: %+v, %v", d, err)
+		}
+		if d.Allowed {
+			allowed++
+		} else if d.RetryAfter <= 0 {
+			t.Fatalf("FailLocal denial without RetryAfter: %+v", d)
+		}
+	}
+	if allowed != 5 {
+		t.Fatalf("FailLocal admitted %d, want Burst/instances = 5", allowed)
+	}
+
+	e, mr, _, _ = newDegrading(t, tier.FailClosed, 1)
+	big := perHour(t, 100)
+	if d, err := e.Allow(ctx, big, "held", 1); err != nil || d.Source != tier.Remote {
+		t.Fatal(d, err) // a lease of 5: 4 held
+	}
+	mr.Close()
+	if _, err := e.Allow(ctx, p, "k", 1); !errors.Is(err, tier.ErrUnavailable) {
+		t.Fatalf("FailClosed: %v, want ErrUnavailable", err)
+	}
+	for i := 0; i < 4; i++ {
+		if d, err := e.Allow(ctx, big, "held", 1); err != nil || d.Source != tier.Local {
+			t.Fatalf("FailClosed, leased unit %d: %+v, %v", i, d, err)
+		}
+	}
+	if _, err := e.Allow(ctx, big, "held", 1); !errors.Is(err, tier.ErrUnavailable) {
+		t.Fatalf("FailClosed, past the leased units: %v, want ErrUnavailable", err)
+	}
+}
+
+// What FailLocal admits during an outage is charged to Redis when the
+// breaker closes again: the limit does not start afresh on top of it.
+func TestOutageIsCharged(t *testing.T) {
+	e, mr, clk, _ := newDegrading(t, tier.FailLocal, 1)
+	p := perHour(t, 10)
+	ctx := context.Background()
+	mr.Close()
+	for i := 0; i < 6; i++ { // 1 failure per call: the breaker opens at 5
+		e.Allow(ctx, p, "k", 1)
+	}
+	if err := mr.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second)
+	if d, err := e.Allow(ctx, p, "other", 1); err != nil || d.Source != tier.Remote {
+		t.Fatalf("after recovery: %+v, %v", d, err)
+	}
+	waitFor(t, func() bool { return e.Stats().UnitsCharged == 6 })
+	// 6 of k's 10 are gone: 4 are left.
+	for i := 0; i < 5; i++ {
+		d, err := e.Allow(ctx, p, "k", 1)
+		if err != nil || d.Allowed != (i < 4) {
+			t.Fatalf("after the charge, request %d: %+v, %v", i, d, err)
+		}
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("condition not met within 5s")
 		}
 	}
 }

@@ -1,0 +1,167 @@
+package tier
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"golang.org/x/time/rate"
+
+	"github.com/ratelease/ratelease/remote"
+)
+
+// FailureMode says how requests are decided while Redis is unavailable
+// (the breaker is open, or a call failed). Units already leased are used
+// first in every mode.
+type FailureMode uint8
+
+// The failure modes.
+const (
+	// FailLocal decides by per-key local limits at this instance's share of
+	// each limit: Rate/instances per Period, Burst/instances (at least 1).
+	// Source Fallback.
+	FailLocal FailureMode = iota
+	// FailOpen admits every request. Source Fallback.
+	FailOpen
+	// FailClosed denies with an error wrapping ErrUnavailable and the cause.
+	FailClosed
+)
+
+func (m FailureMode) String() string {
+	switch m {
+	case FailLocal:
+		return "fail-local"
+	case FailOpen:
+		return "fail-open"
+	case FailClosed:
+		return "fail-closed"
+	}
+	return "unknown"
+}
+
+// fallback decides while Redis is unavailable, and remembers what it
+// admitted per key, to be charged to Redis once it is back.
+type fallback struct {
+	mode      FailureMode
+	instances func() int64
+	mu        sync.Mutex
+	keys      *simplelru.LRU[fallbackKey, *fallbackEntry] // requires mu held
+}
+
+type fallbackKey struct {
+	p   *remote.Policy
+	key string
+}
+
+// fallbackEntry is one key's local limits (FailLocal) and what was admitted
+// for it during the outage.
+type fallbackEntry struct {
+	limits   []*rate.Limiter // one per limit of the policy; guarded by fallback.mu
+	admitted atomic.Int64
+}
+
+func newFallback(mode FailureMode, maxKeys int, instances func() int64) *fallback {
+	keys, _ := simplelru.NewLRU[fallbackKey, *fallbackEntry](maxKeys, nil)
+	return &fallback{mode: mode, instances: instances, keys: keys}
+}
+
+// decide decides n units of key at now, Redis being unavailable for cause.
+func (f *fallback) decide(p *remote.Policy, key string, n int64, now time.Time, cause error) (Decision, error) {
+	switch f.mode {
+	case FailClosed:
+		return Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, cause)
+	case FailOpen:
+		f.entry(p, key).admitted.Add(n)
+		return Decision{Allowed: true, Source: Fallback, Remaining: -1}, nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e := f.entryLocked(p, key)
+	// All limits or none: reserve on each, cancel all if one would wait.
+	var wait time.Duration
+	var refused bool
+	rs := make([]*rate.Reservation, 0, len(e.limits))
+	for _, l := range e.limits {
+		r := l.ReserveN(now, int(n))
+		rs = append(rs, r)
+		if !r.OK() {
+			refused = true
+		} else if d := r.DelayFrom(now); d > wait {
+			wait = d
+		}
+	}
+	if refused || wait > 0 {
+		for _, r := range rs {
+			r.CancelAt(now)
+		}
+		if refused { // n is above this instance's share of the burst
+			wait = p.Limits()[0].Period
+		}
+		return Decision{Source: Fallback, RetryAfter: wait}, nil
+	}
+	e.admitted.Add(n)
+	least := int64(-1)
+	for _, l := range e.limits {
+		if t := int64(l.TokensAt(now)); least < 0 || t < least {
+			least = t
+		}
+	}
+	return Decision{Allowed: true, Source: Fallback, Remaining: max(0, least)}, nil
+}
+
+// entry returns key's entry, making it if needed.
+func (f *fallback) entry(p *remote.Policy, key string) *fallbackEntry {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.entryLocked(p, key)
+}
+
+// entryLocked returns key's entry, making its limits at this instance's
+// share of each of p's. Requires mu held.
+func (f *fallback) entryLocked(p *remote.Policy, key string) *fallbackEntry {
+	k := fallbackKey{p, key}
+	if e, ok := f.keys.Get(k); ok {
+		return e
+	}
+	share := float64(max(1, f.instances()))
+	e := &fallbackEntry{}
+	for _, l := range p.Limits() {
+		perSecond := float64(l.Rate) / l.Period.Seconds() / share
+		burst := max(1, int(float64(l.Burst)/share))
+		e.limits = append(e.limits, rate.NewLimiter(rate.Limit(perSecond), burst))
+	}
+	f.keys.Add(k, e)
+	return e
+}
+
+// charge takes what was admitted during the outage and charges it to
+// Redis, in one pipeline: at most each policy's capacity per key, and only
+// what fits (a limit with no room is left as it is). It returns the units
+// charged. The local limits are dropped: the next outage starts afresh.
+func (f *fallback) charge(ctx context.Context, store *remote.Store) (charged int64, err error) {
+	f.mu.Lock()
+	var rs []remote.Request
+	for _, k := range f.keys.Keys() {
+		e, _ := f.keys.Peek(k)
+		if n := e.admitted.Swap(0); n > 0 {
+			rs = append(rs, remote.Request{Policy: k.p, Key: k.key, Min: 1, Max: min(n, k.p.Capacity()), Share: 1})
+		}
+	}
+	f.keys.Purge()
+	f.mu.Unlock()
+	if len(rs) == 0 {
+		return 0, nil
+	}
+	ds, errs := store.AcquireBatch(ctx, rs)
+	for i := range ds {
+		if errs[i] != nil {
+			err = errs[i]
+			continue
+		}
+		charged += ds[i].Granted
+	}
+	return charged, err
+}
