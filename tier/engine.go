@@ -84,10 +84,10 @@ type Engine struct {
 	breaker  *breaker
 	fallback *fallback
 	timeout  time.Duration
-	guard   bool
-	leaser  *leasesync.Leaser
-	tables  sync.Map // *remote.Policy -> *local.Table
-	closed  atomic.Bool
+	guard    bool
+	leaser   *leasesync.Leaser
+	tables   sync.Map // *remote.Policy -> *local.Table
+	closed   atomic.Bool
 	// inflight counts guarded calls still running; Close waits for them.
 	// mu orders inflight.Add before Close's Wait: guarded calls register
 	// under it only while the engine is open, and Close sets closed under it.
