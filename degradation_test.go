@@ -2,6 +2,7 @@ package ratelease_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -142,5 +143,34 @@ func TestHungRedisFailsLocal(t *testing.T) {
 	}
 	if s := l.Stats(); s.Breaker != ratelease.BreakerClosed || s.BreakerOpens == 0 {
 		t.Errorf("Stats after recovery: %+v", s)
+	}
+}
+
+// Close during an outage returns within about one Redis timeout, although
+// Redis takes back none of the units held (they return by themselves when
+// their keys' state expires); goleak (TestMain) checks nothing is left.
+func TestCloseDuringOutage(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	const timeout = 100 * time.Millisecond
+	l, err := ratelease.New(c, ratelease.WithRedisTimeout(timeout), ratelease.WithLease(ratelease.LeaseConfig{Min: 10}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := policy(t, "close", ratelease.PerSecond(1000))
+	for i := 0; i < 50; i++ { // units held on 50 keys
+		if _, err := l.Allow(context.Background(), p, fmt.Sprint("k", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Pause(t)
+	defer srv.Resume(t)
+	start := time.Now()
+	_ = l.Close()
+	took := time.Since(start)
+	t.Logf("Close with Redis hung took %v", took)
+	if took > timeout+100*time.Millisecond {
+		t.Fatalf("Close took %v with a %v Redis timeout", took, timeout)
 	}
 }

@@ -104,7 +104,10 @@ type Leaser struct {
 
 	stop    chan struct{}
 	stopped atomic.Bool
-	wg      stdsync.WaitGroup
+	// closeCtx bounds what Close sends (the last refunds, the leave): one
+	// Redis timeout from Close's start. Set before stop is closed.
+	closeCtx context.Context
+	wg       stdsync.WaitGroup
 
 	stats struct {
 		leases, denied, roundTrips, errors atomic.Uint64
@@ -416,17 +419,18 @@ func (l *Leaser) batcher() {
 		select {
 		case <-l.work:
 		case <-l.stop:
-			for l.flush() { // what Close queued
+			for l.flush(l.closeCtx) { // what Close queued, within Close's bound
 			}
 			return
 		}
-		for l.flush() {
+		for l.flush(nil) {
 		}
 	}
 }
 
-// flush sends one batch of each queue; it reports whether anything was sent.
-func (l *Leaser) flush() bool {
+// flush sends one batch of each queue, within ctx, or the timeout when ctx
+// is nil; it reports whether anything was sent.
+func (l *Leaser) flush(ctx context.Context) bool {
 	l.mu.Lock()
 	calls := l.calls[:min(len(l.calls), maxBatch)]
 	l.calls = l.calls[len(calls):]
@@ -436,8 +440,11 @@ func (l *Leaser) flush() bool {
 	if len(calls) == 0 && len(backs) == 0 {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Timeout)
-	defer cancel()
+	if ctx == nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.Background(), l.cfg.Timeout)
+		defer cancel()
+	}
 	if len(calls) > 0 {
 		rs := make([]remote.Request, len(calls))
 		for i, c := range calls {
@@ -501,6 +508,9 @@ func (l *Leaser) heartbeat() {
 	beat := func(leave bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Timeout)
 		defer cancel()
+		if leave {
+			ctx = l.closeCtx
+		}
 		l.stats.roundTrips.Add(1)
 		n, err := l.store.Heartbeat(ctx, l.id, 3*l.cfg.Heartbeat, leave)
 		if err != nil {
@@ -531,8 +541,11 @@ func (l *Leaser) heartbeat() {
 }
 
 // Close refunds every unit held, leaves the membership and stops the
-// goroutines; it returns when they are done (each Redis call bounded by
-// the timeout). Idempotent.
+// goroutines. It returns when they are done, within about one Redis timeout
+// even when Redis does not answer (calls in flight end by their own
+// timeouts, which started earlier; what Close sends shares one). Units
+// Redis does not take back return by themselves when their keys' state
+// expires. Idempotent.
 func (l *Leaser) Close() {
 	l.mu.Lock()
 	first := !l.stopped.Swap(true) // no lease starts after this
@@ -540,6 +553,9 @@ func (l *Leaser) Close() {
 	if !first {
 		return
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Timeout)
+	defer cancel()
+	l.closeCtx = ctx
 	l.bound.Clear()  // queues the refunds of every unit held
 	l.pending.Wait() // leases in flight land, and are refunded (their entries are gone)
 	close(l.stop)    // the batcher sends what is queued, then stops
