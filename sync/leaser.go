@@ -105,9 +105,13 @@ type Leaser struct {
 	stop    chan struct{}
 	stopped atomic.Bool
 	// closeCtx bounds what Close sends (the last refunds, the leave): one
-	// Redis timeout from Close's start. Set before stop is closed.
+	// Redis timeout from Close's start. Set with stopped, under mu.
 	closeCtx context.Context
-	wg       stdsync.WaitGroup
+	// closing is cancelled when Close begins: a heartbeat in flight then
+	// stops waiting (the leave follows).
+	closing context.Context
+	cancel  context.CancelFunc
+	wg      stdsync.WaitGroup
 
 	stats struct {
 		leases, denied, roundTrips, errors atomic.Uint64
@@ -143,6 +147,7 @@ func New(store *remote.Store, clk clock.Clock, cfg Config) (*Leaser, error) {
 	if el, ok := clk.(clock.Elapsed); ok {
 		l.elapsed, l.skew = el, el.Elapsed()
 	}
+	l.closing, l.cancel = context.WithCancel(context.Background())
 	l.members.Store(1)
 	l.bound = local.NewBound(cfg.MaxKeys, func(e *local.Entry, units, at int64) {
 		l.goneHits.Add(e.Hits())
@@ -419,19 +424,23 @@ func (l *Leaser) batcher() {
 		select {
 		case <-l.work:
 		case <-l.stop:
-			for l.flush(l.closeCtx) { // what Close queued, within Close's bound
+			for l.flush() { // what Close queued
 			}
 			return
 		}
-		for l.flush(nil) {
+		for l.flush() {
 		}
 	}
 }
 
-// flush sends one batch of each queue, within ctx, or the timeout when ctx
-// is nil; it reports whether anything was sent.
-func (l *Leaser) flush(ctx context.Context) bool {
+// flush sends one batch of each queue, within the timeout, or once Close
+// has begun within Close's bound; it reports whether anything was sent.
+func (l *Leaser) flush() bool {
+	ctx := context.Context(nil)
 	l.mu.Lock()
+	if l.stopped.Load() {
+		ctx = l.closeCtx
+	}
 	calls := l.calls[:min(len(l.calls), maxBatch)]
 	l.calls = l.calls[len(calls):]
 	backs := l.backs[:min(len(l.backs), maxBatch)]
@@ -506,10 +515,12 @@ func (l *Leaser) sweeper() {
 func (l *Leaser) heartbeat() {
 	defer l.wg.Done()
 	beat := func(leave bool) {
-		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Timeout)
+		ctx, cancel := context.WithTimeout(l.closing, l.cfg.Timeout)
 		defer cancel()
 		if leave {
+			l.mu.Lock()
 			ctx = l.closeCtx
+			l.mu.Unlock()
 		}
 		l.stats.roundTrips.Add(1)
 		n, err := l.store.Heartbeat(ctx, l.id, 3*l.cfg.Heartbeat, leave)
@@ -547,15 +558,18 @@ func (l *Leaser) heartbeat() {
 // Redis does not take back return by themselves when their keys' state
 // expires. Idempotent.
 func (l *Leaser) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Timeout)
+	defer cancel()
 	l.mu.Lock()
 	first := !l.stopped.Swap(true) // no lease starts after this
+	if first {
+		l.closeCtx = ctx
+	}
 	l.mu.Unlock()
 	if !first {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Timeout)
-	defer cancel()
-	l.closeCtx = ctx
+	l.cancel()       // a heartbeat in flight stops waiting
 	l.bound.Clear()  // queues the refunds of every unit held
 	l.pending.Wait() // leases in flight land, and are refunded (their entries are gone)
 	close(l.stop)    // the batcher sends what is queued, then stops

@@ -9,14 +9,16 @@ import (
 )
 
 // Proxy is a TCP proxy on 127.0.0.1 in front of one server, for fault
-// tests: it can delay every reply. It is stopped, with all its connections,
-// when the test that made it ends.
+// tests: it can delay every reply, drop every byte (a black hole: the
+// connections stay open and nothing arrives), and cut every connection. It
+// is stopped, with all its connections, when the test that made it ends.
 type Proxy struct {
 	// Addr is the proxy's host:port; point the client here.
 	Addr   string
 	target string
 	ln     net.Listener
 	delay  atomic.Int64
+	drop   atomic.Bool
 
 	mu    sync.Mutex
 	conns []net.Conn
@@ -39,6 +41,19 @@ func NewProxy(t testing.TB, target string) *Proxy {
 
 // SetDelay delays every reply from the server by d from now on.
 func (p *Proxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
+
+// SetDrop makes the proxy discard every byte, both ways, while on.
+func (p *Proxy) SetDrop(on bool) { p.drop.Store(on) }
+
+// Cut closes every connection made so far; clients must reconnect.
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
 
 func (p *Proxy) accept() {
 	defer p.wg.Done()
@@ -68,7 +83,7 @@ func (p *Proxy) pipe(dst, src net.Conn, delayed bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 {
+		if n > 0 && !p.drop.Load() {
 			if d := time.Duration(p.delay.Load()); delayed && d > 0 {
 				time.Sleep(d)
 			}

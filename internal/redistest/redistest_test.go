@@ -53,3 +53,31 @@ func TestServerFaults(t *testing.T) {
 		t.Fatal("a restarted server kept its data")
 	}
 }
+
+// The proxy delays, drops and cuts.
+func TestProxyFaults(t *testing.T) {
+	s := redistest.Start(t)
+	p := redistest.NewProxy(t, s.Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer c.Close()
+	if err := ping(c); err != nil {
+		t.Fatal(err)
+	}
+	p.SetDelay(300 * time.Millisecond)
+	if err := ping(c); err == nil {
+		t.Fatal("a reply delayed 300ms beat a 200ms deadline")
+	}
+	p.SetDelay(0)
+	p.SetDrop(true)
+	if err := ping(c); err == nil {
+		t.Fatal("a dropping proxy let a reply through")
+	}
+	p.SetDrop(false)
+	p.Cut()
+	for i := 0; i < 3; i++ { // the first tries may use a cut connection
+		if err := ping(c); err == nil {
+			return
+		}
+	}
+	t.Fatal("no reply after Cut and reconnecting")
+}
