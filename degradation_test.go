@@ -102,7 +102,9 @@ func TestRedisFaults(t *testing.T) {
 			func(t *testing.T, srv *redistest.Server, _ *redistest.Proxy) { srv.Kill() },
 			func(t *testing.T, srv *redistest.Server, _ *redistest.Proxy) { srv.Restart(t) }},
 		{"slow 200ms", true,
-			func(t *testing.T, _ *redistest.Server, proxy *redistest.Proxy) { proxy.SetDelay(200 * time.Millisecond) },
+			func(t *testing.T, _ *redistest.Server, proxy *redistest.Proxy) {
+				proxy.SetDelay(200 * time.Millisecond)
+			},
 			func(t *testing.T, _ *redistest.Server, proxy *redistest.Proxy) { proxy.SetDelay(0) }},
 		{"dropped", true,
 			func(t *testing.T, _ *redistest.Server, proxy *redistest.Proxy) { proxy.SetDrop(true) },
