@@ -3,6 +3,7 @@ package ratelease_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -207,5 +208,120 @@ func TestCloseDuringOutage(t *testing.T) {
 	t.Logf("Close with Redis hung took %v", took)
 	if took > timeout+100*time.Millisecond {
 		t.Fatalf("Close took %v with a %v Redis timeout", took, timeout)
+	}
+}
+
+// Chaos: for 20 s, faults picked at random with a fixed seed (hung, killed
+// and restarted, slow, dropped, none) under load on three FailLocal
+// instances sharing one key, and one FailOpen instance on another. No call
+// fails, nothing panics, and the three together never admit more than
+// Burst + Rate·T plus the documented outage allowance: 2·Burst per outage
+// of an instance, shared by the instances (its fallback's fresh burst, and
+// the bucket's refill should the recovery charge fail), and Burst per
+// restart of Redis (an empty Redis starts full).
+func TestChaos(t *testing.T) {
+	const (
+		rate, burst = 1000, 100
+		instances   = 3
+		runFor      = 20 * time.Second
+	)
+	srv := redistest.Start(t)
+	proxy := redistest.NewProxy(t, srv.Addr)
+	newLimiter := func(opts ...ratelease.Option) *ratelease.Limiter {
+		c := redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = c.Close() })
+		l, err := ratelease.New(c, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	p := policy(t, "chaos", ratelease.Limit{Rate: rate, Period: time.Second, Burst: burst})
+	var ls []*ratelease.Limiter
+	for i := 0; i < instances; i++ {
+		ls = append(ls, newLimiter(ratelease.WithInstances(instances)))
+	}
+	open := newLimiter(ratelease.WithFailureMode(ratelease.FailOpen))
+
+	var admitted, errs atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	load := func(l *ratelease.Limiter, key string, count bool) {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			res, err := l.Allow(context.Background(), p, key)
+			if err != nil {
+				errs.Add(1)
+				t.Errorf("Allow: %v", err)
+				return
+			}
+			if count && res.Allowed {
+				admitted.Add(1)
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	start := time.Now()
+	for _, l := range ls {
+		for g := 0; g < 3; g++ {
+			wg.Add(1)
+			go load(l, "shared", true)
+		}
+	}
+	wg.Add(1)
+	go load(open, "open", false)
+
+	rng := rand.New(rand.NewPCG(2026, 11))
+	restarts := 0
+	for time.Since(start) < runFor-2*time.Second {
+		hold := time.Duration(200+rng.IntN(1300)) * time.Millisecond
+		switch rng.IntN(5) {
+		case 0: // none
+			time.Sleep(hold)
+		case 1:
+			srv.Pause(t)
+			time.Sleep(hold)
+			srv.Resume(t)
+		case 2:
+			srv.Kill()
+			time.Sleep(hold)
+			srv.Restart(t)
+			restarts++
+		case 3:
+			proxy.SetDelay(200 * time.Millisecond)
+			time.Sleep(hold)
+			proxy.SetDelay(0)
+		case 4:
+			proxy.SetDrop(true)
+			time.Sleep(hold)
+			proxy.SetDrop(false)
+			proxy.Cut()
+		}
+		time.Sleep(time.Duration(rng.IntN(500)) * time.Millisecond) // some calm between faults
+	}
+	time.Sleep(runFor - time.Since(start))
+	close(stop)
+	wg.Wait()
+	elapsed := time.Since(start)
+
+	var opens uint64
+	for _, l := range ls {
+		s := l.Stats()
+		opens += s.BreakerOpens
+		_ = l.Close()
+	}
+	_ = open.Close()
+	allowance := 2*burst*float64(opens)/instances + burst*float64(restarts)
+	bound := burst + rate*elapsed.Seconds() + allowance
+	got := float64(admitted.Load())
+	t.Logf("admitted %.0f in %v; bound %.0f (Burst + Rate·T %.0f, %d breaker openings, %d restarts); %d errors",
+		got, elapsed, bound, burst+rate*elapsed.Seconds(), opens, restarts, errs.Load())
+	if got > bound {
+		t.Fatalf("admitted %.0f > %.0f", got, bound)
 	}
 }
