@@ -25,8 +25,10 @@ var (
 	// ErrInvalidOption: New was given a nil client or an option with an
 	// invalid value.
 	ErrInvalidOption = errors.New("ratelease: invalid option")
-	// ErrUnavailable: Redis did not answer within the Redis timeout (or
-	// failed). The error wraps the cause as well.
+	// ErrUnavailable: with WithFailureMode(FailClosed), Redis did not answer
+	// within the Redis timeout, failed, or the circuit breaker is open. The
+	// error wraps the cause as well. The other failure modes decide instead
+	// (Source Fallback).
 	ErrUnavailable = tier.ErrUnavailable
 	// ErrClosed: the Limiter was closed.
 	ErrClosed = tier.ErrClosed

@@ -114,7 +114,8 @@ func (l *Limiter) Allow(ctx context.Context, p *Policy, key string) (Result, err
 // request) of key may happen now under every limit of p, and charges them
 // if so. A denial is a Result with Allowed false, never an error. Errors:
 // ErrInvalidPolicy, ErrInvalidKey, ErrInvalidN, ErrExceedsCapacity,
-// ErrUnavailable (with its cause), ErrClosed, or ctx's error unwrapped.
+// ErrUnavailable (with its cause; only with FailClosed), ErrClosed, or ctx's
+// error unwrapped.
 func (l *Limiter) AllowN(ctx context.Context, p *Policy, key string, n int) (Result, error) {
 	if err := check(p, key, n); err != nil {
 		return Result{}, err
