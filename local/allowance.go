@@ -81,8 +81,8 @@ func (a *Allowance) Hits() uint64 { return a.hits.Load() }
 // expires (ns), at time now. Units already held and unexpired keep their
 // own expiry, in the previous generation. Units held past their expiry are
 // taken out: Add returns them (with their oldest grant time), for the caller
-// to refund. Adds must not run concurrently with each other (one lease per
-// entry at a time); Take, DrainExpired and Drain may.
+// to refund. Adds must not run concurrently with each other (the leaser
+// holds Entry.Mu around them); Take, DrainExpired and Drain may.
 func (a *Allowance) Add(g, at, expires, now int64) (stale, staleAt int64) {
 	stale, staleAt = a.DrainExpired(now)
 	if u := a.cur.units.Swap(0); u > 0 {

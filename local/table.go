@@ -29,8 +29,6 @@ type Entry struct {
 	Leasing chan struct{}
 	// Seen is Taken() at the last lease, for the demand estimate.
 	Seen int64
-	// Size is the size of the last lease asked for.
-	Size int64
 
 	// The last word from Redis on this key, for the Results of local hits:
 	// the deciding limit, the room it had left beyond what was leased, and

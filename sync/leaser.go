@@ -275,7 +275,6 @@ func (l *Leaser) sizeLocked(p *remote.Policy, e *local.Entry, n int64) (floor, s
 	size = int64(math.Ceil(e.Demand.Rate() * l.cfg.Refresh.Seconds()))
 	size = max(l.cfg.Min, min(size, l.cfg.Max))
 	size = min(max(size, n), p.Capacity())
-	e.Size = size
 	floor = max(n, 1)
 	if e.Scarce.Load() {
 		share := l.members.Load()
@@ -374,13 +373,16 @@ func (l *Leaser) apply(c *call, n int64) {
 	if d.ValidFor >= 0 && d.ValidFor < valid {
 		valid = d.ValidFor
 	}
-	keep := d.Granted - n
-	if keep > 0 {
+	if keep := d.Granted - n; keep > 0 {
+		// Under Mu: an abandoned call's grant (applied by the batcher) may
+		// land while the next lease of e lands, and Adds must not overlap.
+		e.Mu.Lock()
 		stale, staleAt := e.Add(keep, d.At, start+int64(valid), now)
+		e.Mu.Unlock()
 		if stale > 0 {
 			l.giveBack(e, stale, staleAt, true)
 		}
-		e.LowWater.Store(int64(math.Ceil(l.cfg.LowWater * float64(e.Size))))
+		e.LowWater.Store(int64(math.Ceil(l.cfg.LowWater * float64(c.req.Max))))
 	}
 	l.bound.Touch(e)
 	if e.Evicted() { // evicted while the lease was in flight: nobody will use it
