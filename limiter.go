@@ -120,7 +120,10 @@ func (l *Limiter) AllowN(ctx context.Context, p *Policy, key string, n int) (Res
 	if err := check(p, key, n); err != nil {
 		return Result{}, err
 	}
-	d, err := l.engine.Allow(ctx, p.compiled, key, int64(n))
+	if limit, remaining, resetAfter, ok := l.engine.Hit(p.compiled, key, int64(n)); ok {
+		return Result{Allowed: true, Limit: p.limits[limit], Remaining: int(remaining), ResetAfter: resetAfter, Source: Local}, nil
+	}
+	d, err := l.engine.Miss(ctx, p.compiled, key, int64(n))
 	if err != nil {
 		return Result{}, err
 	}
