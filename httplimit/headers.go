@@ -1,0 +1,131 @@
+package httplimit
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratelease/ratelease"
+)
+
+// HeaderStyle is a set of rate-limit header styles.
+type HeaderStyle uint8
+
+// The header styles. Combine them with |.
+const (
+	// DraftHeaders are RateLimit-Policy and RateLimit, as in
+	// draft-ietf-httpapi-ratelimit-headers-11. RateLimit-Policy lists every
+	// limit of every dimension that applied to the request, as
+	// `"name";q=quota;w=window-seconds`; RateLimit has one member per
+	// dimension, for its deciding limit, as `"name";r=remaining;t=seconds`
+	// (t: until the limit is fully replenished). A policy with one limit is
+	// named by its name; a limit of a policy with several is named by the
+	// policy's name and its period ("api-1s", "api-1m").
+	DraftHeaders HeaderStyle = 1 << iota
+	// XRateLimitHeaders are X-RateLimit-Limit (the deciding limit's Rate),
+	// X-RateLimit-Remaining and X-RateLimit-Reset (when the limit is fully
+	// replenished, in Unix seconds, as GitHub and ulule/limiter send it),
+	// for the most restrictive dimension.
+	XRateLimitHeaders
+
+	// NoHeaders sends no rate-limit header (Retry-After still goes with
+	// every 429).
+	NoHeaders HeaderStyle = 0
+	// AllHeaders sends every style; the default.
+	AllHeaders = DraftHeaders | XRateLimitHeaders
+)
+
+// describe computes d's identifiers and RateLimit-Policy members, once.
+func (d *dimension) describe() {
+	if d.policy == nil {
+		return
+	}
+	limits := d.policy.Limits()
+	d.limits = limits
+	seen := map[string]bool{}
+	for i, l := range limits {
+		name := d.policy.Name()
+		if len(limits) > 1 {
+			name += "-" + periodLabel(l.Period)
+			if seen[name] {
+				name += "-" + strconv.Itoa(i)
+			}
+			seen[name] = true
+		}
+		window := max(1, int64((l.Period+time.Second/2)/time.Second))
+		quota := int64(l.Rate) * window * int64(time.Second) / int64(l.Period)
+		d.names = append(d.names, sfString(name))
+		d.policyItems = append(d.policyItems, sfString(name)+";q="+strconv.FormatInt(quota, 10)+";w="+strconv.FormatInt(window, 10))
+	}
+}
+
+// name returns the identifier of limit l of d's policy.
+func (d *dimension) name(l ratelease.Limit) string {
+	for i, pl := range d.limits {
+		if pl == l {
+			return d.names[i]
+		}
+	}
+	return d.names[0]
+}
+
+// write sets the headers of styles for the decisions ds, of which tightest
+// is the most restrictive.
+func (s HeaderStyle) write(h http.Header, ds []decision, tightest decision) {
+	if s&DraftHeaders != 0 {
+		policies := make([]string, 0, len(ds))
+		states := make([]string, 0, len(ds))
+		for _, d := range ds {
+			policies = append(policies, d.dim.policyItems...)
+			states = append(states, d.dim.name(d.res.Limit)+";r="+strconv.Itoa(max(0, d.res.Remaining))+
+				";t="+seconds(d.res.ResetAfter, 0))
+		}
+		h.Set("RateLimit-Policy", strings.Join(policies, ", "))
+		h.Set("RateLimit", strings.Join(states, ", "))
+	}
+	if s&XRateLimitHeaders != 0 {
+		res := tightest.res
+		h.Set("X-RateLimit-Limit", strconv.Itoa(res.Limit.Rate))
+		h.Set("X-RateLimit-Remaining", strconv.Itoa(max(0, res.Remaining)))
+		h.Set("X-RateLimit-Reset", strconv.FormatInt(time.Now().Add(res.ResetAfter+time.Second-1).Unix(), 10))
+	}
+}
+
+// seconds formats d in whole seconds, rounded up, at least least.
+func seconds(d time.Duration, least int64) string {
+	return strconv.FormatInt(max(least, int64((d+time.Second-1)/time.Second)), 10)
+}
+
+// periodLabel names a period: "1s", "1m", "1h", "250ms".
+func periodLabel(p time.Duration) string {
+	switch {
+	case p%time.Hour == 0:
+		return strconv.FormatInt(int64(p/time.Hour), 10) + "h"
+	case p%time.Minute == 0:
+		return strconv.FormatInt(int64(p/time.Minute), 10) + "m"
+	case p%time.Second == 0:
+		return strconv.FormatInt(int64(p/time.Second), 10) + "s"
+	}
+	return strconv.FormatInt(p.Milliseconds(), 10) + "ms"
+}
+
+// sfString quotes s as a Structured Field string (RFC 9651): printable
+// ASCII only, with '"' and '\' escaped; any other byte becomes '_'.
+func sfString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c > 0x7e:
+			b.WriteByte('_')
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}

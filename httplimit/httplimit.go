@@ -1,0 +1,207 @@
+package httplimit
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/ratelease/ratelease"
+)
+
+// ErrNoLimiter is the error a middleware made with a nil Limiter hands its
+// error handler for every request.
+var ErrNoLimiter = errors.New("httplimit: nil Limiter")
+
+// KeyFunc returns the key that a request is limited by under one policy.
+// An empty key means that the policy does not apply to the request (an
+// anonymous request under a per-API-key policy, say).
+type KeyFunc func(r *http.Request) string
+
+// Header returns a KeyFunc that keys requests by the value of the named
+// header (an API key, say). A request without it is not limited by that
+// dimension. A value longer than ratelease.MaxKeyLen is an error
+// (ratelease.ErrInvalidKey: 400 with the default error handler).
+func Header(name string) KeyFunc {
+	name = http.CanonicalHeaderKey(name)
+	return func(r *http.Request) string { return r.Header.Get(name) }
+}
+
+// Option configures a Middleware.
+type Option func(*config)
+
+// WithKey sets the key of the Middleware's own policy. The default (and
+// what a nil key means, here and in WithDimension) is ClientIP(), with no
+// trusted proxies.
+func WithKey(key KeyFunc) Option { return func(c *config) { c.dims[0].key = key } }
+
+// WithDimension limits requests under p too, keyed by key: per API key and
+// per IP at once, say. Every dimension that applies to a request must admit
+// it; the most restrictive one (a denying one, or else the one with the
+// fewest units left) fills the X-RateLimit headers. Dimensions are asked in
+// order (the Middleware's own policy first) and the first denial ends the
+// request: the units that earlier dimensions admitted stay spent, as with
+// separate limiters. Put the dimension most likely to deny first.
+//
+// Keys of different dimensions never meet, as long as the dimensions have
+// different policies.
+func WithDimension(p *ratelease.Policy, key KeyFunc) Option {
+	return func(c *config) { c.dims = append(c.dims, dimension{policy: p, key: key}) }
+}
+
+// WithCost sets the units each request costs (a GraphQL query's
+// complexity, say); the default is 1. A cost below 1 is an error
+// (ratelease.ErrInvalidN: 500 with the default error handler), a cost no
+// limit could ever admit is ratelease.ErrExceedsCapacity (400).
+func WithCost(cost func(r *http.Request) int) Option { return func(c *config) { c.cost = cost } }
+
+// WithHeaders picks the rate-limit headers sent on every response;
+// AllHeaders by default. Retry-After is sent on every 429 whatever the
+// styles.
+func WithHeaders(styles HeaderStyle) Option { return func(c *config) { c.styles = styles } }
+
+// WithDeniedHandler sets the handler of a denied request, called after the
+// headers (Retry-After included) are set. ResultFrom gives it the deciding
+// Result. The default writes 429 Too Many Requests with a one-line body.
+func WithDeniedHandler(h http.Handler) Option { return func(c *config) { c.denied = h } }
+
+// WithErrorHandler sets what happens when the limiter returns an error;
+// DefaultErrorHandler by default.
+func WithErrorHandler(h func(w http.ResponseWriter, r *http.Request, err error)) Option {
+	return func(c *config) { c.onError = h }
+}
+
+// DefaultErrorHandler answers a limiter error:
+//
+//   - ratelease.ErrUnavailable (Redis is down and the Limiter's mode is
+//     FailClosed), ratelease.ErrClosed, a deadline: 503 Service Unavailable;
+//   - ratelease.ErrInvalidKey (a key longer than MaxKeyLen, from a header
+//     say) and ratelease.ErrExceedsCapacity (a cost no limit can admit): 400
+//     Bad Request;
+//   - the request's context cancelled (the client left): nothing is written;
+//   - anything else (a nil Limiter or policy, a cost below 1): 500.
+func DefaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, context.Canceled):
+	case errors.Is(err, ratelease.ErrUnavailable), errors.Is(err, ratelease.ErrClosed),
+		errors.Is(err, context.DeadlineExceeded):
+		http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
+	case errors.Is(err, ratelease.ErrInvalidKey), errors.Is(err, ratelease.ErrExceedsCapacity):
+		http.Error(w, "request cannot be rate limited: "+err.Error(), http.StatusBadRequest)
+	default:
+		http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
+	}
+}
+
+// deniedResponse is the default denied handler.
+func deniedResponse(w http.ResponseWriter, _ *http.Request) {
+	http.Error(w, "rate limit exceeded", http.StatusTooManyRequests)
+}
+
+type config struct {
+	dims    []dimension
+	cost    func(*http.Request) int
+	styles  HeaderStyle
+	denied  http.Handler
+	onError func(http.ResponseWriter, *http.Request, error)
+}
+
+// dimension is one policy and the key that requests have under it.
+type dimension struct {
+	policy *ratelease.Policy
+	key    KeyFunc
+	limits []ratelease.Limit
+	// names are the policy's limits' identifiers in the draft headers, and
+	// policyItems their RateLimit-Policy members.
+	names       []string
+	policyItems []string
+}
+
+// Middleware returns middleware that limits each request under p, keyed by
+// WithKey's function (the client IP by default), and under any further
+// WithDimension. An admitted request goes on to the next handler; a denied
+// one gets 429 (WithDeniedHandler); a limiter error goes to the error
+// handler (WithErrorHandler).
+func Middleware(l *ratelease.Limiter, p *ratelease.Policy, opts ...Option) func(http.Handler) http.Handler {
+	c := &config{
+		dims:    []dimension{{policy: p, key: ClientIP()}},
+		styles:  AllHeaders,
+		denied:  http.HandlerFunc(deniedResponse),
+		onError: DefaultErrorHandler,
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	for i := range c.dims {
+		if c.dims[i].key == nil {
+			c.dims[i].key = ClientIP()
+		}
+		c.dims[i].describe()
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			c.serve(l, next, w, r)
+		})
+	}
+}
+
+// serve decides r under every dimension that applies to it.
+func (c *config) serve(l *ratelease.Limiter, next http.Handler, w http.ResponseWriter, r *http.Request) {
+	if l == nil {
+		c.onError(w, r, ErrNoLimiter)
+		return
+	}
+	cost := 1
+	if c.cost != nil {
+		cost = c.cost(r)
+	}
+	var decisions [4]decision // no allocation for up to four dimensions
+	ds := decisions[:0]
+	for i := range c.dims {
+		d := &c.dims[i]
+		key := d.key(r)
+		if key == "" {
+			continue
+		}
+		res, err := l.AllowN(r.Context(), d.policy, key, cost)
+		if err != nil {
+			c.onError(w, r, err)
+			return
+		}
+		ds = append(ds, decision{dim: d, res: res})
+		if !res.Allowed {
+			break
+		}
+	}
+	if len(ds) == 0 { // no dimension applies
+		next.ServeHTTP(w, r)
+		return
+	}
+	tightest := ds[0]
+	for _, d := range ds[1:] {
+		if !d.res.Allowed || d.res.Remaining < tightest.res.Remaining {
+			tightest = d
+		}
+	}
+	c.styles.write(w.Header(), ds, tightest)
+	if !tightest.res.Allowed {
+		w.Header().Set("Retry-After", seconds(tightest.res.RetryAfter, 1))
+		c.denied.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), resultKey{}, tightest.res)))
+		return
+	}
+	next.ServeHTTP(w, r)
+}
+
+// decision is what one dimension decided.
+type decision struct {
+	dim *dimension
+	res ratelease.Result
+}
+
+type resultKey struct{}
+
+// ResultFrom returns the Result that denied the request, in a denied
+// handler's request context.
+func ResultFrom(ctx context.Context) (ratelease.Result, bool) {
+	res, ok := ctx.Value(resultKey{}).(ratelease.Result)
+	return res, ok
+}
