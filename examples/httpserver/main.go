@@ -1,0 +1,151 @@
+// Command httpserver is a small JSON API behind ratelease's HTTP middleware,
+// with two plans and a limit for anonymous clients:
+//
+//   - free API keys ("free-…"): 2 requests a second and 100 an hour;
+//   - pro API keys ("pro-…"): 20 a second and 10,000 an hour;
+//   - every client IP: 5 a second, with or without a key.
+//
+// Run it from the repository root (embedded in-memory Redis unless -redis is
+// given), then call it from another terminal:
+//
+//	go run ./examples/httpserver
+//	go run ./examples/httpserver -redis 127.0.0.1:6379 -addr 127.0.0.1:8080
+//
+//	curl -i localhost:8080/hello                          # limited by IP
+//	curl -i -H 'X-API-Key: free-alice' localhost:8080/hello
+//	for i in 1 2 3; do curl -s -o /dev/null -w '%{http_code} ' -H 'X-API-Key: free-alice' localhost:8080/hello; done; echo
+//	curl -i -H 'X-API-Key: pro-bob' localhost:8080/hello
+//	curl -s localhost:8080/debug/vars | grep -A3 '"ratelease"'  # the limiter's Stats, through expvar
+//
+// Each response carries RateLimit-Policy, RateLimit and X-RateLimit-*; a
+// third request from free-alice within a second gets 429 with Retry-After.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"expvar"
+	"flag"
+	"fmt"
+	"log"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelease/ratelease"
+	"github.com/ratelease/ratelease/httplimit"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:8080", "address to serve on")
+	redisAddr := flag.String("redis", "", "Redis address (host:port); empty starts an embedded in-memory Redis")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, *addr, *redisAddr); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(ctx context.Context, addr, redisAddr string) error {
+	if redisAddr == "" {
+		mr, err := miniredis.Run()
+		if err != nil {
+			return err
+		}
+		defer mr.Close()
+		redisAddr = mr.Addr()
+	}
+	client := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
+	defer client.Close()
+	limiter, err := ratelease.New(client)
+	if err != nil {
+		return err
+	}
+	defer limiter.Close()
+	// The limiter's counters at /debug/vars (expvar registers that path on
+	// http.DefaultServeMux; the API below has a mux of its own).
+	expvar.Publish("ratelease", expvar.Func(func() any { return limiter.Stats() }))
+
+	handler, err := newHandler(limiter)
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/debug/vars", expvar.Handler())
+	mux.Handle("/", handler)
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
+	log.Printf("serving on http://%s (Redis %s)", addr, redisAddr)
+	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// newHandler returns the API with its limits: one dimension per plan, keyed
+// by the API key only when the key belongs to the plan, and one per IP.
+func newHandler(limiter *ratelease.Limiter) (http.Handler, error) {
+	perIP, err := ratelease.NewPolicy("ip", ratelease.PerSecond(5))
+	if err != nil {
+		return nil, err
+	}
+	free, err := ratelease.NewPolicy("free", ratelease.PerSecond(2), ratelease.PerHour(100))
+	if err != nil {
+		return nil, err
+	}
+	pro, err := ratelease.NewPolicy("pro", ratelease.PerSecond(20), ratelease.PerHour(10_000))
+	if err != nil {
+		return nil, err
+	}
+	mw := httplimit.Middleware(limiter, perIP,
+		httplimit.WithDimension(free, planKey("free-")),
+		httplimit.WithDimension(pro, planKey("pro-")),
+		httplimit.WithDeniedHandler(http.HandlerFunc(denied)))
+
+	api := http.NewServeMux()
+	api.HandleFunc("GET /hello", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, http.StatusOK, map[string]any{"hello": "world", "key": r.Header.Get("X-API-Key")})
+	})
+	return mw(api), nil
+}
+
+// planKey keys a request by its API key when the key starts with prefix,
+// and leaves it out of that plan's limits otherwise.
+func planKey(prefix string) httplimit.KeyFunc {
+	return func(r *http.Request) string {
+		if k := r.Header.Get("X-API-Key"); strings.HasPrefix(k, prefix) {
+			return k
+		}
+		return ""
+	}
+}
+
+// denied answers 429 in JSON, with the limit that denied.
+func denied(w http.ResponseWriter, r *http.Request) {
+	res, _ := httplimit.ResultFrom(r.Context())
+	reply(w, http.StatusTooManyRequests, map[string]any{
+		"error":          "rate limit exceeded",
+		"limit":          res.Limit.String(),
+		"retry_after_ms": res.RetryAfter.Milliseconds(),
+	})
+}
+
+func reply(w http.ResponseWriter, status int, body any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	if err := json.NewEncoder(w).Encode(body); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+}
