@@ -38,6 +38,22 @@ const (
 	Cached
 )
 
+// String returns "local", "remote", "fallback", "cached", or "none" for the
+// zero value.
+func (s Source) String() string {
+	switch s {
+	case Local:
+		return "local"
+	case Remote:
+		return "remote"
+	case Fallback:
+		return "fallback"
+	case Cached:
+		return "cached"
+	}
+	return "none"
+}
+
 // Decision is the engine's answer to one request.
 type Decision struct {
 	Allowed bool

@@ -292,3 +292,12 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 	}
 }
+
+func TestSourceString(t *testing.T) {
+	for s, want := range map[tier.Source]string{0: "none", tier.Local: "local", tier.Remote: "remote",
+		tier.Fallback: "fallback", tier.Cached: "cached", 99: "none"} {
+		if got := s.String(); got != want {
+			t.Errorf("Source(%d).String() = %q, want %q", s, got, want)
+		}
+	}
+}
