@@ -210,7 +210,7 @@ func (e *Engine) chargeOutage() {
 // A denial is a Decision, never an error. It is Hit, then Miss.
 func (e *Engine) Allow(ctx context.Context, p *remote.Policy, key string, n int64) (Decision, error) {
 	if limit, remaining, resetAfter, ok := e.Hit(p, key, n); ok {
-		return Decision{Allowed: true, Source: Local, Limit: limit, Remaining: remaining, ResetAfter: resetAfter}, nil
+		return hitDecision(limit, remaining, resetAfter), nil
 	}
 	return e.Miss(ctx, p, key, n)
 }
@@ -236,7 +236,8 @@ func (e *Engine) Hit(p *remote.Policy, key string, n int64) (limit int, remainin
 		return 0, 0, 0, false
 	}
 	e.afterTake(p, ent)
-	return int(ent.Decider.Load()), ent.Remaining.Load() + ent.Units(), time.Duration(max(0, ent.ResetAt.Load()-now)), true
+	limit, remaining, resetAfter = hitState(ent, now)
+	return limit, remaining, resetAfter, true
 }
 
 // afterTake starts a background lease for ent if its allowance ran low
@@ -460,11 +461,21 @@ func (e *Engine) fromLocal(p *remote.Policy, ent *local.Entry, n, now int64) (De
 	return Decision{}, false
 }
 
-// localDecision is the Decision of a hit on ent. The remaining estimate is
-// what Redis had left at the last lease plus what this instance holds.
+// localDecision is the Decision of a hit on ent at now.
 func (e *Engine) localDecision(ent *local.Entry, now int64) Decision {
-	return Decision{Allowed: true, Source: Local, Limit: int(ent.Decider.Load()),
-		Remaining: ent.Remaining.Load() + ent.Units(), ResetAfter: time.Duration(max(0, ent.ResetAt.Load()-now))}
+	return hitDecision(hitState(ent, now))
+}
+
+// hitState is what a hit on ent at now reports: the deciding limit, the
+// remaining estimate (what Redis had left at the last lease plus what this
+// instance holds), the time until full replenishment.
+func hitState(ent *local.Entry, now int64) (limit int, remaining int64, resetAfter time.Duration) {
+	return int(ent.Decider.Load()), ent.Remaining.Load() + ent.Units(), time.Duration(max(0, ent.ResetAt.Load()-now))
+}
+
+// hitDecision is the Decision of a hit, from hitState's results.
+func hitDecision(limit int, remaining int64, resetAfter time.Duration) Decision {
+	return Decision{Allowed: true, Source: Local, Limit: limit, Remaining: remaining, ResetAfter: resetAfter}
 }
 
 // sleep waits d on the engine's clock, or returns ctx's error; at once when
