@@ -79,13 +79,14 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 		}
 	}
 	store := remote.NewStore(client, cfg.prefix)
+	guard := !remote.HonoursDeadlines(client)
 	var leaser *leasesync.Leaser
 	if !cfg.exact {
 		lc := cfg.lease
 		var err error
 		leaser, err = leasesync.New(store, cfg.clock, leasesync.Config{
 			Min: int64(lc.Min), Max: int64(lc.Max), Refresh: lc.Refresh, TTL: lc.TTL, LowWater: lc.LowWater,
-			Timeout: cfg.redisTimeout, Heartbeat: heartbeat, MaxKeys: cfg.maxKeys,
+			Timeout: cfg.redisTimeout, Guard: guard, Heartbeat: heartbeat, MaxKeys: cfg.maxKeys,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
@@ -95,7 +96,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 		Store:   store,
 		Clock:   cfg.clock,
 		Timeout: cfg.redisTimeout,
-		Guard:   !remote.HonoursDeadlines(client),
+		Guard:   guard,
 		Leaser:  leaser,
 
 		FailureMode: cfg.failure,

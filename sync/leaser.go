@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ratelease/ratelease/clock"
+	"github.com/ratelease/ratelease/internal/guard"
 	"github.com/ratelease/ratelease/local"
 	"github.com/ratelease/ratelease/remote"
 )
@@ -32,6 +33,11 @@ type Config struct {
 	LowWater float64
 	// Timeout bounds each Redis call the Leaser makes.
 	Timeout time.Duration
+	// Guard runs each Redis call on a goroutine of its own and stops
+	// waiting for it at the deadline: for clients that do not honour context
+	// deadlines themselves (see remote.HonoursDeadlines). Units granted to
+	// a lease that timed out are refunded when they arrive.
+	Guard bool
 	// Heartbeat is the interval of the membership heartbeat; an instance
 	// counts as live for three intervals after its last one.
 	Heartbeat time.Duration
@@ -112,6 +118,9 @@ type Leaser struct {
 	closing context.Context
 	cancel  context.CancelFunc
 	wg      stdsync.WaitGroup
+	// guards tracks guarded calls (Config.Guard) that outlived their
+	// deadline; Close waits for them until its own deadline only.
+	guards guard.Group
 
 	stats struct {
 		leases, denied, roundTrips, errors atomic.Uint64
@@ -462,7 +471,7 @@ func (l *Leaser) flush() bool {
 			rs[i] = c.req
 		}
 		l.stats.roundTrips.Add(1)
-		ds, errs := l.store.AcquireBatch(ctx, rs)
+		ds, errs := l.acquireBatch(ctx, rs)
 		for i, c := range calls {
 			if errs[i] != nil {
 				l.stats.errors.Add(1)
@@ -478,7 +487,7 @@ func (l *Leaser) flush() bool {
 	}
 	if len(backs) > 0 {
 		l.stats.roundTrips.Add(1)
-		for i, err := range l.store.RefundBatch(ctx, backs) {
+		for i, err := range l.refundBatch(ctx, backs) {
 			if err != nil {
 				// Not retried: the units come back by themselves when
 				// their key's state expires.
@@ -489,6 +498,75 @@ func (l *Leaser) flush() bool {
 		}
 	}
 	return true
+}
+
+// guarded makes one Redis call, fn: directly, or with Config.Guard on a
+// goroutine of its own that the caller stops waiting for at ctx's end (late
+// then gets what the call brings back afterwards; see package guard).
+func guarded[T any](l *Leaser, ctx context.Context, fn func(context.Context) (T, error), late func(T, error)) (T, error) {
+	if !l.cfg.Guard {
+		return fn(ctx)
+	}
+	return guard.Do(&l.guards, ctx, fn, late)
+}
+
+// acquireBatch sends one pipeline of lease requests. When the call outlives
+// its deadline (Guard), every request fails with the deadline's error, and
+// the grants that arrive later are refunded as they arrive: nobody holds
+// them.
+func (l *Leaser) acquireBatch(ctx context.Context, rs []remote.Request) ([]remote.Decision, []error) {
+	type answer struct {
+		ds   []remote.Decision
+		errs []error
+	}
+	a, err := guarded(l, ctx, func(ctx context.Context) (answer, error) {
+		ds, errs := l.store.AcquireBatch(ctx, rs)
+		return answer{ds, errs}, nil
+	}, func(a answer, _ error) {
+		var gs []remote.Grant
+		for i, d := range a.ds {
+			if a.errs[i] == nil && d.Granted > 0 {
+				l.stats.leased.Add(uint64(d.Granted))
+				gs = append(gs, remote.Grant{Policy: rs[i].Policy, Key: rs[i].Key, Units: d.Granted, At: d.At})
+			}
+		}
+		if len(gs) == 0 {
+			return
+		}
+		// Already on a goroutine of its own, past the batcher's deadline
+		// (and maybe past Close): refund directly, with a new one.
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Timeout)
+		defer cancel()
+		l.stats.roundTrips.Add(1)
+		for i, err := range l.store.RefundBatch(ctx, gs) {
+			if err != nil {
+				l.stats.errors.Add(1)
+				continue
+			}
+			l.stats.refunded.Add(uint64(gs[i].Units))
+		}
+	})
+	if err != nil {
+		a.ds, a.errs = make([]remote.Decision, len(rs)), make([]error, len(rs))
+		for i := range a.errs {
+			a.errs[i] = err
+		}
+	}
+	return a.ds, a.errs
+}
+
+// refundBatch sends one pipeline of refunds (guarded with Config.Guard).
+func (l *Leaser) refundBatch(ctx context.Context, gs []remote.Grant) []error {
+	errs, err := guarded(l, ctx, func(ctx context.Context) ([]error, error) {
+		return l.store.RefundBatch(ctx, gs), nil
+	}, nil)
+	if err != nil {
+		errs = make([]error, len(gs))
+		for i := range errs {
+			errs[i] = err
+		}
+	}
+	return errs
 }
 
 // sweeper refunds units that lapsed unused, every quarter TTL.
@@ -525,7 +603,9 @@ func (l *Leaser) heartbeat() {
 			l.mu.Unlock()
 		}
 		l.stats.roundTrips.Add(1)
-		n, err := l.store.Heartbeat(ctx, l.id, 3*l.cfg.Heartbeat, leave)
+		n, err := guarded(l, ctx, func(ctx context.Context) (int64, error) {
+			return l.store.Heartbeat(ctx, l.id, 3*l.cfg.Heartbeat, leave)
+		}, nil)
 		if err != nil {
 			l.stats.errors.Add(1)
 			return
@@ -556,9 +636,11 @@ func (l *Leaser) heartbeat() {
 // Close refunds every unit held, leaves the membership and stops the
 // goroutines. It returns when they are done, within about one Redis timeout
 // even when Redis does not answer (calls in flight end by their own
-// timeouts, which started earlier; what Close sends shares one). Units
-// Redis does not take back return by themselves when their keys' state
-// expires. Idempotent.
+// timeouts, which started earlier; what Close sends shares one). With
+// Config.Guard, calls that outlived their deadline are waited for until
+// that bound only: they end at the client's own timeouts, and refund what
+// they were granted. Units Redis does not take back return by themselves
+// when their keys' state expires. Idempotent.
 func (l *Leaser) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Timeout)
 	defer cancel()
@@ -576,6 +658,7 @@ func (l *Leaser) Close() {
 	l.pending.Wait() // leases in flight land, and are refunded (their entries are gone)
 	close(l.stop)    // the batcher sends what is queued, then stops
 	l.wg.Wait()
+	l.guards.Close(ctx) // guarded calls past their deadline: until Close's own
 }
 
 // LocalHits returns the number of requests answered from allowances, ever:

@@ -276,3 +276,84 @@ func TestCloseRefundsLeaseInFlight(t *testing.T) {
 		t.Fatalf("Lease after Close: %v, want ErrClosed", err)
 	}
 }
+
+// With Guard, a client that ignores deadlines (no ContextTimeoutEnabled;
+// ReadTimeout 3s) cannot hold the Leaser past its Timeout: a lease on a slow
+// Redis fails at the deadline, and the units Redis grants it afterwards are
+// refunded when they arrive; on a hung Redis, Close returns within about one
+// Timeout.
+func TestGuardedLeaser(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.NewProxy(t, srv.Addr)
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1}) // deadlines ignored
+	t.Cleanup(func() { _ = c.Close() })
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = direct.Close() })
+	conf := cfg()
+	conf.Min, conf.Max, conf.Timeout, conf.Guard = 10, 10, 50*time.Millisecond, true
+	l, err := leasesync.New(remote.NewStore(c, "t"), clock.System{}, conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	p := tokenBucket(t, 1, 100) // 1 unit an hour: what the lease takes stays taken unless refunded
+	e := l.NewTable(p).GetOrCreate("k")
+	time.Sleep(50 * time.Millisecond) // the first heartbeat is done
+	// Load the script: a late NOSCRIPT is retried with EVAL only while the
+	// deadline lasts, and then nothing is granted.
+	if _, err := remote.NewStore(direct, "t").Acquire(context.Background(), remote.Request{Policy: p, Key: "warm", Min: 1, Max: 1}); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("slow", func(t *testing.T) {
+		proxy.SetDelay(400 * time.Millisecond)
+		start := time.Now()
+		_, _, err := l.Lease(context.Background(), p, e, 1)
+		took := time.Since(start)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Lease on a slow Redis: %v, want DeadlineExceeded", err)
+		}
+		if took > 300*time.Millisecond { // a bound, not a speed target: 400ms would mean no guard
+			t.Fatalf("Lease took %v with a 50ms timeout and a 400ms delay", took)
+		}
+		proxy.SetDelay(0)
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			s := l.Stats()
+			if s.UnitsLeased == 10 && s.UnitsRefunded == 10 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("Stats %+v: want the 10 units granted late, and refunded", s)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		// Redis has them back: the whole burst can be taken.
+		d, err := remote.NewStore(direct, "t").Acquire(context.Background(), remote.Request{Policy: p, Key: "k", Min: 100, Max: 100, Share: 1})
+		if err != nil || d.Granted != 100 {
+			t.Fatalf("after the late refund: %+v, %v; want all 100 units", d, err)
+		}
+	})
+
+	t.Run("hung", func(t *testing.T) {
+		e := l.NewTable(p).GetOrCreate("k2")
+		proxy.SetDrop(true)
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := l.Lease(context.Background(), p, e, 1)
+			done <- err
+		}()
+		time.Sleep(20 * time.Millisecond) // the lease is out
+		start := time.Now()
+		l.Close()
+		took := time.Since(start)
+		if took > time.Second { // a bound: the client's ReadTimeout is 3s
+			t.Fatalf("Close on a hung Redis took %v, with a 50ms timeout", took)
+		}
+		if err := <-done; !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("lease on a hung Redis: %v, want DeadlineExceeded", err)
+		}
+		// The calls still out end when the proxy closes their connections
+		// (the test's cleanup), before goleak looks.
+	})
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratelease/ratelease/clock"
+	"github.com/ratelease/ratelease/internal/guard"
 	"github.com/ratelease/ratelease/local"
 	"github.com/ratelease/ratelease/remote"
 	leasesync "github.com/ratelease/ratelease/sync"
@@ -104,12 +105,10 @@ type Engine struct {
 	leaser   *leasesync.Leaser
 	tables   sync.Map // *remote.Policy -> *local.Table
 	closed   atomic.Bool
-	// inflight counts guarded calls still running; Close waits for them.
-	// mu orders inflight.Add before Close's Wait: guarded calls register
-	// under it only while the engine is open, and Close sets closed under it.
-	mu       sync.Mutex
-	inflight sync.WaitGroup
-	stats    counters
+	// guards tracks the goroutines of guarded calls and of the recovery
+	// charge; Close waits for them for one Redis timeout at most.
+	guards guard.Group
+	stats  counters
 }
 
 // counters are the engine's statistics, updated atomically.
@@ -186,20 +185,17 @@ func (e *Engine) unavailable(p *remote.Policy, key string, n int64, cause error)
 
 // chargeOutage charges to Redis what the fallback admitted while it was
 // unavailable, once the breaker has closed: one pipeline, bounded by the
-// timeout. Close waits for it.
+// timeout, on a goroutine Close waits for (for one timeout at most).
 func (e *Engine) chargeOutage() {
-	e.mu.Lock()
-	if e.closed.Load() {
-		e.mu.Unlock()
-		return
-	}
-	e.inflight.Add(1)
-	e.mu.Unlock()
-	defer e.inflight.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
 	defer cancel()
+	n, err := guard.Do(&e.guards, ctx, func(ctx context.Context) (int64, error) {
+		return e.fallback.charge(ctx, e.store)
+	}, nil)
+	if errors.Is(err, guard.ErrClosed) {
+		return
+	}
 	e.stats.roundTrips.Add(1)
-	n, err := e.fallback.charge(ctx, e.store)
 	if err != nil {
 		e.stats.errors.Add(1)
 	}
@@ -501,19 +497,23 @@ func (e *Engine) sleep(ctx context.Context, d time.Duration) error {
 // is over, so the refund gets its own, bounded by the timeout; if Redis
 // cannot take it, the units come back by themselves when their state expires.
 func (e *Engine) giveBack(p *remote.Policy, key string, d remote.Decision) {
-	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
-	defer cancel()
-	if e.guard {
-		_, _ = e.guarded(ctx, func(ctx context.Context) (remote.Decision, error) {
-			return remote.Decision{}, e.store.Refund(ctx, p, key, d.Granted, d.At)
-		}, nil)
+	if !e.guard {
+		e.refund(p, key, d)
 		return
 	}
-	e.refund(ctx, p, key, d)
+	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+	defer cancel()
+	_, _ = guard.Do(&e.guards, ctx, func(context.Context) (struct{}, error) {
+		e.refund(p, key, d)
+		return struct{}{}, nil
+	}, nil)
 }
 
-// refund makes one refund call on the calling goroutine.
-func (e *Engine) refund(ctx context.Context, p *remote.Policy, key string, d remote.Decision) {
+// refund makes one refund call on the calling goroutine, bounded by the
+// timeout.
+func (e *Engine) refund(p *remote.Policy, key string, d remote.Decision) {
+	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+	defer cancel()
 	e.stats.roundTrips.Add(1)
 	if err := e.store.Refund(ctx, p, key, d.Granted, d.At); err != nil {
 		e.stats.errors.Add(1)
@@ -530,7 +530,9 @@ func (e *Engine) bounded(ctx context.Context) (context.Context, context.CancelFu
 }
 
 // acquire makes one acquire call, bounded by the timeout and ctx. Errors
-// are ctx's, unwrapped, or wrap ErrUnavailable.
+// are ctx's, unwrapped, ErrClosed, or wrap ErrUnavailable. With Guard, the
+// call runs on its own goroutine (package guard), and a grant that arrives
+// after the deadline is refunded there.
 func (e *Engine) acquire(ctx context.Context, r remote.Request) (remote.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return remote.Decision{}, err
@@ -540,85 +542,28 @@ func (e *Engine) acquire(ctx context.Context, r remote.Request) (remote.Decision
 	var d remote.Decision
 	var err error
 	if e.guard {
-		d, err = e.guarded(rctx,
+		d, err = guard.Do(&e.guards, rctx,
 			func(ctx context.Context) (remote.Decision, error) { return e.store.Acquire(ctx, r) },
-			func(late remote.Decision) {
-				// Already on a tracked background goroutine: refund inline.
-				ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
-				defer cancel()
-				e.refund(ctx, r.Policy, r.Key, late)
+			func(late remote.Decision, err error) {
+				if err == nil && late.Granted > 0 {
+					e.refund(r.Policy, r.Key, late) // already on a tracked goroutine
+				}
 			})
-	} else {
-		e.stats.roundTrips.Add(1)
-		if d, err = e.store.Acquire(rctx, r); err != nil {
-			e.stats.errors.Add(1)
+		if errors.Is(err, guard.ErrClosed) {
+			return remote.Decision{}, ErrClosed
 		}
+	} else {
+		d, err = e.store.Acquire(rctx, r)
 	}
+	e.stats.roundTrips.Add(1)
 	if err != nil {
+		e.stats.errors.Add(1)
 		if cerr := ctx.Err(); cerr != nil {
 			return remote.Decision{}, cerr
 		}
 		return remote.Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return d, nil
-}
-
-// States of a guarded call.
-const (
-	callPending int32 = iota
-	callDelivered
-	callAbandoned
-)
-
-// guardedCall hands the result of one Redis call from its goroutine to the
-// caller, unless the caller has stopped waiting.
-type guardedCall struct {
-	state atomic.Int32
-	done  chan struct{}
-	d     remote.Decision
-	err   error
-}
-
-// guarded runs one Redis call, fn, on its own goroutine and returns at ctx's
-// end even when the client would not (see Config.Guard). A successful grant
-// that arrives after the caller left is handed to late, when not nil, so a
-// timeout loses no units. It counts the round trip and any error.
-func (e *Engine) guarded(ctx context.Context, fn func(context.Context) (remote.Decision, error), late func(remote.Decision)) (remote.Decision, error) {
-	e.mu.Lock()
-	if e.closed.Load() { // Close is waiting for inflight, or has: start nothing
-		e.mu.Unlock()
-		return remote.Decision{}, ErrClosed
-	}
-	e.inflight.Add(1)
-	e.mu.Unlock()
-	e.stats.roundTrips.Add(1)
-	c := &guardedCall{done: make(chan struct{})}
-	go func() {
-		defer e.inflight.Done()
-		// Without ctx's cancellation: a call cut off mid-reply could have
-		// charged units that nobody would then give back.
-		c.d, c.err = fn(context.WithoutCancel(ctx))
-		if c.err != nil {
-			e.stats.errors.Add(1)
-		}
-		if c.state.CompareAndSwap(callPending, callDelivered) {
-			close(c.done)
-			return
-		}
-		if c.err == nil && c.d.Granted > 0 && late != nil {
-			late(c.d)
-		}
-	}()
-	select {
-	case <-c.done:
-		return c.d, c.err
-	case <-ctx.Done():
-		if c.state.CompareAndSwap(callPending, callAbandoned) {
-			return remote.Decision{}, ctx.Err()
-		}
-		<-c.done // delivered just now
-		return c.d, c.err
-	}
 }
 
 // decided counts a Redis decision and converts it.
@@ -660,21 +605,25 @@ func (e *Engine) Stats() Stats {
 	return st
 }
 
-// Close makes every later call fail with ErrClosed, waits for guarded calls
-// still running (each ends at the client's own timeouts at the latest), and
-// closes the Leaser, which refunds every unit held. It is idempotent and
+// Close makes every later call fail with ErrClosed and closes the Leaser,
+// which refunds every unit held. It returns within about one Redis timeout,
+// even on a hung Redis with a client that does not honour deadlines: guarded
+// calls still running then are left to end at the client's own timeouts,
+// and refund what they are granted late themselves. It is idempotent and
 // returns nil.
 func (e *Engine) Close() error {
-	e.mu.Lock()
-	first := !e.closed.Swap(true)
-	e.mu.Unlock()
-	e.inflight.Wait()
-	if first && e.leaser != nil {
-		e.leaser.Close() // refunds every unit held
+	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+	defer cancel()
+	if e.closed.Swap(true) {
+		return nil
+	}
+	if e.leaser != nil {
+		e.leaser.Close() // refunds every unit held, within its own timeout
 		e.tables.Range(func(p, _ any) bool {
 			p.(*remote.Policy).Unclaim(e)
 			return true
 		})
 	}
+	e.guards.Close(ctx)
 	return nil
 }

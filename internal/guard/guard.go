@@ -1,0 +1,102 @@
+// Package guard bounds Redis calls made with clients that do not stop at a
+// context's deadline.
+//
+// A go-redis client made without ContextTimeoutEnabled ignores the context
+// once a command is on the wire: a read waits for the client's own
+// ReadTimeout (3s by default). Do runs such a call on a goroutine of its own
+// and returns at the context's end; the call goes on, and what it brings
+// back late is handed to a callback, so that a grant that arrives after its
+// requester left can be given back. A Group tracks those goroutines, and its
+// Close waits for them for a bounded time only.
+//
+// It knows nothing of Redis, leases or decisions: the callers (packages
+// tier and sync) say what a call is and what a late result means.
+package guard
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+)
+
+// ErrClosed is returned by Do once the Group's Close has begun.
+var ErrClosed = errors.New("guard: closed")
+
+// Group tracks the goroutines of guarded calls. The zero value is ready.
+type Group struct {
+	mu     sync.Mutex // orders wg.Add before Close's Wait
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// States of a call.
+const (
+	pending int32 = iota
+	delivered
+	abandoned
+)
+
+// Do runs fn(ctx) on its own goroutine and returns its result, or ctx's
+// error when ctx ends first. fn is given ctx itself: go-redis uses it only
+// to wait for a connection and between retries, never to cut a reply short,
+// so a call that got an answer from Redis always returns it. If the caller
+// has left, the result is handed to late (when not nil) on fn's goroutine,
+// which the Group tracks until late returns.
+func Do[T any](g *Group, ctx context.Context, fn func(context.Context) (T, error), late func(T, error)) (T, error) {
+	var zero T
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return zero, ErrClosed
+	}
+	g.wg.Add(1)
+	g.mu.Unlock()
+	var (
+		state atomic.Int32
+		done  = make(chan struct{})
+		v     T
+		err   error
+	)
+	go func() {
+		defer g.wg.Done()
+		v, err = fn(ctx)
+		if state.CompareAndSwap(pending, delivered) {
+			close(done)
+			return
+		}
+		if late != nil {
+			late(v, err)
+		}
+	}()
+	select {
+	case <-done:
+		return v, err
+	case <-ctx.Done():
+		if state.CompareAndSwap(pending, abandoned) {
+			return zero, ctx.Err()
+		}
+		<-done // delivered just now
+		return v, err
+	}
+}
+
+// Close makes later calls fail with ErrClosed and waits for those still
+// running until ctx ends; it reports whether they all ended. Those left end
+// by themselves, at the client's own timeouts. Idempotent.
+func (g *Group) Close(ctx context.Context) bool {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		g.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
