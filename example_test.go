@@ -3,12 +3,15 @@ package ratelease_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelease/ratelease"
+	"github.com/ratelease/ratelease/httplimit"
 )
 
 // exampleRedis starts an in-memory Redis with its clock stopped at t0, so
@@ -126,4 +129,33 @@ func ExampleLimit_String() {
 	// 10 req/s (burst 10)
 	// 100 req/min (sliding window counter)
 	// 5 req/s (leaky bucket, queue 20)
+}
+
+// HTTP middleware (package httplimit) with a multi-limit policy, keyed by
+// the client's IP: the draft-standard headers on every response, and 429
+// with Retry-After once a limit is spent.
+func Example_httpMiddleware() {
+	client, done := exampleRedis()
+	defer done()
+	limiter, _ := ratelease.New(client)
+	defer limiter.Close()
+	api, _ := ratelease.NewPolicy("api", ratelease.PerSecond(2), ratelease.PerHour(100))
+
+	hello := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "hello") })
+	handler := httplimit.Middleware(limiter, api, httplimit.WithHeaders(httplimit.DraftHeaders))(hello)
+
+	for i := 0; i < 3; i++ {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest(http.MethodGet, "/", nil) // RemoteAddr 192.0.2.1
+		handler.ServeHTTP(w, r)
+		fmt.Printf("%d RateLimit: %s Retry-After: %q\n", w.Code, w.Header().Get("RateLimit"), w.Header().Get("Retry-After"))
+	}
+	w := httptest.NewRecorder()
+	handler.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+	fmt.Println(w.Header().Get("RateLimit-Policy"))
+	// Output:
+	// 200 RateLimit: "api-1s";r=1;t=1 Retry-After: ""
+	// 200 RateLimit: "api-1s";r=0;t=1 Retry-After: ""
+	// 429 RateLimit: "api-1s";r=0;t=1 Retry-After: "1"
+	// "api-1s";q=2;w=1, "api-1h";q=100;w=3600
 }

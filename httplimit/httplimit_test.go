@@ -34,7 +34,7 @@ var modes = []struct {
 
 // newLimiter returns a Limiter on a miniredis whose clock stands still, so
 // that no limit refills during a test.
-func newLimiter(t *testing.T, opts ...ratelease.Option) *ratelease.Limiter {
+func newLimiter(t testing.TB, opts ...ratelease.Option) *ratelease.Limiter {
 	t.Helper()
 	l, err := ratelease.New(redistest.StartMini(t).Client(t), opts...)
 	if err != nil {
@@ -44,7 +44,7 @@ func newLimiter(t *testing.T, opts ...ratelease.Option) *ratelease.Limiter {
 	return l
 }
 
-func newPolicy(t *testing.T, name string, limits ...ratelease.Limit) *ratelease.Policy {
+func newPolicy(t testing.TB, name string, limits ...ratelease.Limit) *ratelease.Policy {
 	t.Helper()
 	p, err := ratelease.NewPolicy(name, limits...)
 	if err != nil {

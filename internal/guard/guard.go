@@ -52,33 +52,36 @@ func Do[T any](g *Group, ctx context.Context, fn func(context.Context) (T, error
 	}
 	g.wg.Add(1)
 	g.mu.Unlock()
-	var (
-		state atomic.Int32
-		done  = make(chan struct{})
-		v     T
-		err   error
-	)
+	c := &call[T]{done: make(chan struct{})} // one allocation for all of it
 	go func() {
 		defer g.wg.Done()
-		v, err = fn(ctx)
-		if state.CompareAndSwap(pending, delivered) {
-			close(done)
+		c.v, c.err = fn(ctx)
+		if c.state.CompareAndSwap(pending, delivered) {
+			close(c.done)
 			return
 		}
 		if late != nil {
-			late(v, err)
+			late(c.v, c.err)
 		}
 	}()
 	select {
-	case <-done:
-		return v, err
+	case <-c.done:
+		return c.v, c.err
 	case <-ctx.Done():
-		if state.CompareAndSwap(pending, abandoned) {
+		if c.state.CompareAndSwap(pending, abandoned) {
 			return zero, ctx.Err()
 		}
-		<-done // delivered just now
-		return v, err
+		<-c.done // delivered just now
+		return c.v, c.err
 	}
+}
+
+// call hands fn's result from its goroutine to Do's caller.
+type call[T any] struct {
+	state atomic.Int32
+	done  chan struct{}
+	v     T
+	err   error
 }
 
 // Close makes later calls fail with ErrClosed and waits for those still
