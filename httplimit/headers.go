@@ -56,45 +56,94 @@ func (d *dimension) describe() {
 		window := max(1, int64((l.Period+time.Second/2)/time.Second))
 		quota := int64(l.Rate) * window * int64(time.Second) / int64(l.Period)
 		d.names = append(d.names, sfString(name))
-		d.policyItems = append(d.policyItems, sfString(name)+";q="+strconv.FormatInt(quota, 10)+";w="+strconv.FormatInt(window, 10))
+		d.rates = append(d.rates, strconv.Itoa(l.Rate))
+		if i > 0 {
+			d.policyHeader += ", "
+		}
+		d.policyHeader += sfString(name) + ";q=" + strconv.FormatInt(quota, 10) + ";w=" + strconv.FormatInt(window, 10)
 	}
 }
 
 // name returns the identifier of limit l of d's policy.
-func (d *dimension) name(l ratelease.Limit) string {
+func (d *dimension) name(l ratelease.Limit) string { return d.names[d.index(l)] }
+
+// rate returns limit l's Rate, formatted.
+func (d *dimension) rate(l ratelease.Limit) string { return d.rates[d.index(l)] }
+
+// index returns the index of limit l in d's policy.
+func (d *dimension) index(l ratelease.Limit) int {
 	for i, pl := range d.limits {
 		if pl == l {
-			return d.names[i]
+			return i
 		}
 	}
-	return d.names[0]
+	return 0
 }
 
+// The headers' canonical keys, so that setting them neither canonicalizes
+// nor allocates.
+var (
+	hdrPolicy    = http.CanonicalHeaderKey("RateLimit-Policy")
+	hdrRateLimit = http.CanonicalHeaderKey("RateLimit")
+	hdrLimit     = http.CanonicalHeaderKey("X-RateLimit-Limit")
+	hdrRemaining = http.CanonicalHeaderKey("X-RateLimit-Remaining")
+	hdrReset     = http.CanonicalHeaderKey("X-RateLimit-Reset")
+)
+
 // write sets the headers of styles for the decisions ds, of which tightest
-// is the most restrictive.
+// is the most restrictive. All values share one slice, and each is built
+// in one buffer.
 func (s HeaderStyle) write(h http.Header, ds []decision, tightest decision) {
+	if s == NoHeaders {
+		return
+	}
+	vals := make([]string, 5)
+	var buf [256]byte
 	if s&DraftHeaders != 0 {
-		policies := make([]string, 0, len(ds))
-		states := make([]string, 0, len(ds))
-		for _, d := range ds {
-			policies = append(policies, d.dim.policyItems...)
-			states = append(states, d.dim.name(d.res.Limit)+";r="+strconv.Itoa(max(0, d.res.Remaining))+
-				";t="+seconds(d.res.ResetAfter, 0))
+		policy := ds[0].dim.policyHeader
+		if len(ds) > 1 {
+			b := buf[:0]
+			for i, d := range ds {
+				if i > 0 {
+					b = append(b, ", "...)
+				}
+				b = append(b, d.dim.policyHeader...)
+			}
+			policy = string(b)
 		}
-		h.Set("RateLimit-Policy", strings.Join(policies, ", "))
-		h.Set("RateLimit", strings.Join(states, ", "))
+		b := buf[:0]
+		for i, d := range ds {
+			if i > 0 {
+				b = append(b, ", "...)
+			}
+			b = append(b, d.dim.name(d.res.Limit)...)
+			b = append(b, ";r="...)
+			b = strconv.AppendInt(b, int64(max(0, d.res.Remaining)), 10)
+			b = append(b, ";t="...)
+			b = appendSeconds(b, d.res.ResetAfter, 0)
+		}
+		vals[0], vals[1] = policy, string(b)
+		h[hdrPolicy], h[hdrRateLimit] = vals[0:1:1], vals[1:2:2]
 	}
 	if s&XRateLimitHeaders != 0 {
 		res := tightest.res
-		h.Set("X-RateLimit-Limit", strconv.Itoa(res.Limit.Rate))
-		h.Set("X-RateLimit-Remaining", strconv.Itoa(max(0, res.Remaining)))
-		h.Set("X-RateLimit-Reset", strconv.FormatInt(time.Now().Add(res.ResetAfter+time.Second-1).Unix(), 10))
+		b := strconv.AppendInt(buf[:0], int64(max(0, res.Remaining)), 10)
+		n := len(b)
+		b = strconv.AppendInt(b, time.Now().Add(res.ResetAfter+time.Second-1).Unix(), 10)
+		vals[2], vals[3], vals[4] = tightest.dim.rate(res.Limit), string(b[:n]), string(b[n:])
+		h[hdrLimit], h[hdrRemaining], h[hdrReset] = vals[2:3:3], vals[3:4:4], vals[4:5:5]
 	}
+}
+
+// appendSeconds appends d in whole seconds, rounded up, at least least.
+func appendSeconds(b []byte, d time.Duration, least int64) []byte {
+	return strconv.AppendInt(b, max(least, int64((d+time.Second-1)/time.Second)), 10)
 }
 
 // seconds formats d in whole seconds, rounded up, at least least.
 func seconds(d time.Duration, least int64) string {
-	return strconv.FormatInt(max(least, int64((d+time.Second-1)/time.Second)), 10)
+	var buf [20]byte
+	return string(appendSeconds(buf[:0], d, least))
 }
 
 // periodLabel names a period: "1s", "1m", "1h", "250ms".

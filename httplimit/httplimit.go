@@ -110,10 +110,11 @@ type dimension struct {
 	policy *ratelease.Policy
 	key    KeyFunc
 	limits []ratelease.Limit
-	// names are the policy's limits' identifiers in the draft headers, and
-	// policyItems their RateLimit-Policy members.
-	names       []string
-	policyItems []string
+	// names are the policy's limits' identifiers in the draft headers,
+	// rates their Rates formatted, and policyHeader their RateLimit-Policy
+	// members.
+	names, rates []string
+	policyHeader string
 }
 
 // Middleware returns middleware that limits each request under p, keyed by
