@@ -207,7 +207,9 @@ type BreakerState = tier.BreakerState
 // The circuit breaker's states. It opens after 5 failed Redis calls in a
 // row; while open no call goes to Redis. After a backoff (100ms, doubling
 // after each failed probe up to 5s) one call probes Redis (half-open); its
-// success closes the breaker.
+// success closes the breaker. With a *redis.ClusterClient there is one
+// breaker per master: a master that fails sends only its own keys to the
+// failure mode.
 const (
 	BreakerClosed   = tier.BreakerClosed
 	BreakerOpen     = tier.BreakerOpen
@@ -243,7 +245,8 @@ func WithInstances(n int) Option {
 
 // WithObserver calls f with each new state of the circuit breaker, on the
 // goroutine that changed it: state changes only, never on the hot path. f
-// must not block.
+// must not block. With a Redis Cluster, each master's breaker reports its
+// own changes.
 func WithObserver(f func(BreakerState)) Option {
 	return optionFunc(func(c *config) error {
 		if f == nil {

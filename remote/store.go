@@ -287,6 +287,31 @@ func (s *Store) Heartbeat(ctx context.Context, id string, ttl time.Duration, lea
 	return membershipScript.Run(ctx, s.client, []string{MembersKey(s.prefix)}, id, ttl.Milliseconds(), l).Int64()
 }
 
+// Node names the server that holds key's state under p, for failure
+// accounting per server: with a *redis.ClusterClient, the address of the
+// master of the key's slot as the client last saw the cluster; with any
+// other client "", one name for all (a single server, a failover client,
+// or a Ring, which itself moves the keys of a shard it finds down to the
+// others). It may load the cluster's layout on first use, within ctx; ""
+// when it cannot tell.
+func (s *Store) Node(ctx context.Context, p *Policy, key string) string {
+	c, ok := s.client.(*redis.ClusterClient)
+	if !ok {
+		return ""
+	}
+	m, err := c.MasterForKey(ctx, p.Keys(s.prefix, key)[0])
+	if err != nil {
+		return ""
+	}
+	return m.Options().Addr
+}
+
+// Sharded reports whether Node can name more than one server.
+func (s *Store) Sharded() bool {
+	_, ok := s.client.(*redis.ClusterClient)
+	return ok
+}
+
 // HonoursDeadlines reports whether client cuts a call short at its
 // context's deadline. go-redis does so only when the client was made with
 // ContextTimeoutEnabled: true; otherwise a read waits for the client's own

@@ -95,10 +95,17 @@ type Config struct {
 
 // Engine decides requests. Create it with New; it is safe for concurrent use.
 type Engine struct {
-	store    *remote.Store
-	clock    clock.Clock
-	base     time.Time // the breaker's time is ns since base
+	store *remote.Store
+	clock clock.Clock
+	base  time.Time // the breakers' time is ns since base
+	// breaker stands in front of Redis; with a Redis Cluster (sharded), of
+	// the keys whose server cannot be named, and breakers (server address
+	// -> *breaker) in front of each master, so that a master that fails
+	// takes down only its own keys.
 	breaker  *breaker
+	breakers sync.Map
+	sharded  bool
+	observer func(BreakerState)
 	fallback *fallback
 	timeout  time.Duration
 	guard    bool
@@ -138,7 +145,8 @@ type Stats struct {
 	// (1 in exact mode).
 	Instances int64
 	// Breaker is the circuit breaker's state now; BreakerOpens counts the
-	// times it opened. UnitsCharged counts the units admitted during outages
+	// times it opened. With a Redis Cluster there is a breaker per master,
+	// and Breaker is the worst of them (open, half-open, closed). UnitsCharged counts the units admitted during outages
 	// (FailLocal, FailOpen) and charged to Redis once it was back.
 	Breaker      BreakerState
 	BreakerOpens uint64
@@ -160,8 +168,35 @@ func New(cfg Config) *Engine {
 		maxKeys = 100_000
 	}
 	e.fallback = newFallback(cfg.FailureMode, maxKeys, instances)
-	e.breaker = newBreaker(cfg.Observer, e.chargeOutage)
+	e.observer, e.sharded = cfg.Observer, cfg.Store.Sharded()
+	e.breaker = e.newBreaker("")
 	return e
+}
+
+// newBreaker returns a breaker for the server named node; when it closes
+// after an outage, what the fallback admitted for that server's keys is
+// charged to it.
+func (e *Engine) newBreaker(node string) *breaker {
+	return newBreaker(e.observer, func() { e.chargeOutage(node) })
+}
+
+// breakerFor returns the breaker in front of the server that holds key's
+// state under p.
+func (e *Engine) breakerFor(p *remote.Policy, key string) *breaker {
+	if !e.sharded {
+		return e.breaker
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+	defer cancel()
+	node := e.store.Node(ctx, p, key)
+	if node == "" {
+		return e.breaker
+	}
+	if b, ok := e.breakers.Load(node); ok {
+		return b.(*breaker)
+	}
+	b, _ := e.breakers.LoadOrStore(node, e.newBreaker(node))
+	return b.(*breaker)
 }
 
 // nanos is the breaker's time: ns on the engine's clock since New.
@@ -184,13 +219,18 @@ func (e *Engine) unavailable(p *remote.Policy, key string, n int64, cause error)
 }
 
 // chargeOutage charges to Redis what the fallback admitted while it was
-// unavailable, once the breaker has closed: one pipeline, bounded by the
-// timeout, on a goroutine Close waits for (for one timeout at most).
-func (e *Engine) chargeOutage() {
+// unavailable, once the breaker of node has closed: for that server's keys
+// (all keys, but with a cluster), one pipeline, bounded by the timeout, on a
+// goroutine Close waits for (for one timeout at most).
+func (e *Engine) chargeOutage(node string) {
 	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
 	defer cancel()
+	var back func(*remote.Policy, string) bool
+	if e.sharded {
+		back = func(p *remote.Policy, key string) bool { return e.store.Node(ctx, p, key) == node }
+	}
 	n, err := guard.Do(&e.guards, ctx, func(ctx context.Context) (int64, error) {
-		return e.fallback.charge(ctx, e.store)
+		return e.fallback.charge(ctx, e.store, back)
 	}, nil)
 	if errors.Is(err, guard.ErrClosed) {
 		return
@@ -239,7 +279,7 @@ func (e *Engine) Hit(p *remote.Policy, key string, n int64) (limit int, remainin
 // afterTake starts a background lease for ent if its allowance ran low
 // with the take.
 func (e *Engine) afterTake(p *remote.Policy, ent *local.Entry) {
-	if ent.Units() < ent.LowWater.Load() && e.breaker.State() == BreakerClosed {
+	if ent.Units() < ent.LowWater.Load() && e.breakerFor(p, ent.Key).State() == BreakerClosed {
 		e.leaser.Prefetch(p, ent)
 	}
 }
@@ -272,27 +312,28 @@ func (e *Engine) allowExact(ctx context.Context, p *remote.Policy, key string, n
 // nil when Redis could not decide (the breaker is open, or the call failed);
 // err is the caller's context error.
 func (e *Engine) acquireGuarded(ctx context.Context, r remote.Request) (d remote.Decision, cause, err error) {
-	ok, probe, cause := e.breaker.allow(e.nanos())
+	b := e.breakerFor(r.Policy, r.Key)
+	ok, probe, cause := b.allow(e.nanos())
 	if !ok {
 		return remote.Decision{}, cause, nil
 	}
 	d, err = e.acquire(ctx, r)
-	return d, e.outcome(probe, err), e.callerErr(err)
+	return d, e.outcome(b, probe, err), e.callerErr(err)
 }
 
 // outcome reports a call's result to the breaker and returns the cause of a
 // Redis failure, or nil (success, or the caller's own context ended).
-func (e *Engine) outcome(probe bool, err error) error {
+func (e *Engine) outcome(b *breaker, probe bool, err error) error {
 	switch {
 	case err == nil:
-		e.breaker.success()
+		b.success()
 		return nil
 	case errors.Is(err, ErrUnavailable):
-		e.breaker.failure(e.nanos(), probe, err)
+		b.failure(e.nanos(), probe, err)
 		return err
 	default: // the caller's context, or closed
 		if probe {
-			e.breaker.abort(e.nanos())
+			b.abort(e.nanos())
 		}
 		return nil
 	}
@@ -404,7 +445,8 @@ func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, t *local.Tab
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
 	}
-	ok, probe, cause := e.breaker.allow(e.nanos())
+	b := e.breakerFor(p, key)
+	ok, probe, cause := b.allow(e.nanos())
 	if !ok {
 		return e.unavailable(p, key, n, cause)
 	}
@@ -420,12 +462,12 @@ func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, t *local.Tab
 		default:
 			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
-		if cause := e.outcome(probe, err); cause != nil {
+		if cause := e.outcome(b, probe, err); cause != nil {
 			return e.unavailable(p, key, n, cause)
 		}
 		return Decision{}, err
 	}
-	e.breaker.success()
+	b.success()
 	if taken { // a concurrent lease filled the allowance
 		return e.localDecision(ent, now), nil
 	}
@@ -584,6 +626,15 @@ func (e *Engine) decided(d remote.Decision) Decision {
 	}
 }
 
+// eachBreaker calls f with every breaker.
+func (e *Engine) eachBreaker(f func(*breaker)) {
+	f(e.breaker)
+	e.breakers.Range(func(_, b any) bool {
+		f(b.(*breaker))
+		return true
+	})
+}
+
 // Stats returns a snapshot of the counters.
 func (e *Engine) Stats() Stats {
 	s := &e.stats
@@ -591,8 +642,15 @@ func (e *Engine) Stats() Stats {
 		Allowed: s.allowed.Load(), Denied: s.denied.Load(),
 		Remote: s.remote.Load(), Cached: s.cached.Load(), Fallback: s.fallback.Load(),
 		RoundTrips: s.roundTrips.Load(), Errors: s.errors.Load(), Instances: 1,
-		Breaker: e.breaker.State(), BreakerOpens: e.breaker.opens.Load(), UnitsCharged: s.charged.Load(),
+		UnitsCharged: s.charged.Load(),
 	}
+	e.eachBreaker(func(b *breaker) {
+		// The worst: open, then half-open, then closed.
+		if bs := b.State(); bs == BreakerOpen || bs == BreakerHalfOpen && st.Breaker == BreakerClosed {
+			st.Breaker = bs
+		}
+		st.BreakerOpens += b.opens.Load()
+	})
 	if e.leaser != nil {
 		ls := e.leaser.Stats()
 		st.Local = e.leaser.LocalHits()

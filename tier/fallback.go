@@ -137,20 +137,25 @@ func (f *fallback) entryLocked(p *remote.Policy, key string) *fallbackEntry {
 	return e
 }
 
-// charge takes what was admitted during the outage and charges it to
-// Redis, in one pipeline: at most each policy's capacity per key, and only
-// what fits (a limit with no room is left as it is). It returns the units
-// charged. The local limits are dropped: the next outage starts afresh.
-func (f *fallback) charge(ctx context.Context, store *remote.Store) (charged int64, err error) {
+// charge takes what was admitted during the outage for the keys that back
+// reports true of (all of them when back is nil) and charges it to Redis,
+// in one pipeline: at most each policy's capacity per key, and only what
+// fits (a limit with no room is left as it is). It returns the units
+// charged. Those keys' local limits are dropped: the next outage starts
+// afresh.
+func (f *fallback) charge(ctx context.Context, store *remote.Store, back func(*remote.Policy, string) bool) (charged int64, err error) {
 	f.mu.Lock()
 	var rs []remote.Request
 	for _, k := range f.keys.Keys() {
+		if back != nil && !back(k.p, k.key) {
+			continue
+		}
 		e, _ := f.keys.Peek(k)
 		if n := e.admitted.Swap(0); n > 0 {
 			rs = append(rs, remote.Request{Policy: k.p, Key: k.key, Min: 1, Max: min(n, k.p.Capacity()), Share: 1})
 		}
+		f.keys.Remove(k)
 	}
-	f.keys.Purge()
 	f.mu.Unlock()
 	if len(rs) == 0 {
 		return 0, nil

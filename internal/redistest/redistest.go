@@ -34,28 +34,26 @@ type Server struct {
 	bin    string
 	dir    string
 	port   int
+	args   []string // more redis-server arguments
 	cmd    *exec.Cmd
 	exited chan error // receives cmd.Wait's result once the process is gone
 }
 
 // Start runs redis-server on a free loopback port and returns once it
 // answers PING. The server is killed, by PID, when t ends.
-func Start(t testing.TB) *Server {
+func Start(t testing.TB) *Server { return startWith(t) }
+
+// startWith is Start with more redis-server arguments.
+func startWith(t testing.TB, args ...string) *Server {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv(RequireEnv) == "1" {
-			t.Fatalf("redis-server not found and %s=1: %v", RequireEnv, err)
-		}
-		t.Skipf("redis-server not found (set %s=1 to fail instead): %v", RequireEnv, err)
-	}
+	bin := lookPath(t, "redis-server")
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		port, err := freePort()
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := start(bin, t.TempDir(), port)
+		s, err := start(bin, t.TempDir(), port, args)
 		if err == nil {
 			t.Cleanup(s.stop)
 			return s
@@ -66,17 +64,31 @@ func Start(t testing.TB) *Server {
 	return nil
 }
 
-func start(bin, dir string, port int) (*Server, error) {
-	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin: bin, dir: dir, port: port}
+// lookPath finds a Redis program, or skips t (fails it when RequireEnv is
+// set).
+func lookPath(t testing.TB, name string) string {
+	t.Helper()
+	bin, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv(RequireEnv) == "1" {
+			t.Fatalf("%s not found and %s=1: %v", name, RequireEnv, err)
+		}
+		t.Skipf("%s not found (set %s=1 to fail instead): %v", name, RequireEnv, err)
+	}
+	return bin
+}
+
+func start(bin, dir string, port int, args []string) (*Server, error) {
+	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin: bin, dir: dir, port: port, args: args}
 	return s, s.run()
 }
 
 // run starts the process on s's port and waits until it answers PING.
 func (s *Server) run() error {
-	cmd := exec.Command(s.bin,
+	cmd := exec.Command(s.bin, append([]string{
 		"--bind", "127.0.0.1", "--port", strconv.Itoa(s.port),
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
-		"--protected-mode", "yes", "--loglevel", "warning")
+		"--protected-mode", "yes", "--loglevel", "warning"}, s.args...)...)
 	if err := cmd.Start(); err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package redistest_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -80,4 +81,23 @@ func TestProxyFaults(t *testing.T) {
 		}
 	}
 	t.Fatal("no reply after Cut and reconnecting")
+}
+
+// A cluster of three masters serves all slots, each master some of them,
+// and a cluster client reaches every key.
+func TestCluster(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	cc := c.Client(t, nil)
+	ctx := context.Background()
+	seen := map[int]bool{}
+	for i := 0; i < 30; i++ {
+		key := fmt.Sprintf("k%d", i)
+		if err := cc.Set(ctx, key, i, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		seen[c.Master(t, key)] = true
+	}
+	if len(seen) != 3 {
+		t.Fatalf("30 keys landed on masters %v, want all 3", seen)
+	}
 }
