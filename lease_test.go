@@ -239,7 +239,16 @@ func redisMicros(t *testing.T, srv *redistest.Server) int64 {
 // It returns the requests admitted and the decisions made.
 func skewedLoad(t *testing.T, ls []*ratelease.Limiter, p *ratelease.Policy, d time.Duration, wait bool) (admitted, decisions int64) {
 	t.Helper()
-	var adm, dec atomic.Int64
+	adm, decisions := skewedLoadKeys(t, ls, p, []string{"hot"}, d, wait)
+	return adm[0], decisions
+}
+
+// skewedLoadKeys is skewedLoad on several keys: each goroutine takes them
+// in turn. It returns the requests admitted per key.
+func skewedLoadKeys(t *testing.T, ls []*ratelease.Limiter, p *ratelease.Policy, keys []string, d time.Duration, wait bool) (admitted []int64, decisions int64) {
+	t.Helper()
+	adm := make([]atomic.Int64, len(keys))
+	var dec atomic.Int64
 	var wg sync.WaitGroup
 	stop := time.Now().Add(d)
 	ctx, cancel := context.WithDeadline(context.Background(), stop)
@@ -250,16 +259,17 @@ func skewedLoad(t *testing.T, ls []*ratelease.Limiter, p *ratelease.Policy, d ti
 			go func(seed uint64) {
 				defer wg.Done()
 				rng := rand.New(rand.NewPCG(seed, 1))
-				for time.Now().Before(stop) {
+				for n := 0; time.Now().Before(stop); n++ {
+					k := n % len(keys)
 					var ok bool
 					if wait {
-						err := l.Wait(ctx, p, "hot")
+						err := l.Wait(ctx, p, keys[k])
 						if errors.Is(err, context.DeadlineExceeded) {
 							return
 						}
 						ok = err == nil
 					} else {
-						res, err := l.Allow(ctx, p, "hot")
+						res, err := l.Allow(ctx, p, keys[k])
 						if err != nil {
 							if ctx.Err() != nil {
 								return
@@ -271,7 +281,7 @@ func skewedLoad(t *testing.T, ls []*ratelease.Limiter, p *ratelease.Policy, d ti
 					}
 					dec.Add(1)
 					if ok {
-						adm.Add(1)
+						adm[k].Add(1)
 					}
 					if rng.IntN(4) == 0 {
 						time.Sleep(time.Duration(rng.IntN(200)) * time.Microsecond)
@@ -281,7 +291,10 @@ func skewedLoad(t *testing.T, ls []*ratelease.Limiter, p *ratelease.Policy, d ti
 		}
 	}
 	wg.Wait()
-	return adm.Load(), dec.Load()
+	for i := range adm {
+		admitted = append(admitted, adm[i].Load())
+	}
+	return admitted, dec.Load()
 }
 
 // The window bound, on simulated time: two Limiters on one Redis whose

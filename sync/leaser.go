@@ -108,6 +108,10 @@ type Leaser struct {
 	// during Close are refunded too. Added to under mu, only while open.
 	pending stdsync.WaitGroup
 
+	// lanes: with a Redis Cluster, one queue per master (node address).
+	// Batcher only.
+	lanes map[string]*lane
+
 	stop    chan struct{}
 	stopped atomic.Bool
 	// closeCtx bounds what Close sends (the last refunds, the leave): one
@@ -151,7 +155,7 @@ func New(store *remote.Store, clk clock.Clock, cfg Config) (*Leaser, error) {
 	_, _ = crand.Read(id[:])
 	l := &Leaser{
 		store: store, cfg: cfg, clock: clk, base: clk.Now(), id: hex.EncodeToString(id[:]),
-		work: make(chan struct{}, 1), stop: make(chan struct{}),
+		work: make(chan struct{}, 1), stop: make(chan struct{}), lanes: map[string]*lane{},
 	}
 	if el, ok := clk.(clock.Elapsed); ok {
 		l.elapsed, l.skew = el, el.Elapsed()
@@ -444,14 +448,11 @@ func (l *Leaser) batcher() {
 	}
 }
 
-// flush sends one batch of each queue, within the timeout, or once Close
-// has begun within Close's bound; it reports whether anything was sent.
+// flush takes one batch of each queue and sends it: on the batcher's
+// goroutine, or with a Redis Cluster through each master's lane. It reports
+// whether anything was taken.
 func (l *Leaser) flush() bool {
-	ctx := context.Context(nil)
 	l.mu.Lock()
-	if l.stopped.Load() {
-		ctx = l.closeCtx
-	}
 	calls := l.calls[:min(len(l.calls), maxBatch)]
 	l.calls = l.calls[len(calls):]
 	backs := l.backs[:min(len(l.backs), maxBatch)]
@@ -460,44 +461,140 @@ func (l *Leaser) flush() bool {
 	if len(calls) == 0 && len(backs) == 0 {
 		return false
 	}
+	if !l.store.Sharded() {
+		l.send(calls, backs)
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Timeout)
+	defer cancel()
+	for _, c := range calls {
+		l.lane(l.store.Node(ctx, c.req.Policy, c.req.Key)).push(c, nil)
+	}
+	for _, g := range backs {
+		l.lane(l.store.Node(ctx, g.Policy, g.Key)).push(nil, &g)
+	}
+	for _, ln := range l.lanes {
+		l.startLane(ln)
+	}
+	return true
+}
+
+// send sends one pipeline of lease requests and one of refunds, within the
+// timeout, or once Close has begun within Close's bound.
+func (l *Leaser) send(calls []*call, backs []remote.Grant) {
+	l.mu.Lock()
+	ctx := l.closeCtx // set once stopped
+	l.mu.Unlock()
 	if ctx == nil {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(context.Background(), l.cfg.Timeout)
 		defer cancel()
 	}
 	if len(calls) > 0 {
-		rs := make([]remote.Request, len(calls))
-		for i, c := range calls {
-			rs[i] = c.req
-		}
-		l.stats.roundTrips.Add(1)
-		ds, errs := l.acquireBatch(ctx, rs)
-		for i, c := range calls {
-			if errs[i] != nil {
-				l.stats.errors.Add(1)
-			} else {
-				l.stats.leases.Add(1)
-				l.stats.leased.Add(uint64(ds[i].Granted))
-				if ds[i].Granted == 0 {
-					l.stats.denied.Add(1)
-				}
-			}
-			l.finish(c, ds[i], errs[i])
-		}
+		l.sendLeases(ctx, calls)
 	}
 	if len(backs) > 0 {
-		l.stats.roundTrips.Add(1)
-		for i, err := range l.refundBatch(ctx, backs) {
-			if err != nil {
-				// Not retried: the units come back by themselves when
-				// their key's state expires.
-				l.stats.errors.Add(1)
-				continue
-			}
-			l.stats.refunded.Add(uint64(backs[i].Units))
-		}
+		l.sendRefunds(ctx, backs)
 	}
-	return true
+}
+
+// lane is the queue of one Redis Cluster master: its requests go out in
+// pipelines of their own, one at a time, so that a master that is down or
+// slow holds up only its own keys' requests (one go-redis pipeline across
+// masters waits for every one of them).
+type lane struct {
+	mu    stdsync.Mutex
+	busy  bool // a goroutine is sending the lane's queue
+	calls []*call
+	backs []remote.Grant
+}
+
+// lane returns the lane of node, making it. Batcher only.
+func (l *Leaser) lane(node string) *lane {
+	ln := l.lanes[node]
+	if ln == nil {
+		ln = &lane{}
+		l.lanes[node] = ln
+	}
+	return ln
+}
+
+// push queues c or g (either may be nil) in ln.
+func (ln *lane) push(c *call, g *remote.Grant) {
+	ln.mu.Lock()
+	if c != nil {
+		ln.calls = append(ln.calls, c)
+	}
+	if g != nil {
+		ln.backs = append(ln.backs, *g)
+	}
+	ln.mu.Unlock()
+}
+
+// startLane starts a goroutine that sends ln's queue until it is empty,
+// unless one is at it. Batcher only: Close waits for the goroutine (wg).
+func (l *Leaser) startLane(ln *lane) {
+	ln.mu.Lock()
+	if ln.busy || len(ln.calls)+len(ln.backs) == 0 {
+		ln.mu.Unlock()
+		return
+	}
+	ln.busy = true
+	ln.mu.Unlock()
+	l.wg.Add(1) // the batcher's own count is held: no race with Close's Wait
+	go func() {
+		defer l.wg.Done()
+		for {
+			ln.mu.Lock()
+			calls := ln.calls[:min(len(ln.calls), maxBatch)]
+			ln.calls = ln.calls[len(calls):]
+			backs := ln.backs[:min(len(ln.backs), maxBatch)]
+			ln.backs = ln.backs[len(backs):]
+			if len(calls)+len(backs) == 0 {
+				ln.busy = false
+				ln.mu.Unlock()
+				return
+			}
+			ln.mu.Unlock()
+			l.send(calls, backs)
+		}
+	}()
+}
+
+// sendLeases sends one pipeline of lease requests and completes them.
+func (l *Leaser) sendLeases(ctx context.Context, calls []*call) {
+	rs := make([]remote.Request, len(calls))
+	for i, c := range calls {
+		rs[i] = c.req
+	}
+	l.stats.roundTrips.Add(1)
+	ds, errs := l.acquireBatch(ctx, rs)
+	for i, c := range calls {
+		if errs[i] != nil {
+			l.stats.errors.Add(1)
+		} else {
+			l.stats.leases.Add(1)
+			l.stats.leased.Add(uint64(ds[i].Granted))
+			if ds[i].Granted == 0 {
+				l.stats.denied.Add(1)
+			}
+		}
+		l.finish(c, ds[i], errs[i])
+	}
+}
+
+// sendRefunds sends one pipeline of refunds.
+func (l *Leaser) sendRefunds(ctx context.Context, backs []remote.Grant) {
+	l.stats.roundTrips.Add(1)
+	for i, err := range l.refundBatch(ctx, backs) {
+		if err != nil {
+			// Not retried: the units come back by themselves when their
+			// key's state expires.
+			l.stats.errors.Add(1)
+			continue
+		}
+		l.stats.refunded.Add(uint64(backs[i].Units))
+	}
 }
 
 // guarded makes one Redis call, fn: directly, or with Config.Guard on a
