@@ -154,8 +154,8 @@ func TestClusterMasterKilled(t *testing.T) {
 			const before, after = time.Second, 2 * time.Second
 			startBefore := redisMicros(t, cl.Masters[1])
 			time.Sleep(before)
+			phase.Store(1) // decisions in flight now may see the kill
 			cl.Masters[0].Kill()
-			phase.Store(1)
 			time.Sleep(after)
 			end := redisMicros(t, cl.Masters[1])
 			close(stop)
