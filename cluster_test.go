@@ -281,3 +281,49 @@ func TestRing(t *testing.T) {
 		})
 	}
 }
+
+// A key's slot moves to another master under load (ASK while it migrates,
+// MOVED after): go-redis follows the redirections, no error reaches the
+// caller, and the key's limit holds across the move.
+func TestClusterSlotMigration(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	const rate, burst = 1000, 100
+	p := policy(t, "move", ratelease.Limit{Rate: rate, Period: time.Second, Burst: burst})
+	key := keysPerMaster(t, cl, "move")[0] // on master 0
+	slot, err := cl.Client(t, nil).ClusterKeySlot(context.Background(), "{move:"+key+"}").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ls []*ratelease.Limiter
+	for i := 0; i < 2; i++ {
+		ls = append(ls, leased(t, cl.Client(t, &redis.ClusterOptions{ContextTimeoutEnabled: true}), ratelease.LeaseConfig{}))
+	}
+	start := redisMicros(t, cl.Masters[1])
+	done := make(chan struct{})
+	var admitted []int64
+	var decisions int64
+	go func() {
+		defer close(done)
+		admitted, decisions = skewedLoadKeys(t, ls, p, []string{key}, 3*time.Second, false)
+	}()
+	time.Sleep(time.Second)
+	cl.MoveSlot(t, slot, 0, 1)
+	<-done
+	end := redisMicros(t, cl.Masters[1])
+	var errs uint64
+	for _, l := range ls {
+		errs += l.Stats().Errors
+		_ = l.Close()
+	}
+	if m := cl.Master(t, "{move:"+key+"}"); m != 1 {
+		t.Fatalf("the key's slot is on master %d after the move, want 1", m)
+	}
+	bound := tbBound(rate, burst)(start, end)
+	t.Logf("admitted %d of %d decisions, bound %.0f; %d Redis errors", admitted[0], decisions, bound, errs)
+	if float64(admitted[0]) > bound || float64(admitted[0]) < 0.9*bound {
+		t.Errorf("admitted %d, want within [90%%, 100%%] of %.0f", admitted[0], bound)
+	}
+	if errs > 0 {
+		t.Errorf("%d Redis errors during the migration, want none", errs)
+	}
+}

@@ -102,3 +102,50 @@ func (c *Cluster) Master(t testing.TB, key string) int {
 	t.Fatalf("redistest: no master serves %q", key)
 	return -1
 }
+
+// MoveSlot migrates slot, with its keys, from master from to master to
+// (indexes in Masters), the way redis-cli --cluster reshard does: IMPORTING
+// and MIGRATING (clients get ASK meanwhile), MIGRATE of the keys, then the
+// slot's new owner told to every master (clients get MOVED after).
+func (c *Cluster) MoveSlot(t testing.TB, slot int64, from, to int) {
+	t.Helper()
+	ctx := context.Background()
+	client := func(i int) *redis.Client {
+		cl := redis.NewClient(&redis.Options{Addr: c.Masters[i].Addr, MaxRetries: -1})
+		t.Cleanup(func() { _ = cl.Close() })
+		return cl
+	}
+	src, dst := client(from), client(to)
+	srcID, err := src.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dstID, err := dst.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("redistest: moving slot %d: %v", slot, err)
+		}
+	}
+	must(dst.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err())
+	must(src.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err())
+	host, port, _ := strings.Cut(c.Masters[to].Addr, ":")
+	for {
+		keys, err := src.ClusterGetKeysInSlot(ctx, int(slot), 100).Result()
+		must(err)
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		must(src.Do(ctx, args...).Err())
+	}
+	for i := range c.Masters {
+		must(client(i).Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err())
+	}
+}
