@@ -10,7 +10,8 @@
 // each key's observed demand (units per second × Config.Refresh, clamped to
 // [Min, Max]; a cold key starts at Min), and shrink toward a fair share when
 // the budget is scarce; lease requests and refunds that are due at the same
-// moment go out together, one pipeline per flush; units unused after
+// moment go out together, one pipeline per flush (with a Redis Cluster, one
+// per master, each master in a lane of its own); units unused after
 // Config.TTL (or the end of their window) are refunded, as are those of
 // evicted entries and, at Close, all of them; and a heartbeat keeps this
 // instance in the membership count that the fair share divides by.

@@ -9,7 +9,8 @@
 // policies with a SlidingWindowLog or LeakyBucket, and every policy in exact
 // mode, are decided by one atomic call to the Redis tier (package remote).
 // Every Redis call is bounded by the Redis timeout and the caller's context,
-// and goes through a circuit breaker (breaker.go): while Redis is
+// and goes through a circuit breaker (breaker.go; one per master with a
+// Redis Cluster): while Redis is
 // unavailable, requests that the local allowance cannot answer are decided
 // by the failure mode (fallback.go: FailLocal's per-key x/time/rate limits,
 // FailOpen, FailClosed), and what the fallback admitted is charged to Redis
