@@ -586,15 +586,31 @@ func (l *Leaser) sendLeases(ctx context.Context, calls []*call) {
 // sendRefunds sends one pipeline of refunds.
 func (l *Leaser) sendRefunds(ctx context.Context, backs []remote.Grant) {
 	l.stats.roundTrips.Add(1)
-	for i, err := range l.refundBatch(ctx, backs) {
+	l.refunded(backs, l.refundBatch(ctx, backs))
+}
+
+// refunded counts the outcome of one pipeline of refunds, gs, whose errors
+// are errs.
+func (l *Leaser) refunded(gs []remote.Grant, errs []error) {
+	for i, err := range errs {
 		if err != nil {
 			// Not retried: the units come back by themselves when their
 			// key's state expires.
 			l.stats.errors.Add(1)
 			continue
 		}
-		l.stats.refunded.Add(uint64(backs[i].Units))
+		l.stats.refunded.Add(uint64(gs[i].Units))
 	}
+}
+
+// allFailed returns n errors, each err: what a pipeline that failed as a
+// whole gives each of its calls.
+func allFailed(n int, err error) []error {
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
 }
 
 // guarded makes one Redis call, fn: directly, or with Config.Guard on a
@@ -635,19 +651,10 @@ func (l *Leaser) acquireBatch(ctx context.Context, rs []remote.Request) ([]remot
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Timeout)
 		defer cancel()
 		l.stats.roundTrips.Add(1)
-		for i, err := range l.store.RefundBatch(ctx, gs) {
-			if err != nil {
-				l.stats.errors.Add(1)
-				continue
-			}
-			l.stats.refunded.Add(uint64(gs[i].Units))
-		}
+		l.refunded(gs, l.store.RefundBatch(ctx, gs))
 	})
 	if err != nil {
-		a.ds, a.errs = make([]remote.Decision, len(rs)), make([]error, len(rs))
-		for i := range a.errs {
-			a.errs[i] = err
-		}
+		a.ds, a.errs = make([]remote.Decision, len(rs)), allFailed(len(rs), err)
 	}
 	return a.ds, a.errs
 }
@@ -658,10 +665,7 @@ func (l *Leaser) refundBatch(ctx context.Context, gs []remote.Grant) []error {
 		return l.store.RefundBatch(ctx, gs), nil
 	}, nil)
 	if err != nil {
-		errs = make([]error, len(gs))
-		for i := range errs {
-			errs[i] = err
-		}
+		errs = allFailed(len(gs), err)
 	}
 	return errs
 }

@@ -181,13 +181,23 @@ func (e *Engine) newBreaker(node string) *breaker {
 }
 
 // breakerFor returns the breaker in front of the server that holds key's
-// state under p.
+// state under p. With a cluster, naming the server may load the cluster's
+// layout (once, before the first call): that is bounded by the timeout.
 func (e *Engine) breakerFor(p *remote.Policy, key string) *breaker {
 	if !e.sharded {
 		return e.breaker
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
 	defer cancel()
+	return e.breakerOf(ctx, p, key)
+}
+
+// breakerOf is breakerFor within ctx, which bounds only a load of the
+// cluster's layout.
+func (e *Engine) breakerOf(ctx context.Context, p *remote.Policy, key string) *breaker {
+	if !e.sharded {
+		return e.breaker
+	}
 	node := e.store.Node(ctx, p, key)
 	if node == "" {
 		return e.breaker
@@ -279,7 +289,9 @@ func (e *Engine) Hit(p *remote.Policy, key string, n int64) (limit int, remainin
 // afterTake starts a background lease for ent if its allowance ran low
 // with the take.
 func (e *Engine) afterTake(p *remote.Policy, ent *local.Entry) {
-	if ent.Units() < ent.LowWater.Load() && e.breakerFor(p, ent.Key).State() == BreakerClosed {
+	// Units were leased, so a cluster's layout is loaded: naming the key's
+	// master is a lookup, and needs no timer on this path.
+	if ent.Units() < ent.LowWater.Load() && e.breakerOf(context.Background(), p, ent.Key).State() == BreakerClosed {
 		e.leaser.Prefetch(p, ent)
 	}
 }
