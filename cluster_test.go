@@ -131,8 +131,11 @@ func TestClusterMasterKilled(t *testing.T) {
 							default:
 							}
 							k := n % len(keys)
-							ph := phase.Load()
 							res, err := l.Allow(context.Background(), p, keys[k])
+							// The phase is read after the decision: one that
+							// returned before phase 1 began cannot have seen the
+							// kill, while one begun before it may have.
+							ph := phase.Load()
 							kl := &loads[k]
 							kl.decisions[ph].Add(1)
 							switch {
@@ -154,7 +157,7 @@ func TestClusterMasterKilled(t *testing.T) {
 			const before, after = time.Second, 2 * time.Second
 			startBefore := redisMicros(t, cl.Masters[1])
 			time.Sleep(before)
-			phase.Store(1) // decisions in flight now may see the kill
+			phase.Store(1) // decisions returning from now on may have seen the kill
 			cl.Masters[0].Kill()
 			time.Sleep(after)
 			end := redisMicros(t, cl.Masters[1])
