@@ -46,22 +46,32 @@ func Start(t testing.TB) *Server { return startWith(t) }
 // startWith is Start with more redis-server arguments.
 func startWith(t testing.TB, args ...string) *Server {
 	t.Helper()
-	bin := lookPath(t, "redis-server")
+	s, err := Launch(lookPath(t, "redis-server"), t.TempDir(), args...)
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	t.Cleanup(s.stop)
+	return s
+}
+
+// Launch is Start for programs without a testing.TB (a benchmark's
+// TestMain, a measuring tool): it runs bin (a redis-server) on a free
+// loopback port, with dir for its files and args as more arguments, and
+// returns once it answers PING. The caller stops it with Kill.
+func Launch(bin, dir string, args ...string) (*Server, error) {
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		port, err := freePort()
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
-		s, err := start(bin, t.TempDir(), port, args)
+		s, err := start(bin, dir, port, args)
 		if err == nil {
-			t.Cleanup(s.stop)
-			return s
+			return s, nil
 		}
 		lastErr = err // most likely the port was taken between probe and bind
 	}
-	t.Fatalf("redistest: could not start redis-server: %v", lastErr)
-	return nil
+	return nil, fmt.Errorf("could not start redis-server: %w", lastErr)
 }
 
 // lookPath finds a Redis program, or skips t (fails it when RequireEnv is

@@ -1,0 +1,131 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelease/ratelease/internal/redistest"
+)
+
+// addr is the redis-server TestMain started for this package's tests.
+var addr string
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv(redistest.RequireEnv) == "1" {
+			fmt.Fprintf(os.Stderr, "redis-server not found and %s=1: %v\n", redistest.RequireEnv, err)
+			return 1
+		}
+		fmt.Fprintf(os.Stderr, "skipping: redis-server not found (set %s=1 to fail instead): %v\n", redistest.RequireEnv, err)
+		return 0
+	}
+	dir, err := os.MkdirTemp("", "ratelease-bench")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	srv, err := redistest.Launch(bin, dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer srv.Kill()
+	addr = srv.Addr
+	return m.Run()
+}
+
+// BenchmarkDecisions is one decision through each peer, sequentially and
+// from 32 goroutines; compare with
+//
+//	benchstat -col /impl out/new.txt
+func BenchmarkDecisions(b *testing.B) {
+	for _, p := range Peers() {
+		for _, g := range []int{1, 32} {
+			b.Run(fmt.Sprintf("impl=%s/goroutines=%d", p.Name, g), Decisions(p, addr, g))
+		}
+	}
+}
+
+// Every peer runs the accuracy workload; the global ones keep within the
+// limit, and ratelease in lease mode makes few round trips. (The figures
+// of docs/benchmarks.md come from cmd/benchreport, on longer runs.)
+func TestAccuracy(t *testing.T) {
+	cfg := DefaultAccuracy
+	cfg.Duration = 1500 * time.Millisecond
+	for _, p := range Peers() {
+		t.Run(p.Name, func(t *testing.T) {
+			res, err := Accuracy(context.Background(), p, addr, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("admitted %v = %d of bound %.0f: %.3f; %d decisions, %.4f round trips each",
+				res.Admitted, res.Total(), res.Bound, res.Accuracy(), res.Decisions, res.RoundTripsPerDecision())
+			wantDecisions := cfg.Demand * float64(cfg.Rate) * cfg.Duration.Seconds()
+			if float64(res.Decisions) < 0.9*wantDecisions {
+				t.Errorf("%d decisions, want about %.0f: the load did not reach its demand", res.Decisions, wantDecisions)
+			}
+			switch {
+			case !p.Global:
+				if res.RoundTrips != 0 {
+					t.Errorf("a local limiter made %d round trips", res.RoundTrips)
+				}
+			case p.Name == "ulule-limiter":
+				// A fixed window admits Rate in each window it touches,
+				// whatever the bucket bound: checked only for sanity.
+				if a := res.Accuracy(); a < 0.5 || a > 1.5 {
+					t.Errorf("accuracy %.3f", a)
+				}
+			default:
+				// A little over 1 for timing: Redis's clock is read just
+				// before the first decision and just after the last.
+				if a := res.Accuracy(); a < 0.9 || a > 1.01 {
+					t.Errorf("accuracy %.3f, want within [0.9, 1.01]", a)
+				}
+			}
+			if strings.HasPrefix(p.Name, "ratelease-lease") {
+				if r := res.RoundTripsPerDecision(); r > 0.05 {
+					t.Errorf("%.4f round trips per decision in lease mode", r)
+				}
+			}
+		})
+	}
+}
+
+// Every peer answers the decision benchmark, and the hook counts what it
+// should: one round trip per decision for the exact peers, none for the
+// local one, few for ratelease's leases.
+func TestDecisions(t *testing.T) {
+	for _, p := range Peers() {
+		r := testing.Benchmark(Decisions(p, addr, 1))
+		if r.N == 0 {
+			t.Fatalf("%s: the benchmark failed", p.Name)
+		}
+		rt := r.Extra["roundtrips/op"]
+		t.Logf("%s: %d decisions, %v, %.4f round trips each", p.Name, r.N, r.T, rt)
+		switch p.Name {
+		case "ratelease-lease", "ratelease-lease-max100k":
+			if rt > 0.01 {
+				t.Errorf("%s: %.4f round trips per decision", p.Name, rt)
+			}
+		case "x-time-rate":
+			if rt != 0 {
+				t.Errorf("%s: %.4f round trips per decision", p.Name, rt)
+			}
+		default:
+			if rt < 1 || rt > 1.01 {
+				t.Errorf("%s: %.4f round trips per decision, want 1", p.Name, rt)
+			}
+		}
+	}
+}

@@ -1,0 +1,282 @@
+// Command benchreport runs ratelease's comparison benchmarks and writes
+// docs/benchmarks.md. Run it from bench/:
+//
+//	go run ./cmd/benchreport
+//
+// It starts a redis-server of its own on a free loopback port (the one on
+// PATH), runs the decision benchmarks of package bench -count times with
+// the peers interleaved round by round (so that a slow spell of a shared
+// machine hits them all alike), then the accuracy workloads, and writes the
+// report (-o) and the raw benchmark lines (-raw, for benchstat). It stops
+// the server it started, and only that one, by its PID.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/perf/benchmath"
+
+	"github.com/ratelease/ratelease/bench"
+	"github.com/ratelease/ratelease/internal/redistest"
+)
+
+// goroutineCounts are the decision benchmark's two loads.
+var goroutineCounts = []int{1, 32}
+
+// baseline is the peer the goals compare with.
+const baseline = "redis_rate"
+
+// lease is the peer the goals are about: lease mode with its defaults.
+const lease = "ratelease-lease"
+
+func main() {
+	testing.Init() // testing.Benchmark reads -test.benchtime
+	count := flag.Int("count", 6, "rounds of the decision benchmarks")
+	benchtime := flag.Duration("benchtime", time.Second, "time of each decision benchmark")
+	accuracyRuns := flag.Int("accuracy-runs", 3, "runs of each accuracy workload")
+	out := flag.String("o", "../docs/benchmarks.md", "the report to write")
+	raw := flag.String("raw", "out/decisions.txt", "the benchmark lines to write, for benchstat")
+	flag.Parse()
+	if err := flag.Set("test.benchtime", benchtime.String()); err != nil {
+		fail(err)
+	}
+	if err := run(*count, *accuracyRuns, *out, *raw); err != nil {
+		fail(err)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "benchreport:", err)
+	os.Exit(1)
+}
+
+func run(count, accuracyRuns int, out, raw string) error {
+	began := time.Now()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "benchreport")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := redistest.Launch(bin, dir)
+	if err != nil {
+		return err
+	}
+	defer srv.Kill()
+	interrupted := make(chan os.Signal, 1)
+	signal.Notify(interrupted, os.Interrupt)
+	go func() {
+		<-interrupted
+		srv.Kill()
+		os.RemoveAll(dir)
+		os.Exit(130)
+	}()
+
+	if err := os.MkdirAll(filepath.Dir(raw), 0o755); err != nil {
+		return err
+	}
+	rawFile, err := os.Create(raw)
+	if err != nil {
+		return err
+	}
+	defer rawFile.Close()
+	peers := bench.Peers()
+	dec, err := decisions(peers, srv.Addr, count, io.MultiWriter(rawFile, os.Stdout))
+	if err != nil {
+		return err
+	}
+	var acc []accuracyRow
+	for _, w := range workloads() {
+		rows, err := accuracy(peers, srv.Addr, w, accuracyRuns)
+		if err != nil {
+			return err
+		}
+		acc = append(acc, rows...)
+	}
+	env, err := environment(srv.Addr)
+	if err != nil {
+		return err
+	}
+	env.took = time.Since(began).Round(time.Second)
+	env.command = "cd bench && go run ./cmd/benchreport " + strings.Join(os.Args[1:], " ")
+	f, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	if err := write(f, env, peers, dec, acc, count, accuracyRuns, raw); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// decisionKey names one decision benchmark.
+type decisionKey struct {
+	impl       string
+	goroutines int
+}
+
+// decisionSamples are one benchmark's values, one per round, by unit.
+type decisionSamples map[string][]float64
+
+// decisions runs every decision benchmark count times, interleaved, writes
+// each result as a benchmark line to w, and returns the values.
+func decisions(peers []bench.Peer, addr string, count int, w io.Writer) (map[decisionKey]decisionSamples, error) {
+	fmt.Fprintf(w, "goos: %s\ngoarch: %s\npkg: github.com/ratelease/ratelease/bench\ncpu: %s\n", runtime.GOOS, runtime.GOARCH, cpuModel())
+	res := map[decisionKey]decisionSamples{}
+	for round := 0; round < count; round++ {
+		for _, p := range peers {
+			for _, g := range goroutineCounts {
+				r := testing.Benchmark(bench.Decisions(p, addr, g))
+				if r.N == 0 {
+					return nil, fmt.Errorf("decision benchmark %s with %d goroutines failed", p.Name, g)
+				}
+				fmt.Fprintf(w, "BenchmarkDecisions/impl=%s/goroutines=%d-%d\t%s\t%s\n",
+					p.Name, g, runtime.GOMAXPROCS(0), r.String(), r.MemString())
+				k := decisionKey{p.Name, g}
+				if res[k] == nil {
+					res[k] = decisionSamples{}
+				}
+				s := res[k]
+				s["ns/op"] = append(s["ns/op"], float64(r.T.Nanoseconds())/float64(r.N))
+				s["B/op"] = append(s["B/op"], float64(r.AllocedBytesPerOp()))
+				s["allocs/op"] = append(s["allocs/op"], float64(r.AllocsPerOp()))
+				for unit, v := range r.Extra {
+					s[unit] = append(s[unit], v)
+				}
+			}
+		}
+	}
+	return res, nil
+}
+
+// workload is one accuracy workload and what the report calls it.
+type workload struct {
+	name string
+	cfg  bench.AccuracyConfig
+}
+
+func workloads() []workload {
+	tight := bench.DefaultAccuracy
+	full := bench.DefaultAccuracy
+	full.Burst = full.Rate
+	return []workload{
+		{fmt.Sprintf("%d/s, burst %d", tight.Rate, tight.Burst), tight},
+		{fmt.Sprintf("%d/s, burst %d (PerSecond's default)", full.Rate, full.Burst), full},
+	}
+}
+
+// accuracyRow is what the runs of one workload through one peer saw.
+type accuracyRow struct {
+	workload string
+	impl     string
+	global   bool
+	runs     []bench.AccuracyResult
+}
+
+// accuracy runs w through every peer runs times, the peers interleaved.
+func accuracy(peers []bench.Peer, addr string, w workload, runs int) ([]accuracyRow, error) {
+	rows := make([]accuracyRow, len(peers))
+	for i, p := range peers {
+		rows[i] = accuracyRow{workload: w.name, impl: p.Name, global: p.Global}
+	}
+	for r := 0; r < runs; r++ {
+		for i, p := range peers {
+			res, err := bench.Accuracy(context.Background(), p, addr, w.cfg)
+			if err != nil {
+				return nil, fmt.Errorf("accuracy %s, %s: %w", w.name, p.Name, err)
+			}
+			fmt.Printf("accuracy %s %s: admitted %v of %.0f: %.3f, %.4f round trips per decision\n",
+				w.name, p.Name, res.Admitted, res.Bound, res.Accuracy(), res.RoundTripsPerDecision())
+			rows[i].runs = append(rows[i].runs, res)
+		}
+	}
+	return rows, nil
+}
+
+// env describes where and how the report was made.
+type env struct {
+	date, cpu, kernel, goVersion, redisVersion string
+	cores, procs                               int
+	modules                                    [][2]string // path, version
+	revision                                   string
+	took                                       time.Duration
+	command                                    string
+}
+
+func environment(addr string) (env, error) {
+	e := env{
+		date:      time.Now().UTC().Format("2006-01-02"),
+		cpu:       cpuModel(),
+		goVersion: runtime.Version(),
+		cores:     runtime.NumCPU(),
+		procs:     runtime.GOMAXPROCS(0),
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		e.kernel = runtime.GOOS + " " + strings.TrimSpace(string(b))
+	} else {
+		e.kernel = runtime.GOOS
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	info, err := c.InfoMap(context.Background(), "server").Result()
+	if err != nil {
+		return e, err
+	}
+	e.redisVersion = info["Server"]["redis_version"]
+	if rev, err := exec.Command("git", "rev-parse", "--short=12", "HEAD").Output(); err == nil {
+		e.revision = strings.TrimSpace(string(rev))
+		if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
+			e.revision += " (with uncommitted changes)"
+		}
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, m := range bi.Deps {
+			switch m.Path {
+			case "github.com/go-redis/redis_rate/v10", "github.com/ulule/limiter/v3", "golang.org/x/time",
+				"github.com/redis/go-redis/v9":
+				e.modules = append(e.modules, [2]string{m.Path, m.Version})
+			}
+		}
+	}
+	return e, nil
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return runtime.GOARCH
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return runtime.GOARCH
+}
+
+// summary is benchstat's summary of values: the median, with the range a
+// 95% confidence interval gives it.
+func summary(values []float64) benchmath.Summary {
+	return benchmath.AssumeNothing.Summary(benchmath.NewSample(slices.Clone(values), &benchmath.DefaultThresholds), 0.95)
+}
+
+// median of values.
+func median(values []float64) float64 { return summary(values).Center }

@@ -1,0 +1,231 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// roundTrips is a go-redis hook that counts round trips: one per command,
+// one per pipeline.
+type roundTrips struct{ n atomic.Int64 }
+
+func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// newClient returns a client for addr, sized for goroutines concurrent
+// callers, that counts its round trips.
+func newClient(addr string, goroutines int) (*redis.Client, *roundTrips) {
+	c := redis.NewClient(&redis.Options{
+		Addr:                  addr,
+		PoolSize:              max(goroutines, 10*runtime.GOMAXPROCS(0)),
+		ContextTimeoutEnabled: true,
+	})
+	h := &roundTrips{}
+	c.AddHook(h)
+	return c, h
+}
+
+// runs numbers the runs, so that each uses keys of its own.
+var runs atomic.Int64
+
+func prefix(name string) string { return fmt.Sprintf("bench-%s-%d", name, runs.Add(1)) }
+
+// Decisions returns a benchmark of one process deciding for one key through
+// p, from the given number of goroutines (1: sequential), on the Redis at
+// addr. The limit, a million per second and a bucket of a billion, is far
+// above what one process can ask, so every decision admits. Besides
+// ns/op and allocations it reports decisions/s and roundtrips/op, the Redis
+// round trips per decision.
+func Decisions(p Peer, addr string, goroutines int) func(b *testing.B) {
+	return func(b *testing.B) {
+		c, rt := newClient(addr, goroutines)
+		defer c.Close()
+		inst, err := p.New(c, Limit{Rate: 1_000_000, Burst: 1_000_000_000, Instances: 1, Prefix: prefix(p.Name)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer inst.Close()
+		ctx := context.Background()
+		decide := func() {
+			if ok, err := inst.Allow(ctx, "key"); err != nil || !ok {
+				b.Errorf("%s: allowed %v, error %v", p.Name, ok, err)
+			}
+		}
+		decide() // the key's state exists before timing starts
+		b.ReportAllocs()
+		start := rt.n.Load()
+		b.ResetTimer()
+		if goroutines == 1 {
+			for i := 0; i < b.N; i++ {
+				decide()
+			}
+		} else {
+			procs := runtime.GOMAXPROCS(0)
+			b.SetParallelism((goroutines + procs - 1) / procs)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					decide()
+				}
+			})
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(rt.n.Load()-start)/float64(b.N), "roundtrips/op")
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+	}
+}
+
+// AccuracyConfig is the accuracy workload: Instances processes share a
+// token bucket of Rate per second with Burst; together they ask for Demand
+// times the rate, split between them by Shares, for Duration.
+type AccuracyConfig struct {
+	Rate, Burst int
+	Demand      float64
+	Shares      []float64 // one per instance, summing to 1
+	Duration    time.Duration
+}
+
+// DefaultAccuracy is the workload of docs/benchmarks.md: four instances,
+// 2000/s burst 200, asked for twice the rate in shares of 5, 10, 25 and
+// 60 %, for 4 s. The smallest instances stay under a quarter of the limit,
+// the largest goes far over it: a limit split statically between the
+// instances wastes what the small ones leave.
+var DefaultAccuracy = AccuracyConfig{
+	Rate: 2000, Burst: 200, Demand: 2,
+	Shares:   []float64{0.05, 0.10, 0.25, 0.60},
+	Duration: 4 * time.Second,
+}
+
+// AccuracyResult is what one accuracy run saw.
+type AccuracyResult struct {
+	// Admitted counts the admitted requests of each instance.
+	Admitted []int64
+	// Decisions and RoundTrips are totals over the instances.
+	Decisions, RoundTrips int64
+	// Seconds is the run's length on Redis's clock; Bound is
+	// Burst + Rate·Seconds.
+	Seconds, Bound float64
+}
+
+// Total is the requests admitted by all instances.
+func (r AccuracyResult) Total() int64 {
+	var n int64
+	for _, a := range r.Admitted {
+		n += a
+	}
+	return n
+}
+
+// Accuracy is Total ÷ Bound: 1 is the whole limit, no more.
+func (r AccuracyResult) Accuracy() float64 { return float64(r.Total()) / r.Bound }
+
+// RoundTripsPerDecision is RoundTrips ÷ Decisions.
+func (r AccuracyResult) RoundTripsPerDecision() float64 {
+	return float64(r.RoundTrips) / float64(max(r.Decisions, 1))
+}
+
+// goroutinesPerInstance pace each instance's demand.
+const goroutinesPerInstance = 4
+
+// Accuracy runs cfg through p on the Redis at addr, each instance on a
+// client of its own, and returns what was admitted. Each instance's demand
+// is paced every millisecond (a goroutine that falls behind catches up).
+func Accuracy(ctx context.Context, p Peer, addr string, cfg AccuracyConfig) (AccuracyResult, error) {
+	lim := Limit{Rate: cfg.Rate, Burst: cfg.Burst, Instances: len(cfg.Shares), Prefix: prefix(p.Name)}
+	res := AccuracyResult{Admitted: make([]int64, len(cfg.Shares))}
+	var insts []Instance
+	var hooks []*roundTrips
+	defer func() {
+		for _, in := range insts {
+			_ = in.Close()
+		}
+	}()
+	for range cfg.Shares {
+		c, rt := newClient(addr, goroutinesPerInstance)
+		defer c.Close()
+		in, err := p.New(c, lim)
+		if err != nil {
+			return res, err
+		}
+		insts, hooks = append(insts, in), append(hooks, rt)
+	}
+	clock, _ := newClient(addr, 1)
+	defer clock.Close()
+	startRT := make([]int64, len(hooks))
+	for i, h := range hooks {
+		startRT[i] = h.n.Load()
+	}
+	start, err := clock.Time(ctx).Result()
+	if err != nil {
+		return res, err
+	}
+	var decisions atomic.Int64
+	var firstErr error
+	var errOnce sync.Once
+	admitted := make([]atomic.Int64, len(insts))
+	began := time.Now()
+	var wg sync.WaitGroup
+	for i, in := range insts {
+		perGoroutine := float64(cfg.Rate) * cfg.Demand * cfg.Shares[i] / goroutinesPerInstance
+		for g := 0; g < goroutinesPerInstance; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var asked int64
+				for {
+					elapsed := time.Since(began)
+					if elapsed >= cfg.Duration {
+						return
+					}
+					for due := int64(perGoroutine * elapsed.Seconds()); asked < due; asked++ {
+						ok, err := in.Allow(ctx, "shared")
+						decisions.Add(1)
+						if err != nil {
+							errOnce.Do(func() { firstErr = fmt.Errorf("%s instance %d: %w", p.Name, i, err) })
+							return
+						}
+						if ok {
+							admitted[i].Add(1)
+						}
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	end, err := clock.Time(ctx).Result()
+	if err != nil {
+		return res, err
+	}
+	if firstErr != nil {
+		return res, firstErr
+	}
+	for i := range admitted {
+		res.Admitted[i] = admitted[i].Load()
+		res.RoundTrips += hooks[i].n.Load() - startRT[i]
+	}
+	res.Decisions = decisions.Load()
+	res.Seconds = end.Sub(start).Seconds()
+	res.Bound = float64(cfg.Burst) + float64(cfg.Rate)*res.Seconds
+	return res, nil
+}
