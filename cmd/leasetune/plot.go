@@ -1,0 +1,113 @@
+package main
+
+import (
+	"fmt"
+	"image/color"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	_ "gonum.org/v1/plot/vg/vgimg" // PNG
+	_ "gonum.org/v1/plot/vg/vgsvg" // SVG
+)
+
+// panel is one quantity drawn against the lease size, with its legend in
+// the corner its curves tend to leave free.
+type panel struct {
+	title                 string
+	value                 func(result) float64
+	legendTop, legendLeft bool
+}
+
+var panels = []panel{
+	{"Redis calls/s (all instances)", func(r result) float64 { return r.CallsPerSec }, true, false},
+	{"worst window past Burst + Rate·w (units, 0: none)", func(r result) float64 { return max(r.Overshoot, 0) }, true, true},
+	{"units stranded (lapsed unused)", func(r result) float64 { return float64(r.Stranded) }, true, true},
+	{"served ÷ exact limiter", func(r result) float64 { return r.Served }, false, true},
+}
+
+// drawPlot draws each panel's quantity against Refresh, one line per TTL,
+// into path (.svg or .png).
+func drawPlot(path string, s scenario, ttls []time.Duration, results []result) error {
+	format := plotFormat(path) // checked by tune
+	row := make([]*plot.Plot, len(panels))
+	for i, pn := range panels {
+		p := plot.New()
+		p.Title.Text = pn.title
+		p.X.Label.Text = "Refresh (lease size, ms)"
+		p.X.Scale = plot.LogScale{}
+		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+		p.Add(plotter.NewGrid())
+		p.Legend.Top, p.Legend.Left = pn.legendTop, pn.legendLeft
+		for j, ttl := range ttls {
+			var xys plotter.XYs
+			for _, r := range results {
+				if r.Lease.TTL == ttl {
+					xys = append(xys, plotter.XY{X: float64(r.Lease.Refresh.Milliseconds()), Y: pn.value(r)})
+				}
+			}
+			line, points, err := plotter.NewLinePoints(xys)
+			if err != nil {
+				return err
+			}
+			line.Color, points.Color = plotutil.Color(j), plotutil.Color(j)
+			line.Dashes = plotutil.Dashes(j)
+			points.Shape = plotutil.Shape(j)
+			p.Add(line, points)
+			p.Legend.Add("TTL "+ttl.String(), line, points)
+		}
+		row[i] = p
+	}
+	const cols = 2
+	grid := make([][]*plot.Plot, (len(row)+cols-1)/cols)
+	for i, p := range row {
+		grid[i/cols] = append(grid[i/cols], p)
+	}
+	width, height := 10*vg.Inch, 8*vg.Inch
+	c, err := draw.NewFormattedCanvas(width, height, format)
+	if err != nil {
+		return err
+	}
+	dc := draw.New(c)
+	title := fmt.Sprintf("ratelease leases: %d/%v burst %d, %d instances, %s demand at %.0f%%",
+		s.Rate, s.Period, s.Burst, s.Instances, s.Profile, s.Load*100)
+	titleFont := plot.DefaultFont
+	titleFont.Size = vg.Points(14)
+	dc.FillText(draw.TextStyle{Color: color.Black, Font: titleFont, XAlign: draw.XCenter, YAlign: draw.YTop,
+		Handler: plot.DefaultTextHandler}, vg.Point{X: width / 2, Y: height - vg.Points(4)}, title)
+	tiles := draw.Tiles{Rows: len(grid), Cols: cols, PadTop: vg.Points(24), PadX: vg.Points(16), PadY: vg.Points(16),
+		PadLeft: vg.Points(4), PadRight: vg.Points(8), PadBottom: vg.Points(4)}
+	canvases := plot.Align(grid, tiles, dc)
+	for i := range grid {
+		for j, p := range grid[i] {
+			p.Draw(canvases[i][j])
+		}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := c.WriteTo(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func plotFormat(path string) string {
+	return strings.TrimPrefix(strings.ToLower(filepath.Ext(path)), ".")
+}
+
+// plotFormatOK checks that path, if any, names a format drawPlot writes.
+func plotFormatOK(path string) error {
+	if f := plotFormat(path); path != "" && f != "svg" && f != "png" {
+		return fmt.Errorf("%w: -plot %q: want a .svg or .png file", errUsage, path)
+	}
+	return nil
+}
