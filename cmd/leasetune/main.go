@@ -24,11 +24,13 @@
 //   - p99: a decision's wall time at the 99th percentile (on miniredis, a
 //     decision that waited on Redis shows as tens of µs).
 //
-// The recommendation is the configuration with the fewest Redis calls among
-// those within -max-overshoot, -min-served and -max-p99.
+// The recommendation is, among the configurations within -max-overshoot,
+// -min-served and -max-p99, the one with the shortest TTL (the tightest
+// guarantee) of those within 5% of the fewest Redis calls.
 package main
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -151,7 +153,7 @@ func tune(w io.Writer, s scenario, c criteria, refreshes, ttls string, maxLease 
 	if ok {
 		fmt.Fprintf(w, "recommended: ratelease.WithLease(ratelease.LeaseConfig{Max: %d, Refresh: %v, TTL: %v})\n",
 			best.Lease.Max, best.Lease.Refresh, best.Lease.TTL)
-		fmt.Fprintf(w, "  the fewest Redis calls (%.0f/s) with overshoot ≤ %.0f units, served ≥ %.2f and p99 ≤ %v under this demand;\n",
+		fmt.Fprintf(w, "  the shortest TTL within 5%% of the fewest Redis calls (%.0f/s) with overshoot ≤ %.0f units, served ≥ %.2f and p99 ≤ %v under this demand;\n",
 			best.CallsPerSec, c.MaxOvershoot*float64(s.Burst), c.MinServed, c.MaxP99)
 		fmt.Fprintf(w, "  whatever the demand, no window of length w admits more than Burst + Rate·(w + TTL): %.0f units past the exact bound\n",
 			best.OvershootBound)
@@ -221,18 +223,22 @@ func writeTable(w io.Writer, s scenario, results []result) {
 	tw.Flush()
 }
 
-// recommend returns the result meeting c with the fewest Redis calls
-// (fewer stranded units break ties).
+// recommend returns, of the results meeting c, the one with the shortest
+// TTL (the tightest guarantee) among those within 5% of the fewest Redis
+// calls; then the fewest calls, then the fewest stranded units.
 func recommend(s scenario, c criteria, results []result) (result, bool) {
-	var best result
-	found := false
+	var ok []result
 	for _, r := range results {
-		if r.Overshoot > c.MaxOvershoot*float64(s.Burst) || r.Served < c.MinServed || r.P99 > c.MaxP99 {
-			continue
-		}
-		if !found || r.CallsPerSec < best.CallsPerSec || (r.CallsPerSec == best.CallsPerSec && r.Stranded < best.Stranded) {
-			best, found = r, true
+		if r.Overshoot <= c.MaxOvershoot*float64(s.Burst) && r.Served >= c.MinServed && r.P99 <= c.MaxP99 {
+			ok = append(ok, r)
 		}
 	}
-	return best, found
+	if len(ok) == 0 {
+		return result{}, false
+	}
+	fewest := slices.MinFunc(ok, func(a, b result) int { return cmp.Compare(a.CallsPerSec, b.CallsPerSec) }).CallsPerSec
+	ok = slices.DeleteFunc(ok, func(r result) bool { return r.CallsPerSec > 1.05*fewest })
+	return slices.MinFunc(ok, func(a, b result) int {
+		return cmp.Or(cmp.Compare(a.Lease.TTL, b.Lease.TTL), cmp.Compare(a.CallsPerSec, b.CallsPerSec), cmp.Compare(a.Stranded, b.Stranded))
+	}), true
 }

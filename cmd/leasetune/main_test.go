@@ -110,3 +110,24 @@ func TestBadFlags(t *testing.T) {
 		}
 	}
 }
+
+// Of near-equal Redis costs the tighter guarantee wins; what misses a
+// criterion is never recommended.
+func TestRecommend(t *testing.T) {
+	r := func(ttl time.Duration, calls, served float64) result {
+		return result{Lease: ratelease.LeaseConfig{TTL: ttl}, CallsPerSec: calls, Served: served, P99: time.Microsecond}
+	}
+	c := criteria{MaxOvershoot: 0.1, MinServed: 0.97, MaxP99: time.Millisecond}
+	got, ok := recommend(short, c, []result{
+		r(250*time.Millisecond, 10, 0.9), // fewest calls, but serves too little
+		r(5*time.Second, 19.5, 0.99),
+		r(time.Second, 20.1, 0.99),
+		r(time.Second, 30, 0.99),
+	})
+	if !ok || got.Lease.TTL != time.Second || got.CallsPerSec != 20.1 {
+		t.Fatalf("recommended %+v (%v), want TTL 1s at 20.1 calls/s", got, ok)
+	}
+	if _, ok := recommend(short, c, []result{r(time.Second, 1, 0.5)}); ok {
+		t.Fatal("recommended a configuration that serves half the demand")
+	}
+}
