@@ -143,8 +143,8 @@ func (r AccuracyResult) RoundTripsPerDecision() float64 {
 	return float64(r.RoundTrips) / float64(max(r.Decisions, 1))
 }
 
-// goroutinesPerInstance pace each instance's demand.
-const goroutinesPerInstance = 4
+// GoroutinesPerInstance pace each instance's demand in Accuracy.
+const GoroutinesPerInstance = 4
 
 // Accuracy runs cfg through p on the Redis at addr, each instance on a
 // client of its own, and returns what was admitted. Each instance's demand
@@ -160,7 +160,7 @@ func Accuracy(ctx context.Context, p Peer, addr string, cfg AccuracyConfig) (Acc
 		}
 	}()
 	for range cfg.Shares {
-		c, rt := newClient(addr, goroutinesPerInstance)
+		c, rt := newClient(addr, GoroutinesPerInstance)
 		defer c.Close()
 		in, err := p.New(c, lim)
 		if err != nil {
@@ -185,8 +185,8 @@ func Accuracy(ctx context.Context, p Peer, addr string, cfg AccuracyConfig) (Acc
 	began := time.Now()
 	var wg sync.WaitGroup
 	for i, in := range insts {
-		perGoroutine := float64(cfg.Rate) * cfg.Demand * cfg.Shares[i] / goroutinesPerInstance
-		for g := 0; g < goroutinesPerInstance; g++ {
+		perGoroutine := float64(cfg.Rate) * cfg.Demand * cfg.Shares[i] / GoroutinesPerInstance
+		for g := 0; g < GoroutinesPerInstance; g++ {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()

@@ -187,7 +187,6 @@ func workloads() []workload {
 type accuracyRow struct {
 	workload string
 	impl     string
-	global   bool
 	runs     []bench.AccuracyResult
 }
 
@@ -195,7 +194,7 @@ type accuracyRow struct {
 func accuracy(peers []bench.Peer, addr string, w workload, runs int) ([]accuracyRow, error) {
 	rows := make([]accuracyRow, len(peers))
 	for i, p := range peers {
-		rows[i] = accuracyRow{workload: w.name, impl: p.Name, global: p.Global}
+		rows[i] = accuracyRow{workload: w.name, impl: p.Name}
 	}
 	for r := 0; r < runs; r++ {
 		for i, p := range peers {

@@ -77,10 +77,10 @@ func write(w io.Writer, e env, peers []bench.Peer, dec map[decisionKey]decisionS
 	}
 	p("\nThe raw lines are in `bench/%s`; `benchstat -col /impl bench/%s` compares the peers.\n", raw, raw)
 
-	p("\n## Accuracy across 4 instances\n\n")
 	cfg := bench.DefaultAccuracy
-	p("Four instances, each with its own client as four processes would have, share one token bucket (ulule's limiter has no bucket: it counts a fixed window of a second). Together they ask for %.0f × the rate, split %s between them, each instance's requests paced every millisecond by %d goroutines, for %v. Accuracy is admitted ÷ (Burst + Rate·T), T read from Redis's clock before the first decision and after the last: 1 is the whole limit and no more. x/time/rate has no global limit: each instance keeps Rate/4 and Burst/4, the static split a service makes without a shared store. %d runs per peer and workload, interleaved; the accuracy column gives the median and, in brackets, the lowest and highest run.\n\n",
-		cfg.Demand, shares(cfg.Shares), 4, cfg.Duration, accuracyRuns)
+	p("\n## Accuracy across %d instances\n\n", len(cfg.Shares))
+	p("%d instances, each with its own client as separate processes would have, share one token bucket (ulule's limiter has no bucket: it counts a fixed window of a second). Together they ask for %.0f × the rate, split %s between them, each instance's requests paced every millisecond by %d goroutines, for %v. Accuracy is admitted ÷ (Burst + Rate·T), T read from Redis's clock before the first decision and after the last: 1 is the whole limit and no more. x/time/rate has no global limit: each instance keeps Rate/%d and Burst/%d, the static split a service makes without a shared store. %d runs per peer and workload, interleaved; the accuracy column gives the median and, in brackets, the lowest and highest run.\n\n",
+		len(cfg.Shares), cfg.Demand, shares(cfg.Shares), bench.GoroutinesPerInstance, cfg.Duration, len(cfg.Shares), len(cfg.Shares), accuracyRuns)
 	for _, wl := range workloads() {
 		p("### %s\n\n", wl.name)
 		p("| peer | accuracy | round trips/decision | admitted per instance (median run) |\n|---|---|---|---|\n")
