@@ -330,3 +330,65 @@ func TestClusterSlotMigration(t *testing.T) {
 		t.Errorf("%d Redis errors during the migration, want none", errs)
 	}
 }
+
+// A primary behind Sentinel dies and its replica takes over, under load
+// through a failover client (8 goroutines, one instance, FailLocal): no
+// error, no decision waits much longer than the Redis timeout, the limit
+// holds through the failover (from the fallback, then from the new
+// primary), and decisions come from the new primary once Sentinel has
+// promoted it.
+func TestSentinelFailover(t *testing.T) {
+	const rate, burst = 1000, 100
+	s := redistest.StartSentinel(t, "rl")
+	c := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName: s.Name, SentinelAddrs: []string{s.Addr}, ContextTimeoutEnabled: true,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	l, err := ratelease.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	p := policy(t, "fo", ratelease.Limit{Rate: rate, Period: time.Second, Burst: burst})
+	start := time.Now()
+	rs := degradedLoad(t, l, p, []time.Duration{time.Second, 4 * time.Second, 2 * time.Second}, func(i int) {
+		if i == 1 {
+			s.Primary.Kill()
+		}
+	})
+	elapsed := time.Since(start)
+	if got := s.PrimaryAddr(t); got != s.Replica.Addr {
+		t.Fatalf("no failover: Sentinel gives %s as the primary, want the replica %s", got, s.Replica.Addr)
+	}
+	before, during, after := rs[0], rs[1], rs[2]
+	p99, worst := during.percentile(0.99), during.percentile(1)
+	st := l.Stats()
+	t.Logf("during the failover: %d decisions, sources %v, admitted %d, p99 %v, max %v; after: sources %v; %d breaker openings",
+		during.decisions, during.sources, during.admitted, p99, worst, after.sources, st.BreakerOpens)
+	if n := before.errors + during.errors + after.errors; n != 0 {
+		t.Errorf("%d errors in FailLocal", n)
+	}
+	if p99 > time.Millisecond {
+		t.Errorf("p99 %v > 1ms during the failover", p99)
+	}
+	if limit := ratelease.DefaultRedisTimeout + 50*time.Millisecond; worst > limit {
+		t.Errorf("a decision took %v > the Redis timeout + 50ms", worst)
+	}
+	if perSecond := float64(during.admitted) / 4; perSecond < 0.7*rate || perSecond > 1.3*rate {
+		t.Errorf("admitted %.0f/s during the failover, want %d ± 30%%", perSecond, rate)
+	}
+	// Burst + Rate·T, plus the outage allowance of docs/degradation.md, plus
+	// one Burst for the writes the replica may not have had when the primary
+	// died (replication is asynchronous: like a restart, at worst).
+	total := before.admitted + during.admitted + after.admitted
+	if bound := burst + rate*elapsed.Seconds() + 2*burst*float64(st.BreakerOpens) + burst; float64(total) > bound {
+		t.Errorf("admitted %d in %v, bound %.0f", total, elapsed, bound)
+	}
+	// The old primary is dead: a decision from Redis now came from the replica.
+	if after.sources[ratelease.Local]+after.sources[ratelease.Remote] == 0 {
+		t.Errorf("the replica promoted, and no decision came from it: %v", after.sources)
+	}
+	if st.Breaker != ratelease.BreakerClosed {
+		t.Errorf("breaker %v after the failover", st.Breaker)
+	}
+}

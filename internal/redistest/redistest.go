@@ -34,6 +34,7 @@ type Server struct {
 	bin    string
 	dir    string
 	port   int
+	conf   string   // a config file, passed first (a Sentinel needs one)
 	args   []string // more redis-server arguments
 	cmd    *exec.Cmd
 	exited chan error // receives cmd.Wait's result once the process is gone
@@ -59,17 +60,22 @@ func startWith(t testing.TB, args ...string) *Server {
 // loopback port, with dir for its files and args as more arguments, and
 // returns once it answers PING. The caller stops it with Kill.
 func Launch(bin, dir string, args ...string) (*Server, error) {
+	return launch(bin, dir, "", args)
+}
+
+// launch is Launch with a config file (conf, when not empty).
+func launch(bin, dir, conf string, args []string) (*Server, error) {
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		port, err := freePort()
 		if err != nil {
 			return nil, err
 		}
-		s, err := start(bin, dir, port, args)
-		if err == nil {
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin: bin, dir: dir, port: port, conf: conf, args: args}
+		if lastErr = s.run(); lastErr == nil {
 			return s, nil
 		}
-		lastErr = err // most likely the port was taken between probe and bind
+		// most likely the port was taken between probe and bind
 	}
 	return nil, fmt.Errorf("could not start redis-server: %w", lastErr)
 }
@@ -88,17 +94,16 @@ func lookPath(t testing.TB, name string) string {
 	return bin
 }
 
-func start(bin, dir string, port int, args []string) (*Server, error) {
-	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin: bin, dir: dir, port: port, args: args}
-	return s, s.run()
-}
-
 // run starts the process on s's port and waits until it answers PING.
 func (s *Server) run() error {
-	cmd := exec.Command(s.bin, append([]string{
-		"--bind", "127.0.0.1", "--port", strconv.Itoa(s.port),
+	var args []string
+	if s.conf != "" {
+		args = append(args, s.conf) // redis-server takes its config file first
+	}
+	args = append(args, "--bind", "127.0.0.1", "--port", strconv.Itoa(s.port),
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
-		"--protected-mode", "yes", "--loglevel", "warning"}, s.args...)...)
+		"--protected-mode", "yes", "--loglevel", "warning")
+	cmd := exec.Command(s.bin, append(args, s.args...)...)
 	if err := cmd.Start(); err != nil {
 		return err
 	}

@@ -101,3 +101,36 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("30 keys landed on masters %v, want all 3", seen)
 	}
 }
+
+// A Sentinel replaces a killed primary with its replica, and a failover
+// client follows it.
+func TestSentinel(t *testing.T) {
+	s := redistest.StartSentinel(t, "rt")
+	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.Name, SentinelAddrs: []string{s.Addr}})
+	defer c.Close()
+	ctx := context.Background()
+	if got := s.PrimaryAddr(t); got != s.Primary.Addr {
+		t.Fatalf("primary %s, want %s", got, s.Primary.Addr)
+	}
+	if err := c.Set(ctx, "k", 1, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.Primary.Kill()
+	deadline := time.Now().Add(15 * time.Second)
+	for s.PrimaryAddr(t) != s.Replica.Addr {
+		if time.Now().After(deadline) {
+			t.Fatal("no failover within 15s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for {
+		err := c.Set(ctx, "k", 2, 0).Err()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the failover client did not reach the new primary: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
