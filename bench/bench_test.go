@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/ratelease/ratelease/internal/redistest"
 )
 
@@ -40,9 +42,17 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer srv.Kill()
 	addr = srv.Addr
-	return m.Run()
+	code := m.Run()
+	srv.Kill()
+	if code == 0 {
+		// goleak.VerifyTestMain, after the server's own goroutine has ended.
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			return 1
+		}
+	}
+	return code
 }
 
 // BenchmarkDecisions is one decision through each peer, sequentially and

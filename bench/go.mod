@@ -7,6 +7,7 @@ require (
 	github.com/ratelease/ratelease v0.0.0
 	github.com/redis/go-redis/v9 v9.22.0
 	github.com/ulule/limiter/v3 v3.11.2
+	go.uber.org/goleak v1.3.0
 	golang.org/x/perf v0.0.0-20260908200009-22c9c6c9d4da
 	golang.org/x/time v0.16.0
 )

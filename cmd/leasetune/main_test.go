@@ -9,8 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/ratelease/ratelease"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var short = scenario{Rate: 1000, Period: time.Second, Burst: 100, Instances: 3, Profile: "bursty", Load: 1.5, Duration: 3 * time.Second, Seed: 1}
 
