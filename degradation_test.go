@@ -2,6 +2,7 @@ package ratelease_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -19,6 +20,9 @@ import (
 // loadResult is what one phase of degradedLoad saw.
 type loadResult struct {
 	decisions, admitted, errors int64
+	unavailable                 int64 // errors that are ErrUnavailable
+	lastErr                     error
+	fallbackDenied              int64 // denials from the failure mode
 	sources                     map[ratelease.Source]int64
 	latencies                   []time.Duration
 }
@@ -57,12 +61,19 @@ func degradedLoad(t *testing.T, l *ratelease.Limiter, p *ratelease.Policy, phase
 				r := results[current.Load()]
 				r.decisions++
 				r.latencies = append(r.latencies, lat)
-				if err != nil {
+				switch {
+				case err != nil:
 					r.errors++
-				} else {
+					r.lastErr = err
+					if errors.Is(err, ratelease.ErrUnavailable) {
+						r.unavailable++
+					}
+				default:
 					r.sources[res.Source]++
 					if res.Allowed {
 						r.admitted++
+					} else if res.Source == ratelease.Fallback {
+						r.fallbackDenied++
 					}
 				}
 				mu.Unlock()
@@ -177,6 +188,82 @@ func TestRedisFaults(t *testing.T) {
 			}
 			if s := l.Stats(); s.Breaker != ratelease.BreakerClosed {
 				t.Errorf("breaker %v after recovery", s.Breaker)
+			}
+		})
+	}
+}
+
+// FailOpen and FailClosed through a hung Redis (SIGSTOP for 2 s, 8
+// goroutines, one instance): each keeps its contract. FailOpen admits every
+// request the failure mode decides, with no error; FailClosed fails every
+// request that needs Redis with ErrUnavailable and the cause, and decides
+// none by itself. In both, no decision waits much longer than the Redis
+// timeout, and decisions come from Redis again once it is back.
+func TestFailureModesOnHungRedis(t *testing.T) {
+	for _, mode := range []ratelease.FailureMode{ratelease.FailOpen, ratelease.FailClosed} {
+		t.Run(mode.String(), func(t *testing.T) {
+			srv := redistest.Start(t)
+			cl := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+			t.Cleanup(func() { _ = cl.Close() })
+			l, err := ratelease.New(cl, ratelease.WithFailureMode(mode))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			p := policy(t, "mode", ratelease.Limit{Rate: 1000, Period: time.Second, Burst: 100})
+			paused := false
+			defer func() {
+				if paused {
+					srv.Resume(t)
+				}
+			}()
+			rs := degradedLoad(t, l, p, []time.Duration{500 * time.Millisecond, 2 * time.Second, 3 * time.Second}, func(i int) {
+				switch i {
+				case 1:
+					srv.Pause(t)
+					paused = true
+				case 2:
+					srv.Resume(t)
+					paused = false
+				}
+			})
+			during, after := rs[1], rs[2]
+			p99, worst := during.percentile(0.99), during.percentile(1)
+			t.Logf("during: %d decisions, %d errors (%d ErrUnavailable), sources %v, %d admitted, p99 %v, max %v; after: %d errors, sources %v",
+				during.decisions, during.errors, during.unavailable, during.sources, during.admitted, p99, worst, after.errors, after.sources)
+			if p99 > time.Millisecond {
+				t.Errorf("p99 %v > 1ms during the fault", p99)
+			}
+			if limit := ratelease.DefaultRedisTimeout + 50*time.Millisecond; worst > limit {
+				t.Errorf("a decision took %v > the Redis timeout + 50ms", worst)
+			}
+			if after.sources[ratelease.Local]+after.sources[ratelease.Remote] == 0 {
+				t.Errorf("Redis back for 3s, and no decision came from it: %v", after.sources)
+			}
+			switch mode {
+			case ratelease.FailOpen:
+				if n := rs[0].errors + during.errors + after.errors; n != 0 {
+					t.Errorf("%d errors in FailOpen", n)
+				}
+				if during.sources[ratelease.Fallback] < during.decisions/2 || during.fallbackDenied != 0 {
+					t.Errorf("FailOpen: %d of %d decisions from the fallback, %d of them denials; want most, and none denied",
+						during.sources[ratelease.Fallback], during.decisions, during.fallbackDenied)
+				}
+			case ratelease.FailClosed:
+				if during.unavailable < during.decisions/2 || during.unavailable != during.errors {
+					t.Errorf("FailClosed: %d ErrUnavailable, %d errors in all, of %d decisions; want most, and no other error",
+						during.unavailable, during.errors, during.decisions)
+				}
+				// It wraps the cause too: the timeout, or the open breaker.
+				if w, ok := during.lastErr.(interface{ Unwrap() []error }); !ok || len(w.Unwrap()) < 2 {
+					t.Errorf("FailClosed: %v wraps no cause beside ErrUnavailable", during.lastErr)
+				}
+				if n := during.sources[ratelease.Fallback] + after.sources[ratelease.Fallback]; n != 0 {
+					t.Errorf("FailClosed decided %d requests by itself", n)
+				}
+				if after.errors != after.unavailable {
+					t.Errorf("after: %d errors, %d of them ErrUnavailable", after.errors, after.unavailable)
+				}
 			}
 		})
 	}
