@@ -224,10 +224,16 @@ func (l *Leaser) Lease(ctx context.Context, p *remote.Policy, e *local.Entry, n 
 	}
 }
 
-// Prefetch starts a lease for e in the background, if none is in flight and
-// the Leaser is open. It never blocks.
+// Prefetch starts a lease for e in the background, if none is in flight, no
+// denial from Redis holds for e, and the Leaser is open. It never blocks.
 func (l *Leaser) Prefetch(p *remote.Policy, e *local.Entry) {
-	if l.stopped.Load() || !e.Mu.TryLock() {
+	if l.stopped.Load() {
+		return
+	}
+	// Redis denied the last lease until a time still to come: asking sooner
+	// would only poll it, and under scarcity an instance that holds units
+	// and polls would win every batch from those waiting out their denial.
+	if denied, _ := e.Denied(l.Now(), math.MaxInt64); denied || !e.Mu.TryLock() {
 		return
 	}
 	if e.Leasing != nil {

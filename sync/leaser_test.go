@@ -167,6 +167,50 @@ func TestLeaseSizeFollowsDemand(t *testing.T) {
 	}
 }
 
+// A prefetch waits out a denial: while Redis's last answer for a key holds
+// (no units until then), holding units below low water starts no lease.
+// Polling instead would cost a round trip per hit, and under scarcity the
+// instance that holds units would win every batch from the instances
+// waiting out their denials.
+func TestPrefetchWaitsOutDenial(t *testing.T) {
+	mr := redistest.StartMini(t)
+	clk := clock.NewManual(mr.Now())
+	conf := cfg()
+	conf.Min, conf.Max = 10, 10
+	l := newLeaser(t, mr.Client(t), clk, conf)
+	p := tokenBucket(t, 3600, 10) // one unit a second
+	e := l.NewTable(p).GetOrCreate("k")
+	if d, _, err := l.Lease(context.Background(), p, e, 1); err != nil || d.Granted != 10 {
+		t.Fatalf("lease: %+v, %v; want the whole bucket, 10", d, err)
+	}
+	if !e.Take(7, l.Now()) { // 2 left, under low water (3)
+		t.Fatal("no units to take")
+	}
+	leasing := func() bool {
+		e.Mu.Lock()
+		defer e.Mu.Unlock()
+		return e.Leasing != nil
+	}
+	l.Prefetch(p, e) // the bucket is empty: denied for about a second
+	waitFor(t, func() bool { return !leasing() })
+	if s := l.Stats(); s.Leases != 2 || s.Denied != 1 {
+		t.Fatalf("Stats %+v, want the prefetch answered with a denial", s)
+	}
+	for i := 0; i < 5; i++ {
+		l.Prefetch(p, e)
+		if leasing() {
+			t.Fatalf("prefetch %d started a lease while the denial holds", i)
+		}
+	}
+	if s := l.Stats(); s.Leases != 2 {
+		t.Fatalf("Stats %+v: Redis asked again while the denial holds", s)
+	}
+	clk.Advance(1100 * time.Millisecond) // the denial is over, and a unit is back
+	mr.Advance(1100 * time.Millisecond)
+	l.Prefetch(p, e)
+	waitFor(t, func() bool { return l.Stats().Leases == 3 })
+}
+
 // Units unused after TTL go back to Redis, counted as expired; at Close the
 // rest go back too.
 func TestExpiredUnitsAreRefunded(t *testing.T) {
