@@ -411,48 +411,69 @@ func TestLeaseTTLOvershoot(t *testing.T) {
 	}
 }
 
-// Fairness: four equal instances, each far over its share of the limit,
-// get equal parts of it: Jain's index (Σx)² / (n·Σx²) at least 0.95.
+// Fairness: four equal instances, each over its share of the limit, get
+// equal parts of it: Jain's index (Σx)² / (n·Σx²) at least 0.95. Two loads:
+// flooding a small bucket (each lease is a small batch, soon spent), and
+// twice the limit paced over a bucket as deep as its rate (batches last
+// long enough for an instance that holds units to be tempted to ask again
+// before its turn).
 func TestLeaseFairShare(t *testing.T) {
 	srv := redistest.Start(t)
-	p := policy(t, "fair", ratelease.Limit{Rate: 2000, Period: time.Second, Burst: 200})
-	const n = 4
-	admitted := make([]atomic.Int64, n)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	for i := 0; i < n; i++ {
-		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-		t.Cleanup(func() { _ = c.Close() })
-		l := leased(t, c, ratelease.LeaseConfig{})
-		defer l.Close()
-		for g := 0; g < 2; g++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for ctx.Err() == nil {
-					res, err := l.Allow(ctx, p, "shared")
-					if err == nil && res.Allowed {
-						admitted[i].Add(1)
-					}
-					time.Sleep(20 * time.Microsecond) // each instance: some 50k requests/s at most
+	for _, c := range []struct {
+		name  string
+		limit ratelease.Limit
+		every time.Duration // 0: flood, with a 20µs pause
+	}{
+		{"flooded, burst 200", ratelease.Limit{Rate: 2000, Period: time.Second, Burst: 200}, 0},
+		{"paced 2x, burst 2000", ratelease.PerSecond(2000), time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := policy(t, fmt.Sprintf("fair%d", c.limit.Burst), c.limit)
+			const n = 4
+			admitted := make([]atomic.Int64, n)
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+			defer cancel()
+			var wg sync.WaitGroup
+			for i := 0; i < n; i++ {
+				cl := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+				t.Cleanup(func() { _ = cl.Close() })
+				l := leased(t, cl, ratelease.LeaseConfig{})
+				defer l.Close()
+				for g := 0; g < 2; g++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						next := time.Now()
+						for ctx.Err() == nil {
+							res, err := l.Allow(ctx, p, "shared")
+							if err == nil && res.Allowed {
+								admitted[i].Add(1)
+							}
+							if c.every == 0 {
+								time.Sleep(20 * time.Microsecond) // each instance: some 50k requests/s at most
+								continue
+							}
+							next = next.Add(2 * c.every) // two goroutines: one request per every
+							time.Sleep(time.Until(next))
+						}
+					}()
 				}
-			}()
-		}
-	}
-	wg.Wait()
-	var sum, squares float64
-	counts := make([]int64, n)
-	for i := range admitted {
-		counts[i] = admitted[i].Load()
-		x := float64(counts[i])
-		sum += x
-		squares += x * x
-	}
-	jain := sum * sum / (n * squares)
-	t.Logf("admitted per instance %v: Jain index %.3f", counts, jain)
-	if jain < 0.95 {
-		t.Fatalf("Jain index %.3f < 0.95 (admitted %v)", jain, counts)
+			}
+			wg.Wait()
+			var sum, squares float64
+			counts := make([]int64, n)
+			for i := range admitted {
+				counts[i] = admitted[i].Load()
+				x := float64(counts[i])
+				sum += x
+				squares += x * x
+			}
+			jain := sum * sum / (n * squares)
+			t.Logf("admitted per instance %v: Jain index %.3f", counts, jain)
+			if jain < 0.95 {
+				t.Fatalf("Jain index %.3f < 0.95 (admitted %v)", jain, counts)
+			}
+		})
 	}
 }
 

@@ -137,9 +137,13 @@ type call struct {
 	req   remote.Request
 	entry *local.Entry
 	start int64 // ns, when the request was made: validity counts from here
-	done  chan struct{}
-	d     remote.Decision
-	err   error
+	// backoff scales the random wait after a denied batch (see apply): this
+	// instance's admitted rate over its fair share, so that the instance
+	// that got most comes back last.
+	backoff float64
+	done    chan struct{}
+	d       remote.Decision
+	err     error
 	// abandoned: the requester stopped waiting; the batcher applies the
 	// grant to the entry itself.
 	abandoned atomic.Bool
@@ -216,9 +220,9 @@ func (l *Leaser) Lease(ctx context.Context, p *remote.Policy, e *local.Entry, n 
 		}
 		ch := make(chan struct{})
 		e.Leasing = ch
-		floor, size := l.sizeLocked(p, e, n)
+		floor, size, backoff := l.sizeLocked(p, e, n)
 		e.Mu.Unlock()
-		d, err = l.lease(ctx, p, e, n, floor, size)
+		d, err = l.lease(ctx, p, e, n, floor, size, backoff)
 		release(e, ch)
 		return d, false, err
 	}
@@ -242,7 +246,7 @@ func (l *Leaser) Prefetch(p *remote.Policy, e *local.Entry) {
 	}
 	ch := make(chan struct{})
 	e.Leasing = ch
-	floor, size := l.sizeLocked(p, e, 0)
+	floor, size, backoff := l.sizeLocked(p, e, 0)
 	e.Mu.Unlock()
 	l.mu.Lock() // Close sets stopped under mu: no Add after its Wait
 	if l.stopped.Load() {
@@ -257,7 +261,7 @@ func (l *Leaser) Prefetch(p *remote.Policy, e *local.Entry) {
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Timeout)
 		defer cancel()
 		// A failed prefetch changes nothing: the next miss leases itself.
-		_, _ = l.lease(ctx, p, e, 0, floor, size)
+		_, _ = l.lease(ctx, p, e, 0, floor, size, backoff)
 		release(e, ch)
 	}()
 }
@@ -284,9 +288,13 @@ func release(e *local.Entry, ch chan struct{}) {
 // bucket that fills up loses the units that overflow it). Every instance
 // short of units asks for the same batch whatever its own demand, which was
 // measured in what it was admitted: sized by that, the instance that got most
-// would ask for most and get more still.
+// would ask for most and get more still. For the same reason, backoff (the
+// scale of the random wait after a denied batch) is that admitted rate over
+// the instance's fair share, within [1/4, 4]: the instance that got most
+// comes back last, and the one that got least first. Chance alone would
+// leave shares as uneven as the count of batches each happened to win.
 // Requires e.Mu held.
-func (l *Leaser) sizeLocked(p *remote.Policy, e *local.Entry, n int64) (floor, size int64) {
+func (l *Leaser) sizeLocked(p *remote.Policy, e *local.Entry, n int64) (floor, size int64, backoff float64) {
 	now := l.Now()
 	taken := e.Taken()
 	e.Demand.Observe(taken-e.Seen+n, now)
@@ -294,24 +302,25 @@ func (l *Leaser) sizeLocked(p *remote.Policy, e *local.Entry, n int64) (floor, s
 	size = int64(math.Ceil(e.Demand.Rate() * l.cfg.Refresh.Seconds()))
 	size = max(l.cfg.Min, min(size, l.cfg.Max))
 	size = min(max(size, n), p.Capacity())
-	floor = max(n, 1)
+	floor, backoff = max(n, 1), 1
 	if e.Scarce.Load() {
 		share := l.members.Load()
 		batch := int64(math.Ceil(p.Rate() / float64(share) * l.cfg.Refresh.Seconds()))
 		batch = min(batch, p.Capacity()/(2*share))
 		floor = max(floor, batch)
 		size = max(size, floor)
+		backoff = min(4, max(0.25, e.Demand.Rate()/(p.Rate()/float64(share))))
 	}
-	return floor, size
+	return floor, size, backoff
 }
 
 // lease asks Redis for between floor and size units and applies the answer
 // to e; n of them are the caller's (0 for a prefetch).
-func (l *Leaser) lease(ctx context.Context, p *remote.Policy, e *local.Entry, n, floor, size int64) (remote.Decision, error) {
+func (l *Leaser) lease(ctx context.Context, p *remote.Policy, e *local.Entry, n, floor, size int64, backoff float64) (remote.Decision, error) {
 	start := l.Now()
 	c := &call{
 		req:   remote.Request{Policy: p, Key: e.Key, Min: floor, Max: size, Share: l.members.Load()},
-		entry: e, start: start,
+		entry: e, start: start, backoff: backoff,
 		done: make(chan struct{}),
 	}
 	l.mu.Lock()
@@ -378,12 +387,14 @@ func (l *Leaser) apply(c *call, n int64) {
 			// A batch was asked for, and the other instances wait for
 			// theirs too: the first of them back takes the units. Coming
 			// back up to Share-1 batches' time later, at random, spreads
-			// them out, so that most asks find their batch. The units wait
-			// in Redis meanwhile: the batch is small enough that the others'
-			// batches fit in the bucket (see sizeLocked), and a window's
-			// units are still there to be leased when it opens.
+			// them out, so that most asks find their batch; scaled by the
+			// call's backoff, it sends the instances that got most to the
+			// back of the queue. The units wait in Redis meanwhile: the
+			// batch is small enough that the others' batches fit in the
+			// bucket (see sizeLocked), and a window's units are still
+			// there to be leased when it opens.
 			perBatch := float64(c.req.Min) / c.req.Policy.Rate() * 1e9
-			wait += int64(rand.Float64() * float64(c.req.Share-1) * perBatch)
+			wait += int64(rand.Float64() * float64(c.req.Share-1) * perBatch * c.backoff)
 		}
 		e.Deny(start+wait, max(n, 1))
 		return
