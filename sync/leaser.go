@@ -108,7 +108,8 @@ type Leaser struct {
 	// during Close are refunded too. Added to under mu, only while open.
 	pending stdsync.WaitGroup
 
-	// lanes: with a Redis Cluster, one queue per master (node address).
+	// lanes: with a Redis Cluster, one queue per master (node address),
+	// kept while it has requests; an idle one is dropped at the next flush.
 	// Batcher only.
 	lanes map[string]*lane
 
@@ -490,8 +491,12 @@ func (l *Leaser) flush() bool {
 	for _, g := range backs {
 		l.lane(l.store.Node(ctx, g.Policy, g.Key)).push(nil, &g)
 	}
-	for _, ln := range l.lanes {
-		l.startLane(ln)
+	for node, ln := range l.lanes {
+		if !l.startLane(ln) {
+			// Idle: dropped, and made again when next needed, so that the
+			// masters a resharding or a failover left behind do not stay.
+			delete(l.lanes, node)
+		}
 	}
 	return true
 }
@@ -549,12 +554,14 @@ func (ln *lane) push(c *call, g *remote.Grant) {
 }
 
 // startLane starts a goroutine that sends ln's queue until it is empty,
-// unless one is at it. Batcher only: Close waits for the goroutine (wg).
-func (l *Leaser) startLane(ln *lane) {
+// unless one is at it. It reports whether ln is busy now: false means it
+// is idle and empty. Batcher only: Close waits for the goroutine (wg).
+func (l *Leaser) startLane(ln *lane) bool {
 	ln.mu.Lock()
 	if ln.busy || len(ln.calls)+len(ln.backs) == 0 {
+		busy := ln.busy
 		ln.mu.Unlock()
-		return
+		return busy
 	}
 	ln.busy = true
 	ln.mu.Unlock()
@@ -576,6 +583,7 @@ func (l *Leaser) startLane(ln *lane) {
 			l.send(calls, backs)
 		}
 	}()
+	return true
 }
 
 // sendLeases sends one pipeline of lease requests and completes them.
