@@ -92,8 +92,10 @@ func BenchmarkAllowExact(b *testing.B) {
 // makes no Redis call.
 func BenchmarkAllowLeased(b *testing.B) {
 	mr := redistest.StartMini(b)
+	clk := clock.NewCoarse(time.Millisecond)
+	defer clk.Stop()
 	l, err := ratelease.New(mr.Client(b), ratelease.WithLease(ratelease.LeaseConfig{Min: 1_000_000_000, Max: 1_000_000_000, TTL: time.Hour}),
-		ratelease.WithClock(clock.NewCoarse(time.Millisecond)))
+		ratelease.WithClock(clk))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -137,6 +139,57 @@ func BenchmarkAllowLeased(b *testing.B) {
 			}
 		})
 	})
+}
+
+// BenchmarkAllowBelowLowWater measures a hit while the allowance is below
+// low water and Redis has denied the next lease: the state of a key held
+// at its limit, where every hit asks whether to prefetch. With one Redis
+// and with a 3-master Cluster (naming a key's master costs a lookup).
+func BenchmarkAllowBelowLowWater(b *testing.B) {
+	for _, kind := range []string{"single", "cluster"} {
+		b.Run("client="+kind, func(b *testing.B) {
+			var c redis.UniversalClient
+			if kind == "cluster" {
+				c = redistest.StartCluster(b, 3).Client(b, &redis.ClusterOptions{ContextTimeoutEnabled: true})
+			} else {
+				c = redis.NewClient(&redis.Options{Addr: benchRedis(b), ContextTimeoutEnabled: true})
+				defer c.Close()
+			}
+			clk := clock.NewCoarse(time.Millisecond)
+			defer clk.Stop()
+			// One lease takes the whole bucket; past 1000 units taken the
+			// allowance is below low water, and the prefetch is denied (the
+			// bucket refills one unit a second).
+			l, err := ratelease.New(c, ratelease.WithLease(ratelease.LeaseConfig{Min: 1_000_000_000, Max: 1_000_000_000,
+				LowWater: 0.999999, TTL: time.Hour}), ratelease.WithClock(clk))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			p, err := ratelease.NewPolicy("low", ratelease.Limit{Rate: 1, Period: time.Second, Burst: 1_000_000_000})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			for i := 0; i < 2000; i++ {
+				if res, err := l.Allow(ctx, p, "hot"); err != nil || !res.Allowed {
+					b.Fatal(res, err)
+				}
+			}
+			for deadline := time.Now().Add(5 * time.Second); l.Stats().Leases < 2; { // the denied prefetch
+				if time.Now().After(deadline) {
+					b.Fatalf("no prefetch: %+v", l.Stats())
+				}
+				time.Sleep(time.Millisecond)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if res, _ := l.Allow(ctx, p, "hot"); !res.Allowed {
+					b.Fatal("denied")
+				}
+			}
+		})
+	}
 }
 
 // BenchmarkAllowSteady50k measures the latency of each decision at a steady
