@@ -230,8 +230,10 @@ func (l *Leaser) Lease(ctx context.Context, p *remote.Policy, e *local.Entry, n 
 }
 
 // Prefetch starts a lease for e in the background, if none is in flight, no
-// denial from Redis holds for e, and the Leaser is open. It never blocks.
-func (l *Leaser) Prefetch(p *remote.Policy, e *local.Entry) {
+// denial from Redis holds for e, the Leaser is open, and ready (the caller's
+// say, such as its circuit breaker's) agrees. ready is asked last, only when
+// a lease would start, and must not block. Prefetch never blocks.
+func (l *Leaser) Prefetch(p *remote.Policy, e *local.Entry, ready func() bool) {
 	if l.stopped.Load() {
 		return
 	}
@@ -241,7 +243,7 @@ func (l *Leaser) Prefetch(p *remote.Policy, e *local.Entry) {
 	if denied, _ := e.Denied(l.Now(), math.MaxInt64); denied || !e.Mu.TryLock() {
 		return
 	}
-	if e.Leasing != nil {
+	if e.Leasing != nil || !ready() {
 		e.Mu.Unlock()
 		return
 	}

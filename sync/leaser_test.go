@@ -186,28 +186,33 @@ func TestPrefetchWaitsOutDenial(t *testing.T) {
 	if !e.Take(7, l.Now()) { // 2 left, under low water (3)
 		t.Fatal("no units to take")
 	}
+	asked := 0 // times Prefetch asked ready: only when a lease would start
+	ready := func() bool { asked++; return true }
 	leasing := func() bool {
 		e.Mu.Lock()
 		defer e.Mu.Unlock()
 		return e.Leasing != nil
 	}
-	l.Prefetch(p, e) // the bucket is empty: denied for about a second
+	l.Prefetch(p, e, ready) // the bucket is empty: denied for about a second
 	waitFor(t, func() bool { return !leasing() })
 	if s := l.Stats(); s.Leases != 2 || s.Denied != 1 {
 		t.Fatalf("Stats %+v, want the prefetch answered with a denial", s)
 	}
 	for i := 0; i < 5; i++ {
-		l.Prefetch(p, e)
+		l.Prefetch(p, e, ready)
 		if leasing() {
 			t.Fatalf("prefetch %d started a lease while the denial holds", i)
 		}
 	}
-	if s := l.Stats(); s.Leases != 2 {
-		t.Fatalf("Stats %+v: Redis asked again while the denial holds", s)
+	if s := l.Stats(); s.Leases != 2 || asked != 1 {
+		t.Fatalf("Stats %+v, ready asked %d times: Redis asked again while the denial holds", s, asked)
 	}
 	clk.Advance(1100 * time.Millisecond) // the denial is over, and a unit is back
 	mr.Advance(1100 * time.Millisecond)
-	l.Prefetch(p, e)
+	if l.Prefetch(p, e, func() bool { return false }); leasing() {
+		t.Fatal("a prefetch started although ready said no")
+	}
+	l.Prefetch(p, e, ready)
 	waitFor(t, func() bool { return l.Stats().Leases == 3 })
 }
 

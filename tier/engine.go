@@ -289,10 +289,14 @@ func (e *Engine) Hit(p *remote.Policy, key string, n int64) (limit int, remainin
 // afterTake starts a background lease for ent if its allowance ran low
 // with the take.
 func (e *Engine) afterTake(p *remote.Policy, ent *local.Entry) {
-	// Units were leased, so a cluster's layout is loaded: naming the key's
-	// master is a lookup, and needs no timer on this path.
-	if ent.Units() < ent.LowWater.Load() && e.breakerOf(context.Background(), p, ent.Key).State() == BreakerClosed {
-		e.leaser.Prefetch(p, ent)
+	if ent.Units() < ent.LowWater.Load() {
+		// The breaker is asked only when a lease would start: with a
+		// cluster, naming the key's master costs a lookup and allocations,
+		// too much for every hit below low water. Units were leased, so the
+		// cluster's layout is loaded, and the lookup needs no timer.
+		e.leaser.Prefetch(p, ent, func() bool {
+			return e.breakerOf(context.Background(), p, ent.Key).State() == BreakerClosed
+		})
 	}
 }
 
