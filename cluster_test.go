@@ -351,7 +351,9 @@ func TestSentinelFailover(t *testing.T) {
 	defer l.Close()
 	p := policy(t, "fo", ratelease.Limit{Rate: rate, Period: time.Second, Burst: burst})
 	start := time.Now()
-	rs := degradedLoad(t, l, p, []time.Duration{time.Second, 4 * time.Second, 2 * time.Second}, func(i int) {
+	// 4 s for Sentinel to promote the replica (about 1 s here), then 3 s in
+	// which the breaker's probe, backing off by then up to 3.2 s, finds it.
+	rs := degradedLoad(t, l, p, []time.Duration{time.Second, 4 * time.Second, 3 * time.Second}, func(i int) {
 		if i == 1 {
 			s.Primary.Kill()
 		}
