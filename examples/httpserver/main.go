@@ -33,6 +33,8 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -71,7 +73,7 @@ func run(ctx context.Context, addr, redisAddr string) error {
 	defer limiter.Close()
 	// The limiter's counters at /debug/vars (expvar registers that path on
 	// http.DefaultServeMux; the API below has a mux of its own).
-	expvar.Publish("ratelease", expvar.Func(func() any { return limiter.Stats() }))
+	publishStats(limiter)
 
 	handler, err := newHandler(limiter)
 	if err != nil {
@@ -92,6 +94,26 @@ func run(ctx context.Context, addr, redisAddr string) error {
 		return err
 	}
 	return nil
+}
+
+// statsOf is the Limiter whose Stats /debug/vars shows. A program with one
+// Limiter publishes it once, in one line:
+//
+//	expvar.Publish("ratelease", expvar.Func(func() any { return limiter.Stats() }))
+//
+// expvar's names are global to the process and may be published only once,
+// and run may run more than once (its tests do): it publishes the variable
+// once, and each run points it at its own Limiter.
+var (
+	statsOf   atomic.Pointer[ratelease.Limiter]
+	published sync.Once
+)
+
+func publishStats(l *ratelease.Limiter) {
+	statsOf.Store(l)
+	published.Do(func() {
+		expvar.Publish("ratelease", expvar.Func(func() any { return statsOf.Load().Stats() }))
+	})
 }
 
 // newHandler returns the API with its limits: one dimension per plan, keyed
