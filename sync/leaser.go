@@ -289,13 +289,15 @@ func release(e *local.Entry, ch chan struct{}) {
 // asking again for every unit as it frees up. The batch is capped at half a
 // fair share of the capacity, so that a small burst is never outwaited (a
 // bucket that fills up loses the units that overflow it). Every instance
-// short of units asks for the same batch whatever its own demand, which was
+// short of units waits for the same batch whatever its own demand, which was
 // measured in what it was admitted: sized by that, the instance that got most
-// would ask for most and get more still. For the same reason, backoff (the
-// scale of the random wait after a denied batch) is that admitted rate over
-// the instance's fair share, within [1/4, 4]: the instance that got most
-// comes back last, and the one that got least first. Chance alone would
-// leave shares as uneven as the count of batches each happened to win.
+// would wait for most, and get more still. (Its size may stay larger: the
+// script shrinks a scarce grant toward a fair part of what is left anyway.
+// Asking for the batch alone measured no different.) Backoff, the scale of
+// the random wait after a denied batch, is that admitted rate over the
+// instance's fair share, within [1/4, 4]: the instance that got most comes
+// back last, and the one that got least first. Chance alone would leave
+// shares as uneven as the count of batches each happened to win.
 // Requires e.Mu held.
 func (l *Leaser) sizeLocked(p *remote.Policy, e *local.Entry, n int64) (floor, size int64, backoff float64) {
 	now := l.Now()
