@@ -412,20 +412,23 @@ func TestLeaseTTLOvershoot(t *testing.T) {
 }
 
 // Fairness: four equal instances, each over its share of the limit, get
-// equal parts of it: Jain's index (Σx)² / (n·Σx²) at least 0.95. Two loads:
-// flooding a small bucket (each lease is a small batch, soon spent), and
-// twice the limit paced over a bucket as deep as its rate (batches last
-// long enough for an instance that holds units to be tempted to ask again
-// before its turn).
+// equal parts of it, by Jain's index (Σx)² / (n·Σx²). Two loads: flooding a
+// small bucket (each lease is a small batch, soon spent), and twice the
+// limit paced over a bucket as deep as its rate (batches last long enough
+// for an instance that holds units to be tempted to ask again before its
+// turn). The paced load hands out some 80 batches of 125 in 4 s, so chance
+// alone moves its index: 0.96–1.0 measured, 0.9 asserted. An instance that
+// polls Redis while it holds units wins most batches (0.71–0.82).
 func TestLeaseFairShare(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, c := range []struct {
 		name  string
 		limit ratelease.Limit
 		every time.Duration // 0: flood, with a 20µs pause
+		min   float64       // the least Jain index
 	}{
-		{"flooded, burst 200", ratelease.Limit{Rate: 2000, Period: time.Second, Burst: 200}, 0},
-		{"paced 2x, burst 2000", ratelease.PerSecond(2000), time.Millisecond},
+		{"flooded, burst 200", ratelease.Limit{Rate: 2000, Period: time.Second, Burst: 200}, 0, 0.95},
+		{"paced 2x, burst 2000", ratelease.PerSecond(2000), time.Millisecond, 0.9},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := policy(t, fmt.Sprintf("fair%d", c.limit.Burst), c.limit)
@@ -470,8 +473,8 @@ func TestLeaseFairShare(t *testing.T) {
 			}
 			jain := sum * sum / (n * squares)
 			t.Logf("admitted per instance %v: Jain index %.3f", counts, jain)
-			if jain < 0.95 {
-				t.Fatalf("Jain index %.3f < 0.95 (admitted %v)", jain, counts)
+			if jain < c.min {
+				t.Fatalf("Jain index %.3f < %.2f (admitted %v)", jain, c.min, counts)
 			}
 		})
 	}
