@@ -100,9 +100,8 @@ type Leaser struct {
 	goneHits atomic.Uint64
 
 	work  chan struct{} // wakes the batcher
-	mu    stdsync.Mutex // guards the queues
-	calls []*call       // requires mu held
-	backs []remote.Grant
+	mu    stdsync.Mutex // guards the queue
+	queue               // requires mu held
 	// pending counts lease calls not yet applied; Close waits for them
 	// before it stops the batcher, so that the units of a lease that lands
 	// during Close are refunded too. Added to under mu, only while open.
@@ -452,6 +451,22 @@ func (l *Leaser) wake() {
 // maxBatch caps the calls sent in one pipeline.
 const maxBatch = 256
 
+// queue holds lease calls and refunds waiting to be sent: the Leaser's, and
+// each Cluster lane's.
+type queue struct {
+	calls []*call
+	backs []remote.Grant
+}
+
+// take removes and returns one pipeline's worth of each: up to maxBatch.
+func (q *queue) take() ([]*call, []remote.Grant) {
+	calls := q.calls[:min(len(q.calls), maxBatch)]
+	q.calls = q.calls[len(calls):]
+	backs := q.backs[:min(len(q.backs), maxBatch)]
+	q.backs = q.backs[len(backs):]
+	return calls, backs
+}
+
 // batcher sends what is queued, as soon as it is queued: lease requests in
 // one pipeline, refunds in another. Nothing waits to fill a batch; requests
 // that arrive while a pipeline is out go together in the next one.
@@ -475,10 +490,7 @@ func (l *Leaser) batcher() {
 // whether anything was taken.
 func (l *Leaser) flush() bool {
 	l.mu.Lock()
-	calls := l.calls[:min(len(l.calls), maxBatch)]
-	l.calls = l.calls[len(calls):]
-	backs := l.backs[:min(len(l.backs), maxBatch)]
-	l.backs = l.backs[len(backs):]
+	calls, backs := l.take()
 	l.mu.Unlock()
 	if len(calls) == 0 && len(backs) == 0 {
 		return false
@@ -531,8 +543,7 @@ func (l *Leaser) send(calls []*call, backs []remote.Grant) {
 type lane struct {
 	mu    stdsync.Mutex
 	busy  bool // a goroutine is sending the lane's queue
-	calls []*call
-	backs []remote.Grant
+	queue      // requires mu held
 }
 
 // lane returns the lane of node, making it. Batcher only.
@@ -574,10 +585,7 @@ func (l *Leaser) startLane(ln *lane) bool {
 		defer l.wg.Done()
 		for {
 			ln.mu.Lock()
-			calls := ln.calls[:min(len(ln.calls), maxBatch)]
-			ln.calls = ln.calls[len(calls):]
-			backs := ln.backs[:min(len(ln.backs), maxBatch)]
-			ln.backs = ln.backs[len(backs):]
+			calls, backs := ln.take()
 			if len(calls)+len(backs) == 0 {
 				ln.busy = false
 				ln.mu.Unlock()
