@@ -686,11 +686,13 @@ func (e *Engine) Stats() Stats {
 // and refund what they are granted late themselves. It is idempotent and
 // returns nil.
 func (e *Engine) Close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
-	defer cancel()
 	if e.closed.Swap(true) {
 		return nil
 	}
+	// One timeout for all of Close: the leaser's refunds, then what is left
+	// of it for guarded calls still running.
+	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+	defer cancel()
 	if e.leaser != nil {
 		e.leaser.Close() // refunds every unit held, within its own timeout
 		e.tables.Range(func(p, _ any) bool {
