@@ -46,8 +46,10 @@ type Limit struct {
 	// Rate is the number of events allowed per Period; > 0.
 	Rate int
 	// Period is the length of time Rate applies to; > 0, at least a
-	// millisecond, a whole number of microseconds, and at least one
-	// microsecond per event (Rate <= Period in µs).
+	// millisecond, and a whole number of microseconds. Rate·Period and
+	// Burst·Period in µs must stay below 2^53 (10^9 per second is fine);
+	// a SlidingWindowLog, which keeps one entry per unit, takes at most one
+	// unit per microsecond.
 	Period time.Duration
 	// Burst is the bucket capacity of TokenBucket (the most admitted at
 	// once) and the queue length of LeakyBucket; 0 means Rate. The window

@@ -86,7 +86,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 		var err error
 		leaser, err = leasesync.New(store, cfg.clock, leasesync.Config{
 			Min: int64(lc.Min), Max: int64(lc.Max), Refresh: lc.Refresh, TTL: lc.TTL, LowWater: lc.LowWater,
-			Timeout: cfg.redisTimeout, Guard: guard, Heartbeat: heartbeat, MaxKeys: cfg.maxKeys,
+			Timeout: cfg.redisTimeout, Guard: guard, MaxKeys: cfg.maxKeys,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)

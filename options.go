@@ -40,13 +40,14 @@ const (
 	DefaultMaxKeys = 100_000
 	// maxPrefixLen is the longest key prefix, in bytes.
 	maxPrefixLen = 64
-	// heartbeat is the membership heartbeat interval.
-	heartbeat = time.Second
 )
 
 // DefaultLease is the lease configuration used unless WithLease says
-// otherwise; see LeaseConfig for what each field does.
-var DefaultLease = LeaseConfig{Min: 1, Max: 1000, Refresh: 250 * time.Millisecond, TTL: time.Second, LowWater: 0.25}
+// otherwise; see LeaseConfig for what each field does. Its zeros mean
+// "measured": no bound on a lease but the policy's capacity and the fair
+// share (Max), and leases sized to serve three quarters of TTL at the key's
+// measured demand (Refresh).
+var DefaultLease = LeaseConfig{Min: 1, Max: 0, Refresh: 0, TTL: time.Second, LowWater: 0.25}
 
 func defaultConfig() config {
 	return config{
@@ -63,19 +64,25 @@ func defaultConfig() config {
 // time, and for how long it may hold them. A zero field takes its value
 // from DefaultLease.
 type LeaseConfig struct {
-	// Min and Max bound one lease, in units (1 <= Min <= Max). A cold key's
-	// first lease is Min; a lease never exceeds the policy's capacity.
+	// Min and Max bound one lease, in units: 1 <= Min, and Max 0 (no bound
+	// but the policy's capacity) or at least Min. A cold key's first lease
+	// is the request's own n (at least Min): a key used once costs one
+	// Redis call, as in exact mode.
 	Min, Max int
 	// Refresh sizes leases: a lease holds about Refresh worth of the key's
-	// observed demand. Longer means fewer Redis calls and more units held.
+	// measured demand, and never less than four measured lease round trips
+	// (so that a hot key's next lease arrives before its units run out).
+	// 0, the default, is three quarters of TTL. Longer means fewer Redis
+	// calls and more units held; it must not exceed TTL.
 	Refresh time.Duration
 	// TTL: leased units unused after this long go back to Redis. It is the
 	// overshoot bound: in any window of length w a token bucket admits at
 	// most Burst + Rate·(w + TTL). Window algorithms' leases also end with
-	// their window.
+	// their window. From 1ms to 24h.
 	TTL time.Duration
 	// LowWater, in (0, 1): when a key's allowance falls below LowWater × its
-	// lease size, the next lease is made in the background, so that in
+	// lease size (or below what its demand takes in three lease round
+	// trips, if more), the next lease is made in the background, so that in
 	// steady state no request waits on Redis.
 	LowWater float64
 }
@@ -103,7 +110,7 @@ func WithLease(lc LeaseConfig) Option {
 			lc.Min = d.Min
 		}
 		if lc.Max == 0 {
-			lc.Max = max(d.Max, lc.Min)
+			lc.Max = d.Max
 		}
 		if lc.Refresh == 0 {
 			lc.Refresh = d.Refresh

@@ -139,7 +139,7 @@ func TestScalingFigures(t *testing.T) {
 				rs := make([]remote.Request, batch)
 				for n := 0; time.Now().Before(stop); n++ {
 					for i := range rs {
-						rs[i] = remote.Request{Policy: p, Key: fmt.Sprintf("k%d", (n*batch+i)%10000), Min: 1, Max: 100, Share: 4}
+						rs[i] = remote.Request{Policy: p, Key: fmt.Sprintf("k%d", (n*batch+i)%10000), Min: 1, Max: 100, Member: "m", Demand: 100, Horizon: 250 * time.Millisecond}
 					}
 					_, errs := store.AcquireBatch(ctx, rs)
 					for _, err := range errs {

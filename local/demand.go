@@ -7,8 +7,10 @@ import "math"
 // is ready: it knows nothing yet (Rate 0). Not safe for concurrent use: its
 // owner updates it under its own lock, off the hit path.
 type Demand struct {
-	rate float64 // units per second
-	last int64   // ns of the last Observe; 0 before the first
+	rate    float64 // units per second
+	last    int64   // ns of the last Observe
+	started bool    // an Observe has set last
+	known   bool    // a rate has been measured
 }
 
 // Tau is the averaging time constant of Demand: an observation's weight
@@ -18,8 +20,8 @@ const Tau = 1e9 // ns
 // Observe records that used units were used since the last observation,
 // at now (ns). The first observation only starts the clock.
 func (d *Demand) Observe(used, now int64) {
-	if d.last == 0 {
-		d.last = now
+	if !d.started {
+		d.last, d.started = now, true
 		return
 	}
 	dt := now - d.last
@@ -27,8 +29,15 @@ func (d *Demand) Observe(used, now int64) {
 		return
 	}
 	d.last = now
+	r := float64(used) * 1e9 / float64(dt)
+	if !d.known {
+		// The second observation is the first rate: averaging it with the
+		// zero before it would take a few Taus to learn a steady demand.
+		d.rate, d.known = r, true
+		return
+	}
 	alpha := 1 - math.Exp(-float64(dt)/Tau)
-	d.rate += alpha * (float64(used)*1e9/float64(dt) - d.rate)
+	d.rate += alpha * (r - d.rate)
 }
 
 // Rate returns the estimated units per second.

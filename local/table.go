@@ -21,25 +21,36 @@ type Entry struct {
 	// Mu guards what follows; it is held only to make or apply a lease,
 	// never on the hit path.
 	Mu sync.Mutex
-	// Demand is the estimated rate of use of this entry.
+	// Demand is the estimated rate at which units of this entry are wanted:
+	// admitted, and denied locally.
 	Demand Demand
 	// Leasing is non-nil while a lease request for this entry is in flight;
 	// it is closed when the request ends. Concurrent misses wait on it
 	// instead of asking Redis again.
 	Leasing chan struct{}
-	// Seen is Taken() at the last lease, for the demand estimate.
-	Seen int64
+	// Seen and AskedSeen are Taken() and Asked at the last lease, for the
+	// demand estimate.
+	Seen, AskedSeen int64
+	// Back and BackAt: units that lapsed unused (granted at Redis time
+	// BackAt, µs), to be given back with the next lease of this entry;
+	// BackSince is when (ns) they were set aside.
+	Back, BackAt, BackSince int64
+	// WindowEnd is when (ns) the last grant lapses with its window, for a
+	// policy with a window; 0 otherwise.
+	WindowEnd int64
 
-	// The last word from Redis on this key, for the Results of local hits:
-	// the deciding limit, the room it had left beyond what was leased, and
-	// when (ns) it would be fully replenished. Written at each lease.
+	// Asked counts the units denied locally (cached denials): wanted, but
+	// not taken. Added to off the hit path.
+	Asked atomic.Int64
+
+	// The last word from Redis on this key, for the Results of local hits
+	// and cached denials: the deciding limit, the room it had left beyond
+	// what was leased, and when (ns) it would be fully replenished; and the
+	// members of the key (0: unknown). Written at each lease.
 	Decider   atomic.Int32
 	Remaining atomic.Int64
 	ResetAt   atomic.Int64
-	// Scarce: the last lease of this entry was denied or granted less than
-	// it asked for; Redis is short of units for this key. Written at each
-	// lease.
-	Scarce atomic.Bool
+	Members   atomic.Int64
 	// LowWater: when fewer units than this are held, a lease is made ahead
 	// of need (prefetch). Written at each lease.
 	LowWater atomic.Int64

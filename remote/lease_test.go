@@ -9,32 +9,122 @@ import (
 	"github.com/ratelease/ratelease/remote"
 )
 
-// When the room left is scarce, a grant above min shrinks toward the room
-// divided by the live instances; with plenty of room, Share changes nothing.
-func TestFairShare(t *testing.T) {
+// lease asks for min..max units of key under p as member, wanting demand
+// units per second, with a horizon of 100ms.
+func lease(t *testing.T, f *fake, p *remote.Policy, member string, demand, min, max int64) remote.Decision {
+	t.Helper()
+	d, err := f.s.Acquire(context.Background(), remote.Request{Policy: p, Key: "k", Min: min, Max: max,
+		Member: member, Demand: demand, Horizon: 100 * ms})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// Members are counted per key, only while they lease it, and only with a
+// demand; they lapse three horizons (at least a second) after their last
+// lease, and the hash goes with the last of them.
+func TestMembersPerKey(t *testing.T) {
 	f := newFake(t)
-	p := mustPolicy(t, "p", tb(100, 100, time.Hour))
-	ask := func(min, max, share int64) int64 {
-		d, err := f.s.Acquire(context.Background(), remote.Request{Policy: p, Key: "k", Min: min, Max: max, Share: share})
-		if err != nil {
-			t.Fatal(err)
+	p := mustPolicy(t, "p", tb(1000, 1000, time.Second))
+	if d := lease(t, f, p, "a", 10, 1, 1); d.Members != 1 {
+		t.Fatalf("first member: %d", d.Members)
+	}
+	if d := lease(t, f, p, "b", 10, 1, 1); d.Members != 2 {
+		t.Fatalf("second member: %d", d.Members)
+	}
+	if d := lease(t, f, p, "c", 0, 1, 1); d.Members != 0 {
+		t.Fatalf("no demand, no member: %d", d.Members)
+	}
+	if d := acquire(t, f.s, p, "k", 1, 1, false); d.Members != 0 {
+		t.Fatalf("exact: %d", d.Members)
+	}
+	f.Advance(600 * ms)
+	if d := lease(t, f, p, "b", 10, 1, 1); d.Members != 2 {
+		t.Fatalf("a still counts: %d", d.Members)
+	}
+	f.Advance(600 * ms) // a's last lease was 1.2s ago
+	if d := lease(t, f, p, "b", 10, 1, 1); d.Members != 1 {
+		t.Fatalf("a lapsed: %d", d.Members)
+	}
+	f.Advance(1100 * ms)
+	if f.Exists("test:{p:k}:m") {
+		t.Fatal("the members hash outlived its members")
+	}
+}
+
+// While the members together want more than the rate, each is held to its
+// max-min fair share: demands 100, 100, 200, 400 and 800 of a rate of 600
+// give 100, 100, 133, 133, 133 per second, whatever order they ask in.
+func TestMaxMinFairShare(t *testing.T) {
+	f := newFake(t)
+	p := mustPolicy(t, "p", tb(600, 600, time.Second))
+	demands := map[string]int64{"a": 100, "b": 100, "c": 200, "d": 400, "e": 800}
+	order := []string{"e", "d", "c", "b", "a"}
+	for _, m := range order { // join, each taking what it is allowed
+		lease(t, f, p, m, demands[m], 1, 1)
+	}
+	got := map[string]int64{}
+	for range 100 { // 10s, each member asking for a second's demand every 100ms
+		f.Advance(100 * ms)
+		for _, m := range order {
+			got[m] += lease(t, f, p, m, demands[m], 1, demands[m]).Granted
 		}
-		return d.Granted
 	}
-	if g := ask(1, 10, 4); g != 10 { // room 100: a quarter is 25 >= 10
-		t.Fatalf("plenty of room: granted %d, want 10", g)
+	want := map[string]float64{"a": 100, "b": 100, "c": 133.3, "d": 133.3, "e": 133.3}
+	var total int64
+	for m, w := range want {
+		rate := float64(got[m]) / 10
+		total += got[m]
+		if rate < 0.9*w || rate > 1.15*w {
+			t.Errorf("member %s: %.1f/s, want its fair share %.1f/s", m, rate, w)
+		}
 	}
-	if g := ask(1, 90, 4); g != 22 { // room 90: a quarter
-		t.Fatalf("scarce: granted %d, want 22 (90/4)", g)
+	if total > 600+600*10 {
+		t.Errorf("granted %d in all, more than the bucket allows", total)
 	}
-	if g := ask(1, 90, 4); g != 17 { // room 68
-		t.Fatalf("scarcer: granted %d, want 17", g)
+	t.Logf("per second: %v", got)
+}
+
+// While the demand fits in the rate, a member takes what it asks for.
+func TestNoCapWithoutScarcity(t *testing.T) {
+	f := newFake(t)
+	p := mustPolicy(t, "p", tb(100, 100, time.Second))
+	lease(t, f, p, "a", 30, 1, 1)
+	if d := lease(t, f, p, "b", 60, 1, 90); d.Granted != 90 {
+		t.Fatalf("granted %d, want all 90 asked for (demand 90 of 100)", d.Granted)
 	}
-	if g := ask(30, 90, 4); g != 30 { // room 51: a quarter is 12, but min is 30
-		t.Fatalf("min above the share: granted %d, want 30", g)
+}
+
+// A member held to its share waits for a useful batch, not for every unit:
+// the denial says when its bucket holds one.
+func TestFairShareWaitsForABatch(t *testing.T) {
+	f := newFake(t)
+	p := mustPolicy(t, "p", tb(100, 100, time.Second))
+	lease(t, f, p, "a", 100, 1, 1)
+	// b wants 100/s too: its share is 50/s; its bucket holds half the
+	// burst plus 100ms of its share, 55.
+	if d := lease(t, f, p, "b", 100, 1, 100); d.Granted != 55 {
+		t.Fatalf("first lease of b: %d, want 55", d.Granted)
 	}
-	if g := ask(1, 90, 0); g != 21 { // Share 0 means 1: all the room
-		t.Fatalf("share 0: granted %d, want the 21 left", g)
+	f.Advance(10 * ms)
+	d := lease(t, f, p, "b", 100, 1, 100)
+	if d.Granted != 0 || d.RetryAfter != 90*ms {
+		t.Fatalf("b right after: %+v, want a denial until its bucket holds 5 (100ms of 50/s)", d)
+	}
+}
+
+// Units handed back with a lease are given back before the grant.
+func TestBackInTheLeaseCall(t *testing.T) {
+	f := newFake(t)
+	p := mustPolicy(t, "p", tb(10, 10, time.Hour))
+	first := acquire(t, f.s, p, "k", 10, 10, false)
+	d, err := f.s.Acquire(context.Background(), remote.Request{Policy: p, Key: "k", Min: 4, Max: 4, Back: 4, BackAt: first.At})
+	if err != nil || d.Granted != 4 {
+		t.Fatalf("with 4 back: %+v, %v", d, err)
+	}
+	if d := acquire(t, f.s, p, "k", 1, 1, false); d.Granted != 0 {
+		t.Fatalf("more came back than was given: %+v", d)
 	}
 }
 
@@ -90,34 +180,5 @@ func TestBatchesOnRealRedis(t *testing.T) {
 	}
 	if d := acquire(t, s, q, "b", 5, 5, false); d.Granted != 5 {
 		t.Fatalf("after the batch refund: %+v", d)
-	}
-}
-
-func TestHeartbeat(t *testing.T) {
-	f := newFake(t)
-	ctx := context.Background()
-	beat := func(id string, leave bool) int64 {
-		n, err := f.s.Heartbeat(ctx, id, 3*time.Second, leave)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	if n := beat("a", false); n != 1 {
-		t.Fatalf("one instance: %d", n)
-	}
-	f.Advance(2 * time.Second)
-	if n := beat("b", false); n != 2 {
-		t.Fatalf("two instances: %d", n)
-	}
-	f.Advance(2 * time.Second) // a's heartbeat has lapsed
-	if n := beat("b", false); n != 1 {
-		t.Fatalf("after a lapsed: %d", n)
-	}
-	if n := beat("b", true); n != 0 {
-		t.Fatalf("after b left: %d", n)
-	}
-	if f.Exists(remote.MembersKey("test")) {
-		t.Fatal("the members' set outlived its members")
 	}
 }

@@ -64,8 +64,9 @@ type Limit struct {
 // wrapping ErrLimit, or nil.
 //
 // Rules: a known algorithm; Rate >= 1; Period a whole number of
-// microseconds, at least one millisecond; at most one unit per microsecond
-// (Rate <= Period in µs); Burst >= 1, equal to Rate for windowed algorithms;
+// microseconds, at least one millisecond; for a SlidingWindowLog, at most
+// one unit per microsecond (the log keeps one member per unit);
+// Burst >= 1, equal to Rate for windowed algorithms;
 // and Rate·Period and Burst·Period (in µs) below 2^53, so that the scripts'
 // integer arithmetic stays exact.
 func (l Limit) Validate() error {
@@ -82,8 +83,11 @@ func (l Limit) Validate() error {
 		return bad("period %v is shorter than 1ms", l.Period)
 	case l.Period%time.Microsecond != 0:
 		return bad("period %v is not a whole number of microseconds", l.Period)
-	case l.Rate > us:
-		return bad("rate %d per %v is more than one per microsecond", l.Rate, l.Period)
+	case l.Algorithm == SlidingWindowLog && l.Rate > us:
+		// One sorted-set member per unit: past one per microsecond the log
+		// is no longer a log of events but of bytes, and costs Redis
+		// memory and time in proportion.
+		return bad("rate %d per %v is more than one per microsecond, the most a %s keeps", l.Rate, l.Period, l.Algorithm)
 	case l.Burst <= 0:
 		return bad("burst %d is not positive", l.Burst)
 	case l.Algorithm.Windowed() && l.Burst != l.Rate:

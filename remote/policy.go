@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 )
 
 // MaxNameLen is the longest policy name, in bytes.
@@ -138,11 +139,24 @@ func (p *Policy) Rate() float64 { return p.rate }
 // and every tail starts with '}', which no tail contains twice.
 //
 // The keys are substrings of one string: one allocation for the text.
-func (p *Policy) Keys(prefix, key string) []string {
+func (p *Policy) Keys(prefix, key string) []string { return p.keys(prefix, key, false) }
+
+// membersTail ends the key of the members hash of a (policy, key) (see
+// acquire.lua): like the limits' tails it starts with '}', and no limit's
+// tail is "}:m".
+const membersTail = "}:m"
+
+// keys is Keys, with the members hash's key last when members is set.
+func (p *Policy) keys(prefix, key string, members bool) []string {
+	tails, tailsLen := p.tails, p.tailsLen
+	if members {
+		tails = append(tails[:len(tails):len(tails)], membersTail)
+		tailsLen += len(membersTail)
+	}
 	head := len(prefix) + 2 + len(p.name) + 1 + len(key) // prefix ":{" name ":" key
 	var b strings.Builder
-	b.Grow(head*len(p.tails) + p.tailsLen)
-	for _, t := range p.tails {
+	b.Grow(head*len(tails) + tailsLen)
+	for _, t := range tails {
 		b.WriteString(prefix)
 		b.WriteString(":{")
 		b.WriteString(p.name)
@@ -151,12 +165,43 @@ func (p *Policy) Keys(prefix, key string) []string {
 		b.WriteString(t)
 	}
 	all := b.String()
-	keys := make([]string, len(p.tails))
+	keys := make([]string, len(tails))
 	off := 0
-	for i, t := range p.tails {
+	for i, t := range tails {
 		n := head + len(t)
 		keys[i] = all[off : off+n]
 		off += n
 	}
 	return keys
+}
+
+// Refundable reports whether a refund of units granted at Redis time at
+// (µs) would give anything back at Redis time now: whether any limit of the
+// policy would take some of them back (see refund.lua). A token bucket takes
+// back only what could not have refilled meanwhile; a fixed window only
+// into the window of the grant; a sliding window counter into that window or
+// the next; a log and a leaky bucket exactly.
+func (p *Policy) Refundable(units, at, now int64) bool {
+	for _, l := range p.limits {
+		period := int64(l.Period / time.Microsecond)
+		switch l.Algorithm {
+		case TokenBucket:
+			// The refund gives back units·period - elapsed·rate, in the
+			// debt's 1/rate µs: something when positive.
+			if elapsed := max(0, now-at); float64(elapsed)*float64(l.Rate) < float64(units)*float64(period) {
+				return true
+			}
+		case FixedWindow:
+			if at/period == now/period {
+				return true
+			}
+		case SlidingWindowCounter:
+			if at/period >= now/period-1 {
+				return true
+			}
+		default:
+			return true
+		}
+	}
+	return false
 }

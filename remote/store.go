@@ -85,10 +85,21 @@ type Request struct {
 	// says until when) instead of admitting only what conforms now. Other
 	// algorithms ignore it.
 	Reserve bool
-	// Share is the number of live instances sharing the limits (0 means 1).
-	// When the budget is scarce a grant above Min shrinks toward the room
-	// left divided by Share: one greedy instance cannot starve the others.
-	Share int64
+	// Member, when not empty, names the instance that leases, and makes
+	// the call count it among the key's members with its Demand (units per
+	// second it wants of the key): while the members together want more
+	// than the key's rate, each is held to its max-min fair share (see
+	// acquire.lua). Empty in exact mode, and for a key whose demand is not
+	// known yet (or is zero): such a call leaves the members alone.
+	Member string
+	Demand int64
+	// Horizon is how long a lease of Member is meant to last: it sizes the
+	// batch a member held to its fair share waits for, and how long it
+	// counts as a member after this call (three horizons, at least 1s).
+	Horizon time.Duration
+	// Back gives back, first and in the same call, Back units of an earlier
+	// grant of this key made at BackAt (Decision.At) and never used.
+	Back, BackAt int64
 }
 
 // Decision is the reply of one acquire call.
@@ -116,12 +127,15 @@ type Decision struct {
 	// (the end of the current window of a window algorithm), or -1 when no
 	// limit of the policy bounds it. 0 when denied.
 	ValidFor time.Duration
+	// Members is the number of live members of the key, the caller
+	// included, when the request named a Member with demand; else 0.
+	Members int64
 }
 
 // Acquire grants between r.Min and r.Max units to every limit of r.Key, or
 // nothing, in one atomic script call. Errors are Redis's or ctx's.
 func (s *Store) Acquire(ctx context.Context, r Request) (Decision, error) {
-	v, err := r.Policy.scripts.acquire.Run(ctx, s.client, r.Policy.Keys(s.prefix, r.Key), acquireArgs(r)...).Slice()
+	v, err := r.Policy.scripts.acquire.Run(ctx, s.client, s.acquireKeys(r), acquireArgs(r)...).Slice()
 	if err != nil {
 		return Decision{}, err
 	}
@@ -133,38 +147,51 @@ func (s *Store) Acquire(ctx context.Context, r Request) (Decision, error) {
 // order. Scripts missing from a server (NOSCRIPT) are loaded and the calls
 // that needed them made again, once.
 func (s *Store) AcquireBatch(ctx context.Context, rs []Request) ([]Decision, []error) {
-	ds, errs := make([]Decision, len(rs)), make([]error, len(rs))
-	cmds := s.pipeline(ctx, len(rs), func(i int) (*redis.Script, []string, []any) {
-		return rs[i].Policy.scripts.acquire, rs[i].Policy.Keys(s.prefix, rs[i].Key), acquireArgs(rs[i])
+	ds, errs, _ := s.Batch(ctx, rs, nil)
+	return ds, errs
+}
+
+// Batch makes the refunds gs and the acquire calls rs in one pipeline (one
+// round trip per Redis node), refunds first, as AcquireBatch does, and
+// returns a Decision or an error for each request and an error for each
+// refund, in order.
+func (s *Store) Batch(ctx context.Context, rs []Request, gs []Grant) ([]Decision, []error, []error) {
+	ds, errs, gerrs := make([]Decision, len(rs)), make([]error, len(rs)), make([]error, len(gs))
+	cmds := s.pipeline(ctx, len(gs)+len(rs), func(i int) (*redis.Script, []string, []any) {
+		if i < len(gs) {
+			g := gs[i]
+			return g.Policy.scripts.refund, g.Policy.keys(s.prefix, g.Key, g.Member != ""), refundArgs(g.Policy, g.Units, g.At, g.Member)
+		}
+		r := rs[i-len(gs)]
+		return r.Policy.scripts.acquire, s.acquireKeys(r), acquireArgs(r)
 	})
-	for i, c := range cmds {
+	for i, c := range cmds[:len(gs)] {
+		gerrs[i] = c.Err()
+	}
+	for i, c := range cmds[len(gs):] {
 		v, err := c.Slice()
 		if err == nil {
 			ds[i], err = parseDecision(rs[i].Policy, v)
 		}
 		errs[i] = err
 	}
-	return ds, errs
+	return ds, errs, gerrs
 }
 
-// Grant names units granted at time At (Decision.At) for a refund.
+// Grant names units granted at time At (Decision.At) for a refund. With a
+// Member, the refund also takes that instance out of the key's members.
 type Grant struct {
 	Policy *Policy
 	Key    string
 	Units  int64
 	At     int64
+	Member string
 }
 
 // RefundBatch makes many refund calls in one pipeline, as AcquireBatch
 // does, and returns an error for each, in order.
 func (s *Store) RefundBatch(ctx context.Context, gs []Grant) []error {
-	errs := make([]error, len(gs))
-	cmds := s.pipeline(ctx, len(gs), func(i int) (*redis.Script, []string, []any) {
-		return gs[i].Policy.scripts.refund, gs[i].Policy.Keys(s.prefix, gs[i].Key), refundArgs(gs[i].Policy, gs[i].Units, gs[i].At)
-	})
-	for i, c := range cmds {
-		errs[i] = c.Err()
-	}
+	_, _, errs := s.Batch(ctx, nil, gs)
 	return errs
 }
 
@@ -198,30 +225,42 @@ func (s *Store) pipeline(ctx context.Context, n int, call func(i int) (*redis.Sc
 	return cmds
 }
 
+// acquireKeys returns the keys of r: its limits' state, and the members
+// hash when r names a member with demand.
+func (s *Store) acquireKeys(r Request) []string {
+	if r.Member == "" || r.Demand <= 0 {
+		return r.Policy.Keys(s.prefix, r.Key)
+	}
+	return r.Policy.keys(s.prefix, r.Key, true)
+}
+
+// header is the number of ARGV values before the limits (acquire.lua).
+const header = 8
+
 func acquireArgs(r Request) []any {
 	p := r.Policy
-	args := make([]any, 0, 4+len(p.args))
+	args := make([]any, 0, header+len(p.args))
 	reserve := 0
 	if r.Reserve {
 		reserve = 1
 	}
-	share := r.Share
-	if share < 1 {
-		share = 1
+	member, demand := r.Member, max(0, r.Demand)
+	if demand == 0 {
+		member = ""
 	}
-	args = append(args, r.Min, r.Max, reserve, share)
+	args = append(args, r.Min, r.Max, reserve, member, demand, max(0, r.Back), r.BackAt, r.Horizon.Microseconds())
 	return append(args, p.args...)
 }
 
-func refundArgs(p *Policy, units, at int64) []any {
-	args := make([]any, 0, 4+len(p.args))
-	args = append(args, units, at, 0, 0)
+func refundArgs(p *Policy, units, at int64, member string) []any {
+	args := make([]any, 0, header+len(p.args))
+	args = append(args, units, at, member, 0, 0, 0, 0, 0)
 	return append(args, p.args...)
 }
 
-// parseDecision reads acquire.lua's eight integers.
+// parseDecision reads acquire.lua's nine integers.
 func parseDecision(p *Policy, v []any) (Decision, error) {
-	var n [8]int64
+	var n [9]int64
 	if len(v) != len(n) {
 		return Decision{}, fmt.Errorf("remote: acquire replied %d values, want %d", len(v), len(n))
 	}
@@ -240,6 +279,7 @@ func parseDecision(p *Policy, v []any) (Decision, error) {
 		RetryAfter: time.Duration(n[5]) * time.Microsecond,
 		ResetAfter: time.Duration(n[6]) * time.Microsecond,
 		ValidFor:   time.Duration(n[7]) * time.Microsecond,
+		Members:    n[8],
 	}
 	if n[7] == 0 && d.Granted > 0 { // the script's 0: no limit of its own
 		d.ValidFor = -1
@@ -258,10 +298,8 @@ func (s *Store) Refund(ctx context.Context, p *Policy, key string, units, at int
 	if units <= 0 {
 		return nil
 	}
-	return p.scripts.refund.Run(ctx, s.client, p.Keys(s.prefix, key), refundArgs(p, units, at)...).Err()
+	return p.scripts.refund.Run(ctx, s.client, p.Keys(s.prefix, key), refundArgs(p, units, at, "")...).Err()
 }
-
-var membershipScript = redis.NewScript(mustRead("membership.lua"))
 
 func mustRead(f string) string {
 	b, err := luaFiles.ReadFile("lua/" + f)
@@ -269,22 +307,6 @@ func mustRead(f string) string {
 		panic("remote: embedded script missing: " + f) // a build defect, not input
 	}
 	return string(b)
-}
-
-// MembersKey is the sorted set of live instances under prefix. One key per
-// prefix: each instance writes it about once a second, far from making a
-// hot key.
-func MembersKey(prefix string) string { return prefix + ":members" }
-
-// Heartbeat marks instance id live for ttl and returns how many instances
-// are live, this one included. With leave, it removes id instead (and the
-// count excludes it).
-func (s *Store) Heartbeat(ctx context.Context, id string, ttl time.Duration, leave bool) (int64, error) {
-	l := 0
-	if leave {
-		l = 1
-	}
-	return membershipScript.Run(ctx, s.client, []string{MembersKey(s.prefix)}, id, ttl.Milliseconds(), l).Int64()
 }
 
 // Node names the server that holds key's state under p, for failure

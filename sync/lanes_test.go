@@ -20,7 +20,7 @@ func TestIdleLanesAreDropped(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	c := cl.Client(t, &redis.ClusterOptions{ContextTimeoutEnabled: true})
 	l, err := New(remote.NewStore(c, "t"), clock.System{}, Config{Min: 1, Max: 1, Refresh: time.Second,
-		TTL: time.Hour, LowWater: 0.25, Timeout: 5 * time.Second, Heartbeat: time.Hour, MaxKeys: 100})
+		TTL: time.Hour, LowWater: 0.25, Timeout: 5 * time.Second, MaxKeys: 100})
 	if err != nil {
 		t.Fatal(err)
 	}

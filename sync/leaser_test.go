@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	stdsync "sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/ratelease/ratelease/clock"
 	"github.com/ratelease/ratelease/internal/redistest"
+	"github.com/ratelease/ratelease/local"
 	"github.com/ratelease/ratelease/remote"
 	leasesync "github.com/ratelease/ratelease/sync"
 )
@@ -22,7 +24,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // cfg is a valid Config with long intervals, for tests to adjust.
 func cfg() leasesync.Config {
 	return leasesync.Config{Min: 1, Max: 100, Refresh: time.Second, TTL: time.Hour, LowWater: 0.25,
-		Timeout: 5 * time.Second, Heartbeat: time.Hour, MaxKeys: 100}
+		Timeout: 5 * time.Second, MaxKeys: 100}
 }
 
 func newLeaser(t *testing.T, c redis.UniversalClient, clk clock.Clock, conf leasesync.Config) *leasesync.Leaser {
@@ -57,8 +59,12 @@ func tokenBucket(t *testing.T, rate, burst int64) *remote.Policy {
 func TestConfigErrors(t *testing.T) {
 	for _, mod := range []func(*leasesync.Config){
 		func(c *leasesync.Config) { c.Min = 0 },
-		func(c *leasesync.Config) { c.Max = 0 },
+		func(c *leasesync.Config) { c.Min, c.Max = 5, 4 },
 		func(c *leasesync.Config) { c.TTL = 0 },
+		func(c *leasesync.Config) { c.TTL = time.Duration(math.MaxInt64) },
+		func(c *leasesync.Config) { c.Refresh = time.Nanosecond },
+		func(c *leasesync.Config) { c.Refresh = 2 * c.TTL },
+		func(c *leasesync.Config) { c.Timeout = 0 },
 		func(c *leasesync.Config) { c.LowWater = 1 },
 		func(c *leasesync.Config) { c.MaxKeys = 0 },
 	} {
@@ -222,7 +228,7 @@ func TestExpiredUnitsAreRefunded(t *testing.T) {
 	mr := redistest.StartMini(t)
 	clk := clock.NewManual(mr.Now())
 	conf := cfg()
-	conf.Min, conf.Max, conf.TTL = 10, 10, 100*time.Millisecond
+	conf.Min, conf.Max, conf.TTL, conf.Refresh = 10, 10, 100*time.Millisecond, 0
 	l := newLeaser(t, mr.Client(t), clk, conf)
 	p := tokenBucket(t, 1000, 1000)
 	tab := l.NewTable(p)
@@ -268,19 +274,44 @@ func TestEvictionRefunds(t *testing.T) {
 	waitFor(t, func() bool { return l.Stats().UnitsRefunded == 9 })
 }
 
-// Every Leaser heartbeats into the membership count, and leaves it at Close.
-func TestMembership(t *testing.T) {
-	srv := redistest.Start(t)
+// The instances that count for a key are those that lease it with a
+// demand: one that never touches the key, or has leased it only once (no
+// demand measured yet), is not among them. No heartbeat: the count comes
+// back with the leases.
+func TestMembersComeWithLeases(t *testing.T) {
+	mr := redistest.StartMini(t)
+	clk := clock.NewManual(mr.Now())
 	conf := cfg()
-	conf.Heartbeat = 50 * time.Millisecond
-	a := newLeaser(t, srv.Client(t), clock.System{}, conf)
-	b, err := leasesync.New(remote.NewStore(srv.Client(t), "t"), clock.System{}, conf)
-	if err != nil {
-		t.Fatal(err)
+	p := tokenBucket(t, 1000, 1000)
+	var ls []*leasesync.Leaser
+	var es []*local.Entry
+	for range 3 {
+		l := newLeaser(t, mr.Client(t), clk, conf)
+		ls = append(ls, l)
+		es = append(es, l.NewTable(p).GetOrCreate("k"))
 	}
-	waitFor(t, func() bool { return a.Instances() == 2 && b.Instances() == 2 })
-	b.Close()
-	waitFor(t, func() bool { return a.Instances() == 1 })
+	lease := func(i int) remote.Decision {
+		d, _, err := ls[i].Lease(context.Background(), p, es[i], 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	lease(0)
+	lease(1)
+	lease(2) // once: no demand
+	mr.Advance(100 * time.Millisecond)
+	clk.Advance(100 * time.Millisecond)
+	lease(0)
+	if d := lease(1); d.Members != 2 {
+		t.Fatalf("members %d, want 2", d.Members)
+	}
+	if ls[1].Instances() != 2 || ls[2].Instances() != 1 {
+		t.Fatalf("Instances() %d and %d, want 2 and 1", ls[1].Instances(), ls[2].Instances())
+	}
+	if es[1].Members.Load() != 2 {
+		t.Fatalf("entry's members %d, want 2", es[1].Members.Load())
+	}
 }
 
 // waitFor polls cond for up to 5 seconds: for what background goroutines
@@ -378,7 +409,7 @@ func TestGuardedLeaser(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		// Redis has them back: the whole burst can be taken.
-		d, err := remote.NewStore(direct, "t").Acquire(context.Background(), remote.Request{Policy: p, Key: "k", Min: 100, Max: 100, Share: 1})
+		d, err := remote.NewStore(direct, "t").Acquire(context.Background(), remote.Request{Policy: p, Key: "k", Min: 100, Max: 100})
 		if err != nil || d.Granted != 100 {
 			t.Fatalf("after the late refund: %+v, %v; want all 100 units", d, err)
 		}

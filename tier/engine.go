@@ -133,16 +133,15 @@ type Stats struct {
 	Allowed, Denied uint64
 	// Local, Remote, Cached and Fallback count decisions by Source.
 	Local, Remote, Cached, Fallback uint64
-	// RoundTrips counts Redis round trips (one pipeline of leases or
-	// refunds counts one, and so does each membership heartbeat); Errors the
-	// calls that failed.
+	// RoundTrips counts Redis round trips (one pipeline of leases and
+	// refunds counts one); Errors the calls that failed.
 	RoundTrips, Errors uint64
 	// Leases counts leases Redis answered; UnitsLeased the units they
 	// granted; UnitsRefunded the units given back (on expiry, eviction and
 	// Close); UnitsExpired those of the refunded that lapsed unused.
 	Leases, UnitsLeased, UnitsRefunded, UnitsExpired uint64
-	// Instances is the number of live Limiter instances last seen in Redis
-	// (1 in exact mode).
+	// Instances is the most instances that shared a key this instance
+	// leased in the last minute, as Redis counted them (1 in exact mode).
 	Instances int64
 	// Breaker is the circuit breaker's state now; BreakerOpens counts the
 	// times it opened. With a Redis Cluster there is a breaker per master,
@@ -156,12 +155,12 @@ type Stats struct {
 // New returns an Engine for cfg.
 func New(cfg Config) *Engine {
 	e := &Engine{store: cfg.Store, clock: cfg.Clock, base: cfg.Clock.Now(), timeout: cfg.Timeout, guard: cfg.Guard, leaser: cfg.Leaser}
-	instances := func() int64 { return 1 }
+	instances := func(*remote.Policy, string) int64 { return 1 }
 	switch {
 	case cfg.Instances > 0:
-		instances = func() int64 { return cfg.Instances }
+		instances = func(*remote.Policy, string) int64 { return cfg.Instances }
 	case cfg.Leaser != nil:
-		instances = cfg.Leaser.Instances
+		instances = e.members
 	}
 	maxKeys := cfg.MaxKeys
 	if maxKeys <= 0 {
@@ -171,6 +170,20 @@ func New(cfg Config) *Engine {
 	e.observer, e.sharded = cfg.Observer, cfg.Store.Sharded()
 	e.breaker = e.newBreaker("")
 	return e
+}
+
+// members returns how many instances share key under p, for FailLocal: the
+// members Redis counted at the key's last lease, or, for a key not leased
+// yet, the most any key had lately.
+func (e *Engine) members(p *remote.Policy, key string) int64 {
+	if Leasable(p) {
+		if ent, ok := e.table(p).Get(key); ok {
+			if m := ent.Members.Load(); m > 0 {
+				return m
+			}
+		}
+	}
+	return e.leaser.Instances()
 }
 
 // newBreaker returns a breaker for the server named node; when it closes
@@ -507,9 +520,13 @@ func (e *Engine) fromLocal(p *remote.Policy, ent *local.Entry, n, now int64) (De
 		return e.localDecision(ent, now), true
 	}
 	if denied, left := ent.Denied(now, n); denied {
+		ent.Asked.Add(n) // wanted all the same: the demand counts it
 		e.stats.cached.Add(1)
 		e.stats.denied.Add(1)
+		// Remaining: what Redis last said it had left, and what this
+		// instance holds (too few for n).
 		return Decision{Source: Cached, Limit: int(ent.Decider.Load()), RetryAfter: time.Duration(left),
+			Remaining:  ent.Remaining.Load() + ent.Units(),
 			ResetAfter: time.Duration(max(0, ent.ResetAt.Load()-now))}, true
 	}
 	return Decision{}, false

@@ -30,7 +30,7 @@ func newEngine(t *testing.T, lease int64) (*tier.Engine, *redistest.Mini) {
 	if lease > 0 {
 		var err error
 		l, err = leasesync.New(store, clk, leasesync.Config{Min: lease, Max: lease, Refresh: time.Second,
-			TTL: time.Hour, LowWater: 0.01, Timeout: 300 * time.Millisecond, Heartbeat: time.Hour, MaxKeys: 10})
+			TTL: time.Hour, LowWater: 0.01, Timeout: 300 * time.Millisecond, MaxKeys: 10})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,7 +149,7 @@ func newDegrading(t *testing.T, m tier.FailureMode, instances int64) (*tier.Engi
 	store := remote.NewStore(mr.Client(t), "t")
 	clk := clock.NewManual(mr.Now())
 	l, err := leasesync.New(store, clk, leasesync.Config{Min: 5, Max: 5, Refresh: time.Second,
-		TTL: time.Hour, LowWater: 0.01, Timeout: 300 * time.Millisecond, Heartbeat: time.Hour, MaxKeys: 10})
+		TTL: time.Hour, LowWater: 0.01, Timeout: 300 * time.Millisecond, MaxKeys: 10})
 	if err != nil {
 		t.Fatal(err)
 	}

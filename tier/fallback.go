@@ -46,7 +46,9 @@ func (m FailureMode) String() string {
 // admitted per key, to be charged to Redis once it is back.
 type fallback struct {
 	mode      FailureMode
-	instances func() int64
+	// instances is the share of key under p that this instance gets: how
+	// many instances divide its limits.
+	instances func(p *remote.Policy, key string) int64
 	mu        sync.Mutex
 	keys      *simplelru.LRU[fallbackKey, *fallbackEntry] // requires mu held
 }
@@ -63,7 +65,7 @@ type fallbackEntry struct {
 	admitted atomic.Int64
 }
 
-func newFallback(mode FailureMode, maxKeys int, instances func() int64) *fallback {
+func newFallback(mode FailureMode, maxKeys int, instances func(*remote.Policy, string) int64) *fallback {
 	keys, _ := simplelru.NewLRU[fallbackKey, *fallbackEntry](maxKeys, nil)
 	return &fallback{mode: mode, instances: instances, keys: keys}
 }
@@ -126,7 +128,7 @@ func (f *fallback) entryLocked(p *remote.Policy, key string) *fallbackEntry {
 	if e, ok := f.keys.Get(k); ok {
 		return e
 	}
-	share := float64(max(1, f.instances()))
+	share := float64(max(1, f.instances(p, key)))
 	e := &fallbackEntry{}
 	for _, l := range p.Limits() {
 		perSecond := float64(l.Rate) / l.Period.Seconds() / share
@@ -152,7 +154,7 @@ func (f *fallback) charge(ctx context.Context, store *remote.Store, back func(*r
 		}
 		e, _ := f.keys.Peek(k)
 		if n := e.admitted.Swap(0); n > 0 {
-			rs = append(rs, remote.Request{Policy: k.p, Key: k.key, Min: 1, Max: min(n, k.p.Capacity()), Share: 1})
+			rs = append(rs, remote.Request{Policy: k.p, Key: k.key, Min: 1, Max: min(n, k.p.Capacity())})
 		}
 		f.keys.Remove(k)
 	}

@@ -2,16 +2,38 @@
 -- to none (all-or-nothing across the limits).
 --
 -- KEYS[i]   state key of limit i; all KEYS share one hash tag (one slot)
+-- KEYS[n+1] with a member id only: the key's members hash (see below)
 -- ARGV[1]   min: grant at least this many units, or nothing
 -- ARGV[2]   max: grant at most this many units (min <= max)
 -- ARGV[3]   reserve: 1 lets leaky buckets queue the request (WaitN), 0 admits
 --           only what conforms now
--- ARGV[4]   share: the number of live instances (1 or more). When the budget
---           is scarce, a grant above min shrinks toward (units left) / share,
---           so that one greedy instance cannot take what the others need
--- ARGV[5..] the limits, four values each (see limit() in prelude.lua)
+-- ARGV[4]   member: the id of the instance leasing, or '' (exact mode, and
+--           a lease of a key with no measured demand yet)
+-- ARGV[5]   demand: the units per second the member wants of this key
+-- ARGV[6]   back: units of an earlier grant of this key to the member that
+--           were never used, given back before anything is granted
+-- ARGV[7]   back_at: the Redis time (us) of that earlier grant
+-- ARGV[8]   horizon (us): how long a lease of this member is meant to last
+-- ARGV[9..] the limits, four values each (see limit() in prelude.lua)
 --
--- Returns eight integers:
+-- Members. A key leased by several instances keeps a hash of them next to
+-- its state: member id -> "expires demand tokens at" (us, units/s, units,
+-- us; tokens -1 for a bucket not in use, which counts as full). A member counts until `expires`, three horizons after its last lease
+-- (at least a second); the hash expires with its last member. Instances
+-- that never lease the key cost it nothing.
+--
+-- Fair share (max-min, as Doorman's): while the members together want more
+-- than the key's rate R (the smallest rate of its limits, per second), each
+-- gets at most f = min(demand, L), where the level L makes the f add up to
+-- R. A member's grants then come out of a bucket of its own that refills at
+-- f and holds f/R of the tightest limit's capacity plus f * horizon, so the
+-- shares add up to the global bucket and no unit of the global budget is
+-- stranded. A member short of its bucket, or finding the limits short,
+-- waits until there is a useful batch (f * horizon, less for a small
+-- burst, or what a window has left), not for every unit as it frees up. While the demand fits in R the
+-- member buckets stay full and change nothing.
+--
+-- Returns nine integers:
 --   granted      units charged to every limit; 0 means denied, nothing charged
 --   now          the Redis time of the decision, us (a refund names it)
 --   decider      1-based index of the limit that decided: when denied, the
@@ -26,55 +48,156 @@
 --                window or bucket, always > 0), or 0 for no limit of the
 --                policy's own, and when denied. (Not -1: go-redis allocates to
 --                box an integer reply outside 0..255, on every call.)
-local min, max, reserve, share = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+--   members      the live members of the key, this one included; 0 when the
+--                call names no member
+local min, max, reserve = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local member, demand = ARGV[4], tonumber(ARGV[5])
+local back, back_at, horizon = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local n = #KEYS
+local mkey
+if member ~= '' then
+  n = n - 1
+  -- A member with no demand has no share to claim: it is left out.
+  if demand > 0 then mkey = KEYS[#KEYS] end
+end
+
+-- Phase 0: what this member leased earlier and did not use goes back first,
+-- in the same call (a refund of its own would cost a round trip).
+if back > 0 then
+  for i = 1, n do
+    local alg, rate, period, burst = limit(i)
+    ALG[alg].refund(KEYS[i], rate, period, burst, back, back_at)
+  end
+end
 
 -- Phase 1: read every limit, writing nothing that counts; the grant is the
 -- least any limit can give. S1..S3 hold each limit's state, AV its room.
+-- R is the key's rate (units/s) and C the capacity of the limit that sets it;
+-- valid the least time any limit lets a grant live (-1: none).
 local S1, S2, S3, AV = {}, {}, {}, {}
 local least = max -- the least room of any limit, at most max
+local R, C, tight, valid = -1, 0, 1, -1
 for i = 1, n do
   local alg, rate, period, burst = limit(i)
-  local a, b, c = ALG[alg].load(KEYS[i], rate, period, burst)
-  local av = ALG[alg].avail(a, b, c, rate, period, burst, reserve)
+  local A = ALG[alg]
+  local a, b, c = A.load(KEYS[i], rate, period, burst)
+  local av = A.avail(a, b, c, rate, period, burst, reserve)
   S1[i], S2[i], S3[i], AV[i] = a, b, c, av
   if av < least then least = av end
+  local r = rate * 1000000 / period
+  if R < 0 or r < R then R, C, tight = r, burst, i end
+  local v = A.valid(a, b, c, rate, period, burst)
+  if v >= 0 and (valid < 0 or v < valid) then valid = v end
 end
 
--- Fair share: never more than a 1/share part of the room left, nor less than
--- min. With plenty of room this changes nothing (the part exceeds max).
-local grant = least
-if share > 1 then
-  local least_room = AV[1]
-  for i = 2, n do least_room = math.min(least_room, AV[i]) end
-  grant = math.min(least, math.max(min, idiv(least_room, share)))
+-- Members and the fair share: cap is what this member may take now (huge
+-- when the demand fits), need the least grant worth its while.
+local cap, need, members, refill = math.huge, min, 0, 0
+local save = function() end -- writes this member's entry, less a grant
+if mkey then
+  local ttl = math.max(3 * horizon, 1000000)
+  local raw = redis.call('HGETALL', mkey)
+  local ds, total, last = { demand }, demand, NOW + ttl
+  local tokens, at -- this member's bucket, if it has one
+  for j = 1, #raw, 2 do
+    local e, d, tk, t = string.match(raw[j + 1], '^(%d+) (%d+) (-?[%d.]+) (%d+)$')
+    e = tonumber(e)
+    if not e or e <= NOW then
+      redis.call('HDEL', mkey, raw[j])
+    elseif raw[j] == member then
+      -- A bucket of -1 is full: it was not in use (no scarcity).
+      if tonumber(tk) >= 0 then tokens, at = tonumber(tk), tonumber(t) end
+    else
+      d = tonumber(d)
+      ds[#ds + 1], total = d, total + d
+      if e > last then last = e end
+    end
+  end
+  members = #ds
+  local f = demand -- this member's fair rate
+  if total > R then
+    -- Water-filling: the smallest demands are met in full, the rest share
+    -- what is left equally; L is that equal part.
+    table.sort(ds)
+    local left, L = R, R
+    for j = 1, #ds do
+      L = left / (#ds - j + 1)
+      if ds[j] >= L then break end
+      left = left - ds[j]
+    end
+    f = math.min(demand, L)
+    local h = horizon
+    if valid >= 0 and valid < h then h = valid end
+    local size = f / R * C + f * horizon / 1000000
+    if not tokens then tokens = size else
+      tokens = math.min(size, tokens + f * (NOW - at) / 1000000)
+    end
+    cap = math.floor(tokens)
+    -- The batch worth waiting for: the share's worth of a horizon (of what
+    -- is left of the window, for a window); from a bucket, no more than
+    -- half this member's part of the capacity, so that a small burst is
+    -- never outwaited. (A window that will not have a batch before it ends
+    -- gives what it has left: see below.)
+    local batch = math.floor(f * h / 1000000)
+    if valid < 0 then
+      batch = math.min(batch, math.floor(f / R * C / 2))
+    end
+    need = math.max(min, math.min(batch, max))
+    refill = f
+  else
+    tokens = nil -- no scarcity: no bucket of its own
+  end
+  -- The member entry is written whatever the outcome: the demand counts
+  -- even when nothing is granted.
+  save = function(g)
+    local tk = -1
+    if tokens then tk = tokens - g end
+    redis.call('HSET', mkey, member, string.format('%d %d %.3f %d', NOW + ttl, demand, tk, NOW))
+    redis.call('PEXPIRE', mkey, int(cdiv(last - NOW, 1000)))
+  end
+  if refill > 0 and cap < need then
+    -- Denied by the fair share: back once the bucket holds the batch.
+    save(0)
+    local retry = math.max(1, cdiv((need - tokens) * 1000000, refill))
+    local alg, rate, period, burst = limit(tight)
+    local reset = ALG[alg].reset(S1[tight], S2[tight], S3[tight], rate, period, burst)
+    return { 0, NOW, tight, 0, AV[tight], retry, reset, 0, members }
+  end
 end
 
-if grant < min then
-  -- Denied: charge nothing. The decider is the denying limit whose
-  -- retry_after is longest: min units fit only once every limit has room.
+local grant = math.min(least, cap)
+if grant < need then
+  -- The decider is the denying limit whose retry_after is longest: need
+  -- units fit only once every limit has room.
   local decider, retry, reset = 1, -1, 0
   for i = 1, n do
-    if AV[i] < min then
+    if AV[i] < need then
       local alg, rate, period, burst = limit(i)
       local A = ALG[alg]
-      local r = A.retry(KEYS[i], S1[i], S2[i], S3[i], rate, period, burst, min, reserve)
+      local r = A.retry(KEYS[i], S1[i], S2[i], S3[i], rate, period, burst, need, reserve)
       if r > retry then
         decider, retry = i, r
         reset = A.reset(S1[i], S2[i], S3[i], rate, period, burst)
       end
     end
   end
-  return { 0, NOW, decider, 0, AV[decider], math.max(1, retry), reset, 0 }
+  if need > min and grant >= min and valid >= 0 and retry >= valid then
+    -- A batch would come only after the grant's window has ended: take
+    -- what the window has left, rather than strand it.
+    need = grant
+  else
+    -- Denied: charge nothing.
+    save(0)
+    return { 0, NOW, decider, 0, AV[decider], math.max(1, retry), reset, 0, members }
+  end
 end
 
 -- Phase 2: charge every limit the same grant.
-local wait, decider, left, reset, valid = 0, 1, -1, 0, -1
+save(grant)
+local wait, decider, left, reset = 0, 1, -1, 0
 for i = 1, n do
   local alg, rate, period, burst = limit(i)
   local A = ALG[alg]
-  local v = A.valid(S1[i], S2[i], S3[i], rate, period, burst)
-  if v >= 0 and (valid < 0 or v < valid) then valid = v end
   local a, b, c, w = A.commit(KEYS[i], S1[i], S2[i], S3[i], rate, period, burst, grant)
   if w > wait then wait = w end
   local l = A.avail(a, b, c, rate, period, burst, reserve)
@@ -83,4 +206,4 @@ for i = 1, n do
     decider, left, reset = i, l, r
   end
 end
-return { grant, NOW, decider, wait, left, 0, reset, math.max(0, valid) }
+return { grant, NOW, decider, wait, left, 0, reset, math.max(0, valid), members }

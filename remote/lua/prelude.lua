@@ -39,11 +39,11 @@ do
   NOW = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- The parameters of limit i (1-based), four ARGV values from ARGV[4i+1]
--- (after the four header values of acquire.lua and refund.lua):
+-- The parameters of limit i (1-based), four ARGV values from ARGV[4i+5]
+-- (after the eight header values of acquire.lua and refund.lua):
 -- algorithm id, rate (units per period), period (us), burst (capacity).
 local function limit(i)
-  local o = 4 * i + 1
+  local o = 4 * i + 5
   return tonumber(ARGV[o]), tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3])
 end
 

@@ -6,13 +6,20 @@
 --           only into the window the units were granted in, the log removes
 --           exactly the members of that grant, and the token bucket takes
 --           back only what could not have overflowed it since
--- ARGV[3-4] unused (keep the limits at the same place as in acquire.lua)
--- ARGV[5..] the limits, as in acquire.lua
+-- ARGV[3]   member: an instance id that leaves the key's members (the
+--           members hash is then the last of KEYS), or ''
+-- ARGV[4-8] unused (keep the limits at the same place as in acquire.lua)
+-- ARGV[9..] the limits, as in acquire.lua
 --
 -- A refund never raises any limit above its capacity. Returns the Redis time.
 local units, at = tonumber(ARGV[1]), tonumber(ARGV[2])
+local n = #KEYS
+if ARGV[3] ~= '' then
+  redis.call('HDEL', KEYS[n], ARGV[3])
+  n = n - 1
+end
 if units > 0 then
-  for i = 1, #KEYS do
+  for i = 1, n do
     local alg, rate, period, burst = limit(i)
     ALG[alg].refund(KEYS[i], rate, period, burst, units, at)
   end
