@@ -45,7 +45,7 @@ func (m FailureMode) String() string {
 // fallback decides while Redis is unavailable, and remembers what it
 // admitted per key, to be charged to Redis once it is back.
 type fallback struct {
-	mode      FailureMode
+	mode FailureMode
 	// instances is the share of key under p that this instance gets: how
 	// many instances divide its limits.
 	instances func(p *remote.Policy, key string) int64
