@@ -1,0 +1,159 @@
+package ratelease_test
+
+// Benchmarks of the economy of leasing (see economy_test.go): a key driven
+// flat out in one process, next to x/time/rate, and keys used once each,
+// where leasing has nothing to amortize. Both use ratelease's defaults on a
+// real Redis (benchRedis). To compare implementations side by side:
+//
+//	go test -run '^$' -bench 'FlatOut|SingleUseKeys' -benchmem -count 6 . > /tmp/x.txt
+//	benchstat -col /impl /tmp/x.txt
+//
+// (benchstat puts both benchmarks in one table, their implementations side
+// by side; filter with -filter '.name:FlatOut' for one at a time.)
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/time/rate"
+
+	"github.com/ratelease/ratelease"
+)
+
+// benchRuns numbers the runs of a benchmark function, so that each run
+// works on keys of its own.
+var benchRuns atomic.Int64
+
+// benchLimiter returns a Limiter with opts on a new client to addr, whose
+// Redis traffic tc counts, and a function that closes both (once, however
+// often it is called).
+func benchLimiter(b *testing.B, addr string, opts ...ratelease.Option) (l *ratelease.Limiter, tc *tripCounter, closeAll func()) {
+	b.Helper()
+	client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	tc = &tripCounter{}
+	client.AddHook(tc)
+	l, err := ratelease.New(client, opts...)
+	if err != nil {
+		_ = client.Close()
+		b.Fatal(err)
+	}
+	return l, tc, sync.OnceFunc(func() {
+		_ = l.Close()
+		_ = client.Close()
+	})
+}
+
+// BenchmarkFlatOut drives one key as fast as one process can, with a limit
+// that never binds (10^6/s, burst 10^9): what a hot key costs per decision
+// with the default lease settings, sequentially and from b.RunParallel's
+// goroutines, next to x/time/rate's Allow. ratelease also reports the
+// Redis round trips per decision (trips/op).
+func BenchmarkFlatOut(b *testing.B) {
+	addr := benchRedis(b)
+	p, err := ratelease.NewPolicy("flatout", ratelease.Limit{Rate: 1_000_000, Period: time.Second, Burst: 1_000_000_000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	l, tc, closeAll := benchLimiter(b, addr)
+	defer closeAll()
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	b.Run("impl=ratelease/seq", func(b *testing.B) {
+		key := "flat-seq-" + run
+		b.ReportAllocs()
+		trips := tc.trips.Load()
+		for b.Loop() {
+			if res, err := l.Allow(ctx, p, key); err != nil || !res.Allowed {
+				b.Fatalf("%+v, %v", res, err)
+			}
+		}
+		b.ReportMetric(float64(tc.trips.Load()-trips)/float64(b.N), "trips/op")
+	})
+	b.Run("impl=ratelease/par", func(b *testing.B) {
+		key := "flat-par-" + run
+		b.ReportAllocs()
+		trips := tc.trips.Load()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if res, err := l.Allow(ctx, p, key); err != nil || !res.Allowed {
+					b.Errorf("%+v, %v", res, err)
+					return
+				}
+			}
+		})
+		b.ReportMetric(float64(tc.trips.Load()-trips)/float64(b.N), "trips/op")
+	})
+	b.Run("impl=xrate/seq", func(b *testing.B) {
+		rl := rate.NewLimiter(1e6, 1e9)
+		b.ReportAllocs()
+		for b.Loop() {
+			if !rl.Allow() {
+				b.Fatal("denied")
+			}
+		}
+	})
+	b.Run("impl=xrate/par", func(b *testing.B) {
+		rl := rate.NewLimiter(1e6, 1e9)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if !rl.Allow() {
+					b.Error("denied")
+					return
+				}
+			}
+		})
+	})
+}
+
+// BenchmarkSingleUseKeys decides each request on a key not seen before:
+// 16 goroutines, keys taken in turn from a space of 16,384 that is new to
+// each run (so a key comes back only after 16,384 decisions), limit 10/s.
+// Leasing has nothing to amortize here; it must cost Redis no more than
+// exact mode. It reports Redis commands per decision (cmds/op) and round
+// trips per decision (trips/op), counted from New to Close, so that units
+// leased and given back count too.
+func BenchmarkSingleUseKeys(b *testing.B) {
+	const space = 16384
+	addr := benchRedis(b)
+	p, err := ratelease.NewPolicy("single", ratelease.PerSecond(10))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	procs := runtime.GOMAXPROCS(0)
+	for _, impl := range []string{"lease", "exact"} {
+		b.Run("impl="+impl, func(b *testing.B) {
+			l, tc, closeAll := benchLimiter(b, addr, modeOpts(impl == "exact")...)
+			defer closeAll()
+			keys := make([]string, space)
+			prefix := fmt.Sprintf("single-%s-%s-%d", impl, strconv.FormatInt(time.Now().UnixNano(), 36), benchRuns.Add(1))
+			for i := range keys {
+				keys[i] = prefix + ":" + strconv.Itoa(i)
+			}
+			var next atomic.Int64
+			b.SetParallelism((16 + procs - 1) / procs) // 16 goroutines
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := l.Allow(ctx, p, keys[(next.Add(1)-1)%space]); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			closeAll() // what Close sends is part of the cost
+			b.ReportMetric(float64(tc.cmds.Load())/float64(b.N), "cmds/op")
+			b.ReportMetric(float64(tc.trips.Load())/float64(b.N), "trips/op")
+		})
+	}
+}
