@@ -97,20 +97,26 @@ func TestNoCapWithoutScarcity(t *testing.T) {
 }
 
 // A member held to its share waits for a useful batch, not for every unit:
-// the denial says when its bucket holds one.
+// a grant says when its share holds the next one, and a denial too.
 func TestFairShareWaitsForABatch(t *testing.T) {
 	f := newFake(t)
-	p := mustPolicy(t, "p", tb(100, 100, time.Second))
-	lease(t, f, p, "a", 100, 1, 1)
-	// b wants 100/s too: its share is 50/s; its bucket holds half the
-	// burst plus 100ms of its share, 55.
-	if d := lease(t, f, p, "b", 100, 1, 100); d.Granted != 55 {
-		t.Fatalf("first lease of b: %d, want 55", d.Granted)
+	p := mustPolicy(t, "p", tb(1000, 1000, time.Second))
+	lease(t, f, p, "a", 1000, 1, 1)
+	// b wants 1000/s too: its share is 500/s; its bucket holds half the
+	// burst plus 100ms (its horizon) of its share, 550; its batch is a
+	// quarter horizon of its share, 12.
+	d := lease(t, f, p, "b", 1000, 1, 1000)
+	if d.Granted != 550 || d.RetryAfter != 24*ms {
+		t.Fatalf("first lease of b: %+v, want 550 granted and the next batch in 24ms (12 at 500/s)", d)
 	}
 	f.Advance(10 * ms)
-	d := lease(t, f, p, "b", 100, 1, 100)
-	if d.Granted != 0 || d.RetryAfter != 90*ms {
-		t.Fatalf("b right after: %+v, want a denial until its bucket holds 5 (100ms of 50/s)", d)
+	d = lease(t, f, p, "b", 1000, 1, 1000)
+	if d.Granted != 0 || d.RetryAfter != 14*ms {
+		t.Fatalf("b 10ms later: %+v, want a denial until its bucket holds 12 (7 more at 500/s)", d)
+	}
+	f.Advance(14 * ms)
+	if d := lease(t, f, p, "b", 1000, 1, 1000); d.Granted != 12 {
+		t.Fatalf("b when its batch is there: %+v, want 12", d)
 	}
 }
 

@@ -119,7 +119,9 @@ type Decision struct {
 	Wait time.Duration
 	// Remaining is the number of units the decider could still grant now.
 	Remaining int64
-	// RetryAfter is when Min units could next be granted; 0 when granted.
+	// RetryAfter is when Min units could next be granted. When granted it
+	// is 0, or, for a member held to its fair share, how long until its
+	// share holds its next batch: a lease asked for sooner is denied.
 	RetryAfter time.Duration
 	// ResetAfter is when the decider is fully replenished.
 	ResetAfter time.Duration

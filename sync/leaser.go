@@ -330,10 +330,22 @@ func (l *Leaser) apply(c *call, n int64) {
 		l.lapsed(e, stale, staleAt, now)
 		// Low water: a fraction of the lease, and never less than what the
 		// demand takes during a few round trips, so that a prefetch lands
-		// in time.
-		cover := float64(c.req.Demand) * 3 * float64(l.rtt.Load()) / 1e9
-		lw := max(math.Ceil(l.cfg.LowWater*float64(c.req.Max)), math.Ceil(cover))
-		e.LowWater.Store(min(int64(lw), c.req.Max))
+		// in time. A lease of a few units is not renewed ahead: a renewal
+		// as the last unit goes would start the next lease a request early,
+		// and a slow key would lose a request's worth of each lease's life.
+		lw := float64(c.req.Demand) * 3 * float64(l.rtt.Load()) / 1e9
+		if lw < 1 {
+			lw = 0 // not a unit's worth: a miss is as likely as a prefetch's use
+		}
+		if f := l.cfg.LowWater * float64(c.req.Max); f >= 2 {
+			lw = max(lw, math.Ceil(f))
+		}
+		e.LowWater.Store(min(int64(math.Ceil(lw)), c.req.Max))
+	}
+	if d.RetryAfter > 0 {
+		// Held to its fair share: no lease before the share holds the next
+		// batch; the units held are used meanwhile.
+		e.Deny(start+int64(d.RetryAfter), 1)
 	}
 	l.bound.Touch(e)
 	if e.Evicted() { // evicted while the lease was in flight: nobody will use it

@@ -42,7 +42,9 @@
 --   wait         us until the granted units may be used (a leaky bucket's
 --                queue); 0 otherwise
 --   remaining    units the decider could still grant now
---   retry_after  us until min units could be granted; 0 when granted
+--   retry_after  us until min units could be granted; when granted, 0, or
+--                under the fair share the us until this member's own
+--                bucket holds its next batch (asking sooner is denied)
 --   reset_after  us until the decider is fully replenished
 --   valid_for    us the grant may be used for before it lapses (the end of a
 --                window or bucket, always > 0), or 0 for no limit of the
@@ -93,12 +95,13 @@ end
 -- Members and the fair share: cap is what this member may take now (huge
 -- when the demand fits), need the least grant worth its while.
 local cap, need, members, refill = math.huge, min, 0, 0
+local tokens -- this member's bucket, under the fair share
 local save = function() end -- writes this member's entry, less a grant
 if mkey then
   local ttl = math.max(3 * horizon, 1000000)
   local raw = redis.call('HGETALL', mkey)
   local ds, total, last = { demand }, demand, NOW + ttl
-  local tokens, at -- this member's bucket, if it has one
+  local at -- when this member's bucket was last written
   for j = 1, #raw, 2 do
     local e, d, tk, t = string.match(raw[j + 1], '^(%d+) (%d+) (-?[%d.]+) (%d+)$')
     e = tonumber(e)
@@ -133,12 +136,14 @@ if mkey then
       tokens = math.min(size, tokens + f * (NOW - at) / 1000000)
     end
     cap = math.floor(tokens)
-    -- The batch worth waiting for: the share's worth of a horizon (of what
-    -- is left of the window, for a window); from a bucket, no more than
+    -- The batch worth waiting for: the share's worth of a quarter horizon
+    -- (of what is left of the window, for a window): small, so that what a
+    -- member holds unused at any time is little, large enough that it
+    -- asks a few times a horizon; from a bucket, no more than
     -- half this member's part of the capacity, so that a small burst is
     -- never outwaited. (A window that will not have a batch before it ends
     -- gives what it has left: see below.)
-    local batch = math.floor(f * h / 1000000)
+    local batch = math.floor(f * h / 4000000)
     if valid < 0 then
       batch = math.min(batch, math.floor(f / R * C / 2))
     end
@@ -206,4 +211,8 @@ for i = 1, n do
     decider, left, reset = i, l, r
   end
 end
-return { grant, NOW, decider, wait, left, 0, reset, math.max(0, valid), members }
+-- Under the fair share, the grant says when this member's bucket holds its
+-- next batch (in retry_after): asking sooner would only be denied.
+local next = 0
+if refill > 0 then next = math.max(0, cdiv((need - (tokens - grant)) * 1000000, refill)) end
+return { grant, NOW, decider, wait, left, next, reset, math.max(0, valid), members }
