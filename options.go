@@ -199,7 +199,8 @@ const (
 	// FailLocal (the default) decides by per-key local limits at this
 	// instance's share of each limit: Rate/instances per Period and
 	// Burst/instances (at least 1), with x/time/rate. Instances are the
-	// live count last seen in Redis, or WithInstances. Source Fallback.
+	// key's members as Redis counted them at its last lease (the instances
+	// that lease it), or WithInstances. Source Fallback.
 	FailLocal = tier.FailLocal
 	// FailOpen admits every request. Source Fallback.
 	FailOpen = tier.FailOpen
@@ -238,8 +239,10 @@ func WithFailureMode(m FailureMode) Option {
 }
 
 // WithInstances fixes the number of instances that FailLocal divides each
-// limit by (default: the live instances last seen in Redis when leasing, 1
-// in exact mode). It must be at least 1.
+// limit by (default, when leasing: the instances that lease the key, as
+// Redis counted them at its last lease, or for a key not leased yet the
+// most any key had in the last minute; 1 in exact mode). It must be at
+// least 1.
 func WithInstances(n int) Option {
 	return optionFunc(func(c *config) error {
 		if n < 1 {

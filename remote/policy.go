@@ -26,6 +26,9 @@ type Policy struct {
 	capacity int64
 	// rate is the smallest sustained rate of the limits, in units per second.
 	rate float64
+	// unitNs is, per limit, the ns a token bucket takes to refill one unit
+	// (0 for the other algorithms: their reset does not move with units).
+	unitNs []int64
 	// args are the scripts' per-limit ARGV, converted to strings once.
 	args []any
 	// tails are "}:" + suffix per limit: the part of each key after the
@@ -103,6 +106,11 @@ func NewPolicy(name string, limits []Limit) (*Policy, error) {
 		if r := float64(l.Rate) / l.Period.Seconds(); i == 0 || r < p.rate {
 			p.rate = r
 		}
+		var unit int64
+		if l.Algorithm == TokenBucket {
+			unit = int64(l.Period) / l.Rate
+		}
+		p.unitNs = append(p.unitNs, unit)
 		p.args = append(p.args,
 			strconv.Itoa(int(l.Algorithm)),
 			strconv.FormatInt(l.Rate, 10),
@@ -116,6 +124,10 @@ func NewPolicy(name string, limits []Limit) (*Policy, error) {
 	p.scripts = scriptsFor(mask)
 	return p, nil
 }
+
+// UnitRefill returns how long (ns) limit i takes to refill one unit, when it
+// is a token bucket, and 0 otherwise.
+func (p *Policy) UnitRefill(i int) int64 { return p.unitNs[i] }
 
 // Uses reports whether any of the policy's limits counts with a.
 func (p *Policy) Uses(a Algorithm) bool { return p.uses&(1<<a) != 0 }

@@ -7,14 +7,22 @@
 // It owns the [Leaser], which makes every lease: on a miss, concurrent
 // requests for one key wait for a single Redis call (coalescing); below the
 // low-water mark a lease is made ahead of need (prefetch); lease sizes follow
-// each key's observed demand (units per second × Config.Refresh, clamped to
-// [Min, Max]; a cold key starts at Min), and shrink toward a fair share when
-// the budget is scarce; lease requests and refunds that are due at the same
-// moment go out together, one pipeline per flush (with a Redis Cluster, one
-// per master, each master in a lane of its own); units unused after
-// Config.TTL (or the end of their window) are refunded, as are those of
-// evicted entries and, at Close, all of them; and a heartbeat keeps this
-// instance in the membership count that the fair share divides by.
+// each key's measured demand over a horizon (three quarters of Config.TTL, or
+// Config.Refresh) and never less than a few measured round trips (a cold key
+// asks for the request's own units); each lease reports this instance's
+// demand for the key, which the script uses for the key's members and its
+// max-min fair share; lease requests and refunds that are due at the same
+// moment go out together, one pipeline per flush, refunds first (with a
+// Redis Cluster, one per master, each master in a lane of its own); units
+// unused after Config.TTL (or the end of their window) go back with the
+// key's next lease, or on their own a sweep later, or not at all when a
+// refund could no longer give anything back; those of evicted entries and,
+// at Close, all of them go back at once, with this instance's leave from
+// the keys' members.
+//
+// Files: leaser.go (leases: plan, send, apply), batch.go (the batcher and
+// the Cluster lanes), sweep.go (lapsed units, Close, statistics),
+// config.go.
 //
 // It must not decide requests (package tier does) or hold the scripts
 // (package remote does). It imports local, remote and clock from this module.

@@ -311,7 +311,10 @@ func (l *Leaser) apply(c *call, n int64) {
 			// they lapse, within TTL: the denial may not hold that long.
 			wait = min(wait, int64(l.cfg.TTL))
 		}
-		e.Deny(start+wait, max(n, 1))
+		// From the reply, not the request: the wait counts from Redis's
+		// now, later than start by the queue and half the round trip, and
+		// counting from start would come back early and be denied again.
+		e.Deny(now+wait, max(n, 1))
 		return
 	}
 	valid := l.cfg.TTL
@@ -345,7 +348,7 @@ func (l *Leaser) apply(c *call, n int64) {
 	if d.RetryAfter > 0 {
 		// Held to its fair share: no lease before the share holds the next
 		// batch; the units held are used meanwhile.
-		e.Deny(start+int64(d.RetryAfter), 1)
+		e.Deny(now+int64(d.RetryAfter), 1)
 	}
 	l.bound.Touch(e)
 	if e.Evicted() { // evicted while the lease was in flight: nobody will use it

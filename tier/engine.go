@@ -295,7 +295,7 @@ func (e *Engine) Hit(p *remote.Policy, key string, n int64) (limit int, remainin
 		return 0, 0, 0, false
 	}
 	e.afterTake(p, ent)
-	limit, remaining, resetAfter = hitState(ent, now)
+	limit, remaining, resetAfter = hitState(p, ent, now)
 	return limit, remaining, resetAfter, true
 }
 
@@ -498,7 +498,7 @@ func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, t *local.Tab
 	}
 	b.success()
 	if taken { // a concurrent lease filled the allowance
-		return e.localDecision(ent, now), nil
+		return e.localDecision(p, ent, now), nil
 	}
 	if d.Granted == 0 && d.RetryAfter == 0 { // a concurrent lease was denied
 		if dd, done := e.fromLocal(p, ent, n, e.leaser.Now()); done {
@@ -506,7 +506,11 @@ func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, t *local.Tab
 		}
 	}
 	dec := e.decided(d)
-	dec.Remaining += ent.Units() // what Redis has left, and what this instance holds
+	// What Redis has left, and what this instance holds (charged in Redis,
+	// not used: see hitState).
+	held := ent.Units()
+	dec.Remaining += held
+	dec.ResetAfter = max(0, dec.ResetAfter-time.Duration(held*p.UnitRefill(dec.Limit)))
 	return dec, nil
 }
 
@@ -517,7 +521,7 @@ func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, t *local.Tab
 func (e *Engine) fromLocal(p *remote.Policy, ent *local.Entry, n, now int64) (Decision, bool) {
 	if ent.Take(n, now) {
 		e.afterTake(p, ent)
-		return e.localDecision(ent, now), true
+		return e.localDecision(p, ent, now), true
 	}
 	if denied, left := ent.Denied(now, n); denied {
 		ent.Asked.Add(n) // wanted all the same: the demand counts it
@@ -533,15 +537,19 @@ func (e *Engine) fromLocal(p *remote.Policy, ent *local.Entry, n, now int64) (De
 }
 
 // localDecision is the Decision of a hit on ent at now.
-func (e *Engine) localDecision(ent *local.Entry, now int64) Decision {
-	return hitDecision(hitState(ent, now))
+func (e *Engine) localDecision(p *remote.Policy, ent *local.Entry, now int64) Decision {
+	return hitDecision(hitState(p, ent, now))
 }
 
-// hitState is what a hit on ent at now reports: the deciding limit, the
-// remaining estimate (what Redis had left at the last lease plus what this
-// instance holds), the time until full replenishment.
-func hitState(ent *local.Entry, now int64) (limit int, remaining int64, resetAfter time.Duration) {
-	return int(ent.Decider.Load()), ent.Remaining.Load() + ent.Units(), time.Duration(max(0, ent.ResetAt.Load()-now))
+// hitState is what a hit on ent at now reports: the deciding limit; the
+// remaining estimate, what Redis had left at the last lease plus what this
+// instance holds; and the time until full replenishment, Redis's at the last
+// lease less what the units held would take to refill a token bucket (they
+// are charged in Redis, but not used).
+func hitState(p *remote.Policy, ent *local.Entry, now int64) (limit int, remaining int64, resetAfter time.Duration) {
+	limit = int(ent.Decider.Load())
+	held := ent.Units()
+	return limit, ent.Remaining.Load() + held, time.Duration(max(0, ent.ResetAt.Load()-now-held*p.UnitRefill(limit)))
 }
 
 // hitDecision is the Decision of a hit, from hitState's results.

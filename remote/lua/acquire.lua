@@ -191,7 +191,10 @@ if grant < need then
     -- what the window has left, rather than strand it.
     need = grant
   else
-    -- Denied: charge nothing.
+    -- Denied: charge nothing. Under the fair share, not back before the
+    -- member's share has made a batch: the others' shares come first, and
+    -- every member asking again as soon as a batch is free would poll.
+    if refill > 0 then retry = math.max(retry, cdiv(need * 1000000, refill)) end
     save(0)
     return { 0, NOW, decider, 0, AV[decider], math.max(1, retry), reset, 0, members }
   end
