@@ -38,6 +38,8 @@ type Entry struct {
 	// WindowEnd is when (ns) the last grant lapses with its window, for a
 	// policy with a window; 0 otherwise.
 	WindowEnd int64
+	// LastGrant is the size of the last grant, for the next lease's growth.
+	LastGrant int64
 
 	// Asked counts the units denied locally (cached denials): wanted, but
 	// not taken. Added to off the hit path.

@@ -65,8 +65,8 @@ func TestMaxMinFairShare(t *testing.T) {
 		lease(t, f, p, m, demands[m], 1, 1)
 	}
 	got := map[string]int64{}
-	for range 100 { // 10s, each member asking for a second's demand every 100ms
-		f.Advance(100 * ms)
+	for range 400 { // 10s, each member asking every 25ms: a quarter horizon, its batch
+		f.Advance(25 * ms)
 		for _, m := range order {
 			got[m] += lease(t, f, p, m, demands[m], 1, demands[m]).Granted
 		}
@@ -96,27 +96,43 @@ func TestNoCapWithoutScarcity(t *testing.T) {
 	}
 }
 
-// A member held to its share waits for a useful batch, not for every unit:
-// a grant says when its share holds the next one, and a denial too.
+// A member held to its share takes at most two batches at a time (a batch
+// is its share's worth of a quarter horizon); short of room, it is not back
+// before its share has made a batch: the denial says when.
 func TestFairShareWaitsForABatch(t *testing.T) {
 	f := newFake(t)
-	p := mustPolicy(t, "p", tb(1000, 1000, time.Second))
+	// Two members wanting 1000/s each of 1000/s with a burst of 100: the
+	// room is always short of what they want over a horizon (200).
+	p := mustPolicy(t, "p", tb(1000, 100, time.Second))
 	lease(t, f, p, "a", 1000, 1, 1)
-	// b wants 1000/s too: its share is 500/s; its bucket holds half the
-	// burst plus 100ms (its horizon) of its share, 550; its batch is a
-	// quarter horizon of its share, 12.
-	d := lease(t, f, p, "b", 1000, 1, 1000)
-	if d.Granted != 550 || d.RetryAfter != 24*ms {
-		t.Fatalf("first lease of b: %+v, want 550 granted and the next batch in 24ms (12 at 500/s)", d)
+	// b's share is 500/s; its bucket holds half the burst plus 100ms of its
+	// share, 100; its batch is a quarter horizon of its share, 12.
+	var grants []int64
+	var d remote.Decision
+	for range 10 {
+		if d = lease(t, f, p, "b", 1000, 1, 1000); d.Granted == 0 {
+			break
+		}
+		grants = append(grants, d.Granted)
 	}
-	f.Advance(10 * ms)
-	d = lease(t, f, p, "b", 1000, 1, 1000)
-	if d.Granted != 0 || d.RetryAfter != 14*ms {
-		t.Fatalf("b 10ms later: %+v, want a denial until its bucket holds 12 (7 more at 500/s)", d)
+	if fmt.Sprint(grants) != "[24 24 24 24]" || d.RetryAfter != 16*ms {
+		t.Fatalf("grants %v, then %+v; want two batches at a time while its bucket (100) lasts, then a wait until it holds a batch again (8 more at 500/s)", grants, d)
 	}
-	f.Advance(14 * ms)
+	f.Advance(16 * ms)
+	// Room 3 + 16; b's bucket 4 + 8.
 	if d := lease(t, f, p, "b", 1000, 1, 1000); d.Granted != 12 {
-		t.Fatalf("b when its batch is there: %+v, want 12", d)
+		t.Fatalf("b when its batch is there: %+v, want the 12 its bucket holds", d)
+	}
+}
+
+// With plenty of room there is nothing to share: a member takes what it
+// asks for, even wanting more than the rate.
+func TestPlentyOfRoomTakesAll(t *testing.T) {
+	f := newFake(t)
+	p := mustPolicy(t, "p", tb(100, 1000, time.Second))
+	lease(t, f, p, "a", 1000, 1, 1)
+	if d := lease(t, f, p, "a", 1000, 1, 99); d.Granted != 99 || d.RetryAfter != 0 {
+		t.Fatalf("%+v: want all 99 asked for (room 999, a horizon's demand 100)", d)
 	}
 }
 
@@ -186,5 +202,20 @@ func TestBatchesOnRealRedis(t *testing.T) {
 	}
 	if d := acquire(t, s, q, "b", 5, 5, false); d.Granted != 5 {
 		t.Fatalf("after the batch refund: %+v", d)
+	}
+}
+
+// The fair share divides the limit with the smallest rate (here the
+// hourly one); a denial by another limit (the per-second one) waits for
+// that limit only, not for a batch of the hourly share.
+func TestFairShareDenialByAnotherLimit(t *testing.T) {
+	f := newFake(t)
+	p := mustPolicy(t, "p", tb(2, 2, time.Second), tb(100, 100, time.Hour))
+	for _, m := range []string{"a", "b"} {
+		lease(t, f, p, m, 1000, 1, 1)
+	}
+	d := lease(t, f, p, "a", 1000, 1, 1)
+	if d.Granted != 0 || d.Decider != 0 || d.RetryAfter > 500*ms {
+		t.Fatalf("%+v: want a denial by the per-second limit, back within 500ms", d)
 	}
 }

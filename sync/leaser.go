@@ -245,6 +245,11 @@ func (l *Leaser) planLocked(p *remote.Policy, e *local.Entry, n int64) *call {
 	if e.WindowEnd > now {
 		want = min(want, rate*float64(e.WindowEnd-now)/1e9)
 	}
+	// Slow start: a lease grows at most fourfold over the last grant, so
+	// that a first estimate of the demand (two observations) cannot take a
+	// whole burst before the key's other instances have made themselves
+	// known; a hot key still reaches a million units in ten leases.
+	want = min(want, float64(max(growthFloor, growth*e.LastGrant)))
 	size := max(int64(math.Ceil(want)), n, l.cfg.Min)
 	if l.cfg.Max > 0 {
 		size = min(size, l.cfg.Max)
@@ -259,6 +264,13 @@ func (l *Leaser) planLocked(p *remote.Policy, e *local.Entry, n int64) *call {
 	e.Back = 0
 	return c
 }
+
+// growth bounds a lease to growth × the last grant, and at least
+// growthFloor units (see planLocked).
+const (
+	growth      = 4
+	growthFloor = 8
+)
 
 // lease sends c and applies the answer to its entry; n of the units are the
 // caller's (0 for a prefetch).
@@ -321,6 +333,9 @@ func (l *Leaser) apply(c *call, n int64) {
 	if d.ValidFor >= 0 && d.ValidFor < valid {
 		valid = d.ValidFor
 	}
+	e.Mu.Lock()
+	e.LastGrant = d.Granted
+	e.Mu.Unlock()
 	if keep := d.Granted - n; keep > 0 {
 		// Under Mu: an abandoned call's grant (applied by the batcher) may
 		// land while the next lease of e lands, and Adds must not overlap.

@@ -18,12 +18,12 @@
 --
 -- Members. A key leased by several instances keeps a hash of them next to
 -- its state: member id -> "expires demand tokens at" (us, units/s, units,
--- us; tokens -1 for a bucket not in use, which counts as full). A member counts until `expires`, three horizons after its last lease
+-- us; tokens 'x' for a bucket not kept, which counts as full). A member counts until `expires`, three horizons after its last lease
 -- (at least a second); the hash expires with its last member. Instances
 -- that never lease the key cost it nothing.
 --
 -- Fair share (max-min, as Doorman's): while the members together want more
--- than the key's rate R (the smallest rate of its limits, per second), each
+-- than the key's rate R, and more than the room left over a horizon (the smallest rate of its limits, per second), each
 -- gets at most f = min(demand, L), where the level L makes the f add up to
 -- R. A member's grants then come out of a bucket of its own that refills at
 -- f and holds f/R of the tightest limit's capacity plus f * horizon, so the
@@ -95,7 +95,8 @@ end
 -- Members and the fair share: cap is what this member may take now (huge
 -- when the demand fits), need the least grant worth its while.
 local cap, need, members, refill = math.huge, min, 0, 0
-local tokens -- this member's bucket, under the fair share
+local tokens -- this member's bucket, while the demand exceeds the rate
+local floor_tokens = 0 -- the most debt it may run up
 local save = function() end -- writes this member's entry, less a grant
 if mkey then
   local ttl = math.max(3 * horizon, 1000000)
@@ -103,13 +104,13 @@ if mkey then
   local ds, total, last = { demand }, demand, NOW + ttl
   local at -- when this member's bucket was last written
   for j = 1, #raw, 2 do
-    local e, d, tk, t = string.match(raw[j + 1], '^(%d+) (%d+) (-?[%d.]+) (%d+)$')
+    local e, d, tk, t = string.match(raw[j + 1], '^(%d+) (%d+) (%S+) (%d+)$')
     e = tonumber(e)
     if not e or e <= NOW then
       redis.call('HDEL', mkey, raw[j])
     elseif raw[j] == member then
-      -- A bucket of -1 is full: it was not in use (no scarcity).
-      if tonumber(tk) >= 0 then tokens, at = tonumber(tk), tonumber(t) end
+      -- A bucket of 'x' is not kept (the demand fitted): a full one.
+      if tk ~= 'x' then tokens, at = tonumber(tk), tonumber(t) end
     else
       d = tonumber(d)
       ds[#ds + 1], total = d, total + d
@@ -135,7 +136,13 @@ if mkey then
     if not tokens then tokens = size else
       tokens = math.min(size, tokens + f * (NOW - at) / 1000000)
     end
-    cap = math.floor(tokens)
+    -- The bucket is kept while the demand exceeds the rate, but held to
+    -- only while the room is short too (less than the members want over a
+    -- horizon): with room to spare anyone may take it, and what it takes
+    -- beyond its share is a debt (down to the capacity) that it pays
+    -- off once the room is short. So the shares hold over time, and no
+    -- room is left unused.
+    local short = AV[tight] < total * horizon / 1000000
     -- The batch worth waiting for: the share's worth of a quarter horizon
     -- (of what is left of the window, for a window): small, so that what a
     -- member holds unused at any time is little, large enough that it
@@ -147,17 +154,21 @@ if mkey then
     if valid < 0 then
       batch = math.min(batch, math.floor(f / R * C / 2))
     end
-    need = math.max(min, math.min(batch, max))
-    refill = f
+    if short then
+      cap = math.floor(math.max(0, tokens))
+      need = math.max(min, math.min(batch, max))
+      refill = f
+    end
+    floor_tokens = -C
   else
-    tokens = nil -- no scarcity: no bucket of its own
+    tokens = nil -- the demand fits: no bucket of its own
   end
   -- The member entry is written whatever the outcome: the demand counts
   -- even when nothing is granted.
   save = function(g)
-    local tk = -1
-    if tokens then tk = tokens - g end
-    redis.call('HSET', mkey, member, string.format('%d %d %.3f %d', NOW + ttl, demand, tk, NOW))
+    local tk = 'x'
+    if tokens then tk = string.format('%.3f', math.max(floor_tokens, tokens - g)) end
+    redis.call('HSET', mkey, member, string.format('%d %d %s %d', NOW + ttl, demand, tk, NOW))
     redis.call('PEXPIRE', mkey, int(cdiv(last - NOW, 1000)))
   end
   if refill > 0 and cap < need then
@@ -171,6 +182,12 @@ if mkey then
 end
 
 local grant = math.min(least, cap)
+if refill > 0 then
+  -- Under the fair share a grant is a batch or two (what the bucket made
+  -- beyond a whole batch is not lost to rounding): what a member holds
+  -- unused at any moment stays small, and its bucket keeps the rest.
+  grant = math.min(grant, 2 * need)
+end
 if grant < need then
   -- The decider is the denying limit whose retry_after is longest: need
   -- units fit only once every limit has room.
@@ -191,10 +208,13 @@ if grant < need then
     -- what the window has left, rather than strand it.
     need = grant
   else
-    -- Denied: charge nothing. Under the fair share, not back before the
-    -- member's share has made a batch: the others' shares come first, and
+    -- Denied: charge nothing. Under the fair share, denied by the limit
+    -- the shares divide, with others to share it: not back before the
+    -- member's share has made a batch. The others' shares come first, and
     -- every member asking again as soon as a batch is free would poll.
-    if refill > 0 then retry = math.max(retry, cdiv(need * 1000000, refill)) end
+    if refill > 0 and members > 1 and decider == tight then
+      retry = math.max(retry, cdiv(need * 1000000, refill))
+    end
     save(0)
     return { 0, NOW, decider, 0, AV[decider], math.max(1, retry), reset, 0, members }
   end
