@@ -21,8 +21,8 @@
 // the keys' members.
 //
 // Files: leaser.go (leases: plan, send, apply), batch.go (the batcher and
-// the Cluster lanes), sweep.go (lapsed units, Close, statistics),
-// config.go.
+// the Cluster lanes), sweep.go (units given back: lapsed, evicted, at
+// Close; statistics), config.go.
 //
 // It must not decide requests (package tier does) or hold the scripts
 // (package remote does). It imports local, remote and clock from this module.

@@ -5,7 +5,60 @@ import (
 	"time"
 
 	"github.com/ratelease/ratelease/local"
+	"github.com/ratelease/ratelease/remote"
 )
+
+// lapsed sets aside units of e that lapsed unused at now (granted at at),
+// to go back with e's next lease, or on their own at a later sweep; units
+// that a refund could no longer give anything back for are dropped.
+func (l *Leaser) lapsed(e *local.Entry, units, at, now int64) {
+	if units <= 0 {
+		return
+	}
+	l.stats.expired.Add(uint64(units))
+	if !e.Policy.(*remote.Policy).Refundable(units, at, now/1e3+l.offset.Load()) {
+		return
+	}
+	e.Mu.Lock()
+	if e.Back == 0 {
+		e.BackAt, e.BackSince = at, now
+	}
+	e.Back += units
+	e.BackAt = min(e.BackAt, at)
+	e.Mu.Unlock()
+}
+
+// evicted gives back what e held when it left its table (evicted, or at
+// Close): its units, those set aside for its next lease, and its place
+// among the key's members, so that its demand stops counting at once.
+func (l *Leaser) evicted(e *local.Entry, units, at int64) {
+	l.goneHits.Add(e.Hits())
+	e.Mu.Lock()
+	back, backAt := e.Back, e.BackAt
+	e.Back = 0
+	e.Mu.Unlock()
+	l.giveBack(e, back, backAt)
+	if e.Members.Load() > 0 {
+		l.queueBack(remote.Grant{Policy: e.Policy.(*remote.Policy), Key: e.Key, Units: units, At: at, Member: l.id})
+		return
+	}
+	l.giveBack(e, units, at)
+}
+
+// giveBack queues a refund of units granted at at.
+func (l *Leaser) giveBack(e *local.Entry, units, at int64) {
+	if units > 0 {
+		l.queueBack(remote.Grant{Policy: e.Policy.(*remote.Policy), Key: e.Key, Units: units, At: at})
+	}
+}
+
+// queueBack queues g for the batcher.
+func (l *Leaser) queueBack(g remote.Grant) {
+	l.mu.Lock()
+	l.backs = append(l.backs, g)
+	l.mu.Unlock()
+	l.wake()
+}
 
 // sweeper, every quarter TTL, sets aside the units that lapsed unused, and
 // gives back on their own those set aside a sweep ago that no lease of

@@ -1,10 +1,13 @@
 package tier
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ratelease/ratelease/remote"
 )
 
 // BreakerState is the state of the circuit breaker in front of Redis.
@@ -147,4 +150,52 @@ func (b *breaker) setLocked(s BreakerState) {
 	if BreakerState(b.state.Swap(int32(s))) != s && b.onChange != nil {
 		b.onChange(s)
 	}
+}
+
+// newBreaker returns a breaker for the server named node; when it closes
+// after an outage, what the fallback admitted for that server's keys is
+// charged to it.
+func (e *Engine) newBreaker(node string) *breaker {
+	return newBreaker(e.observer, func() { e.chargeOutage(node) })
+}
+
+// breakerFor returns the breaker in front of the server that holds key's
+// state under p. With a cluster, naming the server may load the cluster's
+// layout (once, before the first call): that is bounded by the timeout.
+func (e *Engine) breakerFor(p *remote.Policy, key string) *breaker {
+	if !e.sharded {
+		return e.breaker
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+	defer cancel()
+	return e.breakerOf(ctx, p, key)
+}
+
+// breakerOf is breakerFor within ctx, which bounds only a load of the
+// cluster's layout.
+func (e *Engine) breakerOf(ctx context.Context, p *remote.Policy, key string) *breaker {
+	if !e.sharded {
+		return e.breaker
+	}
+	node := e.store.Node(ctx, p, key)
+	if node == "" {
+		return e.breaker
+	}
+	if b, ok := e.breakers.Load(node); ok {
+		return b.(*breaker)
+	}
+	b, _ := e.breakers.LoadOrStore(node, e.newBreaker(node))
+	return b.(*breaker)
+}
+
+// nanos is the breaker's time: ns on the engine's clock since New.
+func (e *Engine) nanos() int64 { return int64(e.clock.Now().Sub(e.base)) }
+
+// eachBreaker calls f with every breaker.
+func (e *Engine) eachBreaker(f func(*breaker)) {
+	f(e.breaker)
+	e.breakers.Range(func(_, b any) bool {
+		f(b.(*breaker))
+		return true
+	})
 }

@@ -16,6 +16,10 @@
 // FailOpen, FailClosed), and what the fallback admitted is charged to Redis
 // when the breaker closes.
 //
+// Files: engine.go (the types, New, Stats, Close), decide.go (the hit, the
+// miss, leased decisions), exact.go (exact decisions, Wait, the Redis calls
+// and their timeouts), breaker.go, fallback.go.
+//
 // It does not validate input (the root package does, once), build Redis keys
 // or scripts (remote does), or read the time except through the injected
 // clock.Clock. An Engine is safe for concurrent use.

@@ -2,6 +2,7 @@ package tier
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"golang.org/x/time/rate"
 
+	"github.com/ratelease/ratelease/internal/guard"
 	"github.com/ratelease/ratelease/remote"
 )
 
@@ -171,4 +173,44 @@ func (f *fallback) charge(ctx context.Context, store *remote.Store, back func(*r
 		charged += ds[i].Granted
 	}
 	return charged, err
+}
+
+// unavailable decides a request while Redis cannot (cause says why), by the
+// failure mode.
+func (e *Engine) unavailable(p *remote.Policy, key string, n int64, cause error) (Decision, error) {
+	d, err := e.fallback.decide(p, key, n, e.clock.Now(), cause)
+	if err != nil {
+		return Decision{}, err
+	}
+	e.stats.fallback.Add(1)
+	if d.Allowed {
+		e.stats.allowed.Add(1)
+	} else {
+		e.stats.denied.Add(1)
+	}
+	return d, nil
+}
+
+// chargeOutage charges to Redis what the fallback admitted while it was
+// unavailable, once the breaker of node has closed: for that server's keys
+// (all keys, but with a cluster), one pipeline, bounded by the timeout, on a
+// goroutine Close waits for (for one timeout at most).
+func (e *Engine) chargeOutage(node string) {
+	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+	defer cancel()
+	var back func(*remote.Policy, string) bool
+	if e.sharded {
+		back = func(p *remote.Policy, key string) bool { return e.store.Node(ctx, p, key) == node }
+	}
+	n, err := guard.Do(&e.guards, ctx, func(ctx context.Context) (int64, error) {
+		return e.fallback.charge(ctx, e.store, back)
+	}, nil)
+	if errors.Is(err, guard.ErrClosed) {
+		return
+	}
+	e.stats.roundTrips.Add(1)
+	if err != nil {
+		e.stats.errors.Add(1)
+	}
+	e.stats.charged.Add(uint64(n))
 }

@@ -171,10 +171,18 @@ if mkey then
     redis.call('HSET', mkey, member, string.format('%d %d %s %d', NOW + ttl, demand, tk, NOW))
     redis.call('PEXPIRE', mkey, int(cdiv(last - NOW, 1000)))
   end
+  local retry = 0
+  if refill > 0 and cap < need then
+    retry = math.max(1, cdiv((need - tokens) * 1000000, refill))
+    if valid >= 0 and retry >= valid and least >= min then
+      -- The window ends before this member's share makes a batch: what it
+      -- leaves of the window would be lost with it. It takes it, in debt.
+      cap = math.huge
+    end
+  end
   if refill > 0 and cap < need then
     -- Denied by the fair share: back once the bucket holds the batch.
     save(0)
-    local retry = math.max(1, cdiv((need - tokens) * 1000000, refill))
     local alg, rate, period, burst = limit(tight)
     local reset = ALG[alg].reset(S1[tight], S2[tight], S3[tight], rate, period, burst)
     return { 0, NOW, tight, 0, AV[tight], retry, reset, 0, members }

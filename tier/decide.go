@@ -1,0 +1,210 @@
+package tier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ratelease/ratelease/local"
+	"github.com/ratelease/ratelease/remote"
+	leasesync "github.com/ratelease/ratelease/sync"
+)
+
+// members returns how many instances share key under p, for FailLocal: the
+// members Redis counted at the key's last lease, or, for a key not leased
+// yet, the most any key had lately.
+func (e *Engine) members(p *remote.Policy, key string) int64 {
+	if Leasable(p) {
+		if ent, ok := e.table(p).Get(key); ok {
+			if m := ent.Members.Load(); m > 0 {
+				return m
+			}
+		}
+	}
+	return e.leaser.Instances()
+}
+
+// Allow decides whether n units of key may be used now, charging them if so.
+// A denial is a Decision, never an error. It is Hit, then Miss.
+func (e *Engine) Allow(ctx context.Context, p *remote.Policy, key string, n int64) (Decision, error) {
+	if limit, remaining, resetAfter, ok := e.Hit(p, key, n); ok {
+		return hitDecision(limit, remaining, resetAfter), nil
+	}
+	return e.Miss(ctx, p, key, n)
+}
+
+// Hit is the hit path: it takes n units of key from the local allowance if
+// it holds them, with a lookup, a clock reading and a compare-and-swap (no
+// lock, no allocation, no Redis call), and starts a background lease when
+// the allowance runs low. On a hit it returns what a Decision of Source
+// Local holds (it is Allowed, with no RetryAfter): the deciding limit's
+// index, the remaining estimate, the time until full replenishment. The
+// results are scalars, passed in registers: a Decision would be built and
+// copied through memory, which costs a hit a third of its time. ok is false
+// on a miss (or a closed engine, or a policy that does not lease): the
+// caller goes on with Miss.
+func (e *Engine) Hit(p *remote.Policy, key string, n int64) (limit int, remaining int64, resetAfter time.Duration, ok bool) {
+	if e.closed.Load() || e.leaser == nil || !Leasable(p) {
+		return 0, 0, 0, false
+	}
+	t := e.table(p)
+	now := e.leaser.Now()
+	ent, found := t.Get(key)
+	if !found || !ent.Take(n, now) {
+		return 0, 0, 0, false
+	}
+	e.afterTake(p, ent)
+	limit, remaining, resetAfter = hitState(p, ent, now)
+	return limit, remaining, resetAfter, true
+}
+
+// afterTake starts a background lease for ent if its allowance ran low
+// with the take.
+func (e *Engine) afterTake(p *remote.Policy, ent *local.Entry) {
+	if ent.Units() < ent.LowWater.Load() {
+		// The breaker is asked only when a lease would start: with a
+		// cluster, naming the key's master costs a lookup and allocations,
+		// too much for every hit below low water. Units were leased, so the
+		// cluster's layout is loaded, and the lookup needs no timer.
+		e.leaser.Prefetch(p, ent, func() bool {
+			return e.breakerOf(context.Background(), p, ent.Key).State() == BreakerClosed
+		})
+	}
+}
+
+// Miss decides a request that Hit did not answer: from a cached denial,
+// a lease, one exact Redis call, or the failure mode.
+func (e *Engine) Miss(ctx context.Context, p *remote.Policy, key string, n int64) (Decision, error) {
+	if e.closed.Load() {
+		return Decision{}, ErrClosed
+	}
+	if e.leaser != nil && Leasable(p) {
+		return e.allowLeased(ctx, p, e.table(p), key, n, e.leaser.Now())
+	}
+	return e.allowExact(ctx, p, key, n)
+}
+
+// Leasable reports whether p's decisions may come from leases: not when it
+// has a SlidingWindowLog (exact by choice: its entries are its accuracy) or
+// a LeakyBucket (its point is spacing, which a batch of units would break).
+func Leasable(p *remote.Policy) bool {
+	return !p.Uses(remote.SlidingWindowLog) && !p.Uses(remote.LeakyBucket)
+}
+
+// table returns the local table of p, making it on first use. The first
+// engine to use p claims it and finds its table there without hashing.
+func (e *Engine) table(p *remote.Policy) *local.Table {
+	if t, ok := p.Claimed(e); ok {
+		return t.(*local.Table)
+	}
+	return e.newTable(p)
+}
+
+// newTable returns p's table from the map, making it if needed, and claims p.
+func (e *Engine) newTable(p *remote.Policy) *local.Table {
+	v, loaded := e.tables.Load(p)
+	if !loaded {
+		v, _ = e.tables.LoadOrStore(p, e.leaser.NewTable(p))
+	}
+	t := v.(*local.Table)
+	if !e.closed.Load() {
+		p.Claim(e, t)
+	}
+	return t
+}
+
+// allowLeased decides a request that missed the allowance at now: from a
+// cached denial, or units that came in meanwhile, or else by leasing (one
+// Redis call, coalesced with concurrent misses on the key), keeping n units
+// of the grant.
+func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, t *local.Table, key string, n, now int64) (Decision, error) {
+	ent := t.GetOrCreate(key)
+	if d, done := e.fromLocal(p, ent, n, now); done {
+		return d, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return Decision{}, err
+	}
+	b := e.breakerFor(p, key)
+	ok, probe, cause := b.allow(e.nanos())
+	if !ok {
+		return e.unavailable(p, key, n, cause)
+	}
+	lctx, cancel := e.bounded(ctx)
+	defer cancel()
+	d, taken, err := e.leaser.Lease(lctx, p, ent, n)
+	if err != nil {
+		switch {
+		case errors.Is(err, leasesync.ErrClosed):
+			err = ErrClosed
+		case ctx.Err() != nil:
+			err = ctx.Err()
+		default:
+			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		if cause := e.outcome(b, probe, err); cause != nil {
+			return e.unavailable(p, key, n, cause)
+		}
+		return Decision{}, err
+	}
+	b.success()
+	if taken { // a concurrent lease filled the allowance
+		return e.localDecision(p, ent, now), nil
+	}
+	if d.Granted == 0 && d.RetryAfter == 0 { // a concurrent lease was denied
+		if dd, done := e.fromLocal(p, ent, n, e.leaser.Now()); done {
+			return dd, nil
+		}
+	}
+	dec := e.decided(d)
+	// What Redis has left, and what this instance holds (charged in Redis,
+	// not used: see hitState).
+	held := ent.Units()
+	dec.Remaining += held
+	dec.ResetAfter = max(0, dec.ResetAfter-time.Duration(held*p.UnitRefill(dec.Limit)))
+	return dec, nil
+}
+
+// fromLocal answers from ent if it can: units taken from the allowance
+// (then perhaps a prefetch), or a cached denial. Units held are used first,
+// even while Redis denies the key: a prefetch may have been denied while
+// some were left. done is false on a miss.
+func (e *Engine) fromLocal(p *remote.Policy, ent *local.Entry, n, now int64) (Decision, bool) {
+	if ent.Take(n, now) {
+		e.afterTake(p, ent)
+		return e.localDecision(p, ent, now), true
+	}
+	if denied, left := ent.Denied(now, n); denied {
+		ent.Asked.Add(n) // wanted all the same: the demand counts it
+		e.stats.cached.Add(1)
+		e.stats.denied.Add(1)
+		// Remaining: what Redis last said it had left, and what this
+		// instance holds (too few for n).
+		return Decision{Source: Cached, Limit: int(ent.Decider.Load()), RetryAfter: time.Duration(left),
+			Remaining:  ent.Remaining.Load() + ent.Units(),
+			ResetAfter: time.Duration(max(0, ent.ResetAt.Load()-now))}, true
+	}
+	return Decision{}, false
+}
+
+// localDecision is the Decision of a hit on ent at now.
+func (e *Engine) localDecision(p *remote.Policy, ent *local.Entry, now int64) Decision {
+	return hitDecision(hitState(p, ent, now))
+}
+
+// hitState is what a hit on ent at now reports: the deciding limit; the
+// remaining estimate, what Redis had left at the last lease plus what this
+// instance holds; and the time until full replenishment, Redis's at the last
+// lease less what the units held would take to refill a token bucket (they
+// are charged in Redis, but not used).
+func hitState(p *remote.Policy, ent *local.Entry, now int64) (limit int, remaining int64, resetAfter time.Duration) {
+	limit = int(ent.Decider.Load())
+	held := ent.Units()
+	return limit, ent.Remaining.Load() + held, time.Duration(max(0, ent.ResetAt.Load()-now-held*p.UnitRefill(limit)))
+}
+
+// hitDecision is the Decision of a hit, from hitState's results.
+func hitDecision(limit int, remaining int64, resetAfter time.Duration) Decision {
+	return Decision{Allowed: true, Source: Local, Limit: limit, Remaining: remaining, ResetAfter: resetAfter}
+}
