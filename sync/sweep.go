@@ -29,8 +29,8 @@ func (l *Leaser) lapsed(e *local.Entry, units, at, now int64) {
 }
 
 // evicted gives back what e held when it left its table (evicted, or at
-// Close): its units, those set aside for its next lease, and its place
-// among the key's members, so that its demand stops counting at once.
+// Close): its units, those set aside for its next lease, and with the units
+// its place among the key's members, so that its demand stops counting.
 func (l *Leaser) evicted(e *local.Entry, units, at int64) {
 	l.goneHits.Add(e.Hits())
 	e.Mu.Lock()
@@ -38,7 +38,11 @@ func (l *Leaser) evicted(e *local.Entry, units, at int64) {
 	e.Back = 0
 	e.Mu.Unlock()
 	l.giveBack(e, back, backAt)
-	if e.Members.Load() > 0 {
+	if units > 0 && e.Members.Load() > 0 {
+		// The refund takes the leave along, at no cost of its own. An entry
+		// with nothing to give back does not leave: a call for that alone
+		// would cost a command per key at Close, and its membership lapses
+		// within three horizons anyway.
 		l.queueBack(remote.Grant{Policy: e.Policy.(*remote.Policy), Key: e.Key, Units: units, At: at, Member: l.id})
 		return
 	}

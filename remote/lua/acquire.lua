@@ -97,6 +97,7 @@ end
 local cap, need, members, refill = math.huge, min, 0, 0
 local tokens -- this member's bucket, while the demand exceeds the rate
 local floor_tokens = 0 -- the most debt it may run up
+local bucket = 0 -- the size of this member's bucket
 local save = function() end -- writes this member's entry, less a grant
 if mkey then
   local ttl = math.max(3 * horizon, 1000000)
@@ -136,6 +137,7 @@ if mkey then
     if not tokens then tokens = size else
       tokens = math.min(size, tokens + f * (NOW - at) / 1000000)
     end
+    bucket = size
     -- The bucket is kept while the demand exceeds the rate, but held to
     -- only while the room is short too (less than the members want over a
     -- horizon): with room to spare anyone may take it, and what it takes
@@ -220,8 +222,12 @@ if grant < need then
     -- the shares divide, with others to share it: not back before the
     -- member's share has made a batch. The others' shares come first, and
     -- every member asking again as soon as a batch is free would poll.
+    -- A member whose bucket is more than half full has been getting less
+    -- than its share: it comes back in half that time, ahead of the others.
     if refill > 0 and members > 1 and decider == tight then
-      retry = math.max(retry, cdiv(need * 1000000, refill))
+      local wait = cdiv(need * 1000000, refill)
+      if tokens >= bucket / 2 then wait = cdiv(wait, 2) end
+      retry = math.max(retry, wait)
     end
     save(0)
     return { 0, NOW, decider, 0, AV[decider], math.max(1, retry), reset, 0, members }
