@@ -53,6 +53,9 @@ type Entry struct {
 	Remaining atomic.Int64
 	ResetAt   atomic.Int64
 	Members   atomic.Int64
+	// Shared: at the last lease other members wanted the key too, and
+	// Redis held this one to its share or denied it.
+	Shared atomic.Bool
 	// LowWater: when fewer units than this are held, a lease is made ahead
 	// of need (prefetch). Written at each lease.
 	LowWater atomic.Int64

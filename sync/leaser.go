@@ -313,6 +313,7 @@ func (l *Leaser) apply(c *call, n int64) {
 		e.Members.Store(d.Members)
 		l.sawMembers(d.Members, now)
 	}
+	e.Shared.Store(d.Members > 1 && (d.Granted == 0 || d.RetryAfter > 0))
 	e.Decider.Store(int32(d.Decider))
 	e.Remaining.Store(d.Remaining)
 	e.ResetAt.Store(now + int64(d.ResetAfter))

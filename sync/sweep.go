@@ -38,11 +38,13 @@ func (l *Leaser) evicted(e *local.Entry, units, at int64) {
 	e.Back = 0
 	e.Mu.Unlock()
 	l.giveBack(e, back, backAt)
-	if units > 0 && e.Members.Load() > 0 {
-		// The refund takes the leave along, at no cost of its own. An entry
-		// with nothing to give back does not leave: a call for that alone
-		// would cost a command per key at Close, and its membership lapses
-		// within three horizons anyway.
+	if e.Members.Load() > 0 && (units > 0 || e.Shared.Load()) {
+		// Leave the key's members, so that this demand stops counting in
+		// the others' shares: with the refund, at no cost of its own; or on
+		// its own for a key that is shared out (the others would be held
+		// to less than they may have for three horizons). Any other entry
+		// does not leave: a call for that alone would cost a command per
+		// key at Close, and its membership lapses within three horizons.
 		l.queueBack(remote.Grant{Policy: e.Policy.(*remote.Policy), Key: e.Key, Units: units, At: at, Member: l.id})
 		return
 	}

@@ -65,12 +65,7 @@ end
 
 -- Phase 0: what this member leased earlier and did not use goes back first,
 -- in the same call (a refund of its own would cost a round trip).
-if back > 0 then
-  for i = 1, n do
-    local alg, rate, period, burst = limit(i)
-    ALG[alg].refund(KEYS[i], rate, period, burst, back, back_at)
-  end
-end
+if back > 0 then refund_all(n, back, back_at) end
 
 -- Phase 1: read every limit, writing nothing that counts; the grant is the
 -- least any limit can give. S1..S3 hold each limit's state, AV its room.

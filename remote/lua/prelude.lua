@@ -63,3 +63,12 @@ end
 --   refund(key, rate, period, burst, g, at)         gives g units of the grant
 --                              made at time `at` back, never above capacity
 local ALG = {}
+
+-- Give back g units of a grant made at time `at` (us) to limits 1..n, each
+-- by its algorithm's refund.
+local function refund_all(n, g, at)
+  for i = 1, n do
+    local alg, rate, period, burst = limit(i)
+    ALG[alg].refund(KEYS[i], rate, period, burst, g, at)
+  end
+end

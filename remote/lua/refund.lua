@@ -18,10 +18,5 @@ if ARGV[3] ~= '' then
   redis.call('HDEL', KEYS[n], ARGV[3])
   n = n - 1
 end
-if units > 0 then
-  for i = 1, n do
-    local alg, rate, period, burst = limit(i)
-    ALG[alg].refund(KEYS[i], rate, period, burst, units, at)
-  end
-end
+if units > 0 then refund_all(n, units, at) end
 return NOW
