@@ -31,8 +31,8 @@ type Policy struct {
 	unitNs []int64
 	// args are the scripts' per-limit ARGV, converted to strings once.
 	args []any
-	// tails are "}:" + suffix per limit: the part of each key after the
-	// caller's key.
+	// tails are the part of each key after the caller's key: "}:" + suffix
+	// per limit, then membersTail; tailsLen is the limits' tails' length.
 	tails    []string
 	tailsLen int
 	// uses has bit a set for each Algorithm a of the policy's limits.
@@ -120,6 +120,7 @@ func NewPolicy(name string, limits []Limit) (*Policy, error) {
 		p.tails = append(p.tails, tail)
 		p.tailsLen += len(tail)
 	}
+	p.tails = append(p.tails, membersTail) // once here, not per lease
 	p.uses = mask
 	p.scripts = scriptsFor(mask)
 	return p, nil
@@ -160,10 +161,9 @@ const membersTail = "}:m"
 
 // keys is Keys, with the members hash's key last when members is set.
 func (p *Policy) keys(prefix, key string, members bool) []string {
-	tails, tailsLen := p.tails, p.tailsLen
-	if members {
-		tails = append(tails[:len(tails):len(tails)], membersTail)
-		tailsLen += len(membersTail)
+	tails, tailsLen := p.tails, p.tailsLen+len(membersTail)
+	if !members {
+		tails, tailsLen = tails[:len(p.limits)], p.tailsLen
 	}
 	head := len(prefix) + 2 + len(p.name) + 1 + len(key) // prefix ":{" name ":" key
 	var b strings.Builder

@@ -230,10 +230,15 @@ func (s *Store) pipeline(ctx context.Context, n int, call func(i int) (*redis.Sc
 // acquireKeys returns the keys of r: its limits' state, and the members
 // hash when r names a member with demand.
 func (s *Store) acquireKeys(r Request) []string {
-	if r.Member == "" || r.Demand <= 0 {
-		return r.Policy.Keys(s.prefix, r.Key)
+	return r.Policy.keys(s.prefix, r.Key, r.member() != "")
+}
+
+// member is the member r names to the script: none without a demand.
+func (r Request) member() string {
+	if r.Demand <= 0 {
+		return ""
 	}
-	return r.Policy.keys(s.prefix, r.Key, true)
+	return r.Member
 }
 
 // header is the number of ARGV values before the limits (acquire.lua).
@@ -246,11 +251,7 @@ func acquireArgs(r Request) []any {
 	if r.Reserve {
 		reserve = 1
 	}
-	member, demand := r.Member, max(0, r.Demand)
-	if demand == 0 {
-		member = ""
-	}
-	args = append(args, r.Min, r.Max, reserve, member, demand, max(0, r.Back), r.BackAt, r.Horizon.Microseconds())
+	args = append(args, r.Min, r.Max, reserve, r.member(), max(0, r.Demand), max(0, r.Back), r.BackAt, r.Horizon.Microseconds())
 	return append(args, p.args...)
 }
 

@@ -334,18 +334,20 @@ func (l *Leaser) apply(c *call, n int64) {
 	if d.ValidFor >= 0 && d.ValidFor < valid {
 		valid = d.ValidFor
 	}
+	keep := d.Granted - n
+	// Under Mu: an abandoned call's grant (applied by the batcher) may land
+	// while the next lease of e lands, and Adds must not overlap.
 	e.Mu.Lock()
 	e.LastGrant = d.Granted
-	e.Mu.Unlock()
-	if keep := d.Granted - n; keep > 0 {
-		// Under Mu: an abandoned call's grant (applied by the batcher) may
-		// land while the next lease of e lands, and Adds must not overlap.
-		e.Mu.Lock()
+	var stale, staleAt int64
+	if keep > 0 {
 		if d.ValidFor >= 0 {
 			e.WindowEnd = start + int64(d.ValidFor)
 		}
-		stale, staleAt := e.Add(keep, d.At, start+int64(valid)-l.slack, now)
-		e.Mu.Unlock()
+		stale, staleAt = e.Add(keep, d.At, start+int64(valid)-l.slack, now)
+	}
+	e.Mu.Unlock()
+	if keep > 0 {
 		l.lapsed(e, stale, staleAt, now)
 		// Low water: a fraction of the lease, and never less than what the
 		// demand takes during a few round trips, so that a prefetch lands

@@ -35,7 +35,7 @@ func (e *Engine) Allow(ctx context.Context, p *remote.Policy, key string, n int6
 }
 
 // Hit is the hit path: it takes n units of key from the local allowance if
-// it holds them, with a lookup, a clock reading and a compare-and-swap (no
+// it holds them, with a lookup, a read of the Leaser's time and a compare-and-swap (no
 // lock, no allocation, no Redis call), and starts a background lease when
 // the allowance runs low. On a hit it returns what a Decision of Source
 // Local holds (it is Allowed, with no RetryAfter): the deciding limit's
