@@ -3,7 +3,8 @@ package local
 import "math"
 
 // Demand estimates how fast units are used, as an exponentially weighted
-// moving average of units per second with time constant Tau. The zero value
+// moving average of units per second with time constant Tau, Tau/4 while
+// the demand rises. The zero value
 // is ready: it knows nothing yet (Rate 0). Not safe for concurrent use: its
 // owner updates it under its own lock, off the hit path.
 type Demand struct {
@@ -36,7 +37,16 @@ func (d *Demand) Observe(used, now int64) {
 		d.rate, d.known = r, true
 		return
 	}
-	alpha := 1 - math.Exp(-float64(dt)/Tau)
+	tau := float64(Tau)
+	if r > d.rate {
+		// A rising demand is followed four times as fast as a falling one:
+		// a lease sized for yesterday's demand makes its key wait on Redis
+		// (and, shared, its fair share is counted too low) until the
+		// average catches up, while one sized too large for a short lull
+		// only holds a few units more until they lapse.
+		tau /= 4
+	}
+	alpha := 1 - math.Exp(-float64(dt)/tau)
 	d.rate += alpha * (r - d.rate)
 }
 

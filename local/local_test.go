@@ -151,6 +151,31 @@ func TestDemandConverges(t *testing.T) {
 	}
 }
 
+// A rising demand is followed four times as fast as a falling one: from
+// 100/s to 1000/s, 0.5s later the estimate is past 860 (1 - e^-2); from
+// 1000/s back to 100/s, 0.5s later it is still above 600 (e^-0.5).
+func TestDemandRisesFasterThanItFalls(t *testing.T) {
+	var d local.Demand
+	now := int64(1e9)
+	d.Observe(0, now)
+	steady := func(perStep int64, steps int) {
+		for range steps {
+			now += 1e7 // 10ms
+			d.Observe(perStep, now)
+		}
+	}
+	steady(1, 1000) // 100/s for 10s
+	steady(10, 50)  // 1000/s for 0.5s
+	if r := d.Rate(); r < 0.86*900+100 {
+		t.Fatalf("rate %.1f half a second into 1000/s, want past %.0f", r, 0.86*900+100)
+	}
+	steady(10, 1000) // settle at 1000/s
+	steady(1, 50)    // 100/s for 0.5s
+	if r := d.Rate(); r < 0.6*900+100 {
+		t.Fatalf("rate %.1f half a second into 100/s, want still above %.0f", r, 0.6*900+100)
+	}
+}
+
 func TestBoundEvictsLeastRecentlyLeasedAndHandsBackUnits(t *testing.T) {
 	type evicted struct {
 		key       string

@@ -213,3 +213,30 @@ func TestRealRedisMillisecondPeriods(t *testing.T) {
 		})
 	}
 }
+
+// The fair share on a real server (whose Lua is not the fake's): members
+// whose demand fitted (buckets not kept) beside members held to shares,
+// joining and asking again, are answered without a script error.
+func TestRealRedisMembersMixed(t *testing.T) {
+	s, _ := realStore(t)
+	p := mustPolicy(t, "p", tb(3000, 3000, time.Second))
+	ask := func(member string, demand int64) remote.Decision {
+		t.Helper()
+		d, err := s.Acquire(context.Background(), remote.Request{Policy: p, Key: "k", Min: 1, Max: 2000,
+			Member: member, Demand: demand, Horizon: 750 * time.Millisecond})
+		if err != nil {
+			t.Fatalf("member %s: %v", member, err)
+		}
+		return d
+	}
+	ask("a", 10) // fits: its bucket is not kept
+	ask("b", 10)
+	for range 5 {
+		ask("c", 6000) // the demand exceeds the rate: shares
+		ask("d", 6000)
+		ask("a", 10)
+	}
+	if d := ask("b", 10); d.Members != 4 {
+		t.Fatalf("%+v: want 4 members", d)
+	}
+}

@@ -18,20 +18,25 @@
 --
 -- Members. A key leased by several instances keeps a hash of them next to
 -- its state: member id -> "expires demand tokens at" (us, units/s, units,
--- us; tokens 'x' for a bucket not kept, which counts as full). A member counts until `expires`, three horizons after its last lease
--- (at least a second); the hash expires with its last member. Instances
--- that never lease the key cost it nothing.
+-- us; tokens 'x' for a bucket not kept, which counts as full). A member
+-- counts until `expires`, three horizons after its last lease (at least a
+-- second); the hash expires with its last member. Instances that never
+-- lease the key cost it nothing.
 --
 -- Fair share (max-min, as Doorman's): while the members together want more
--- than the key's rate R, and more than the room left over a horizon (the smallest rate of its limits, per second), each
+-- than the key's rate R (the smallest rate of its limits, per second), each
 -- gets at most f = min(demand, L), where the level L makes the f add up to
 -- R. A member's grants then come out of a bucket of its own that refills at
--- f and holds f/R of the tightest limit's capacity plus f * horizon, so the
--- shares add up to the global bucket and no unit of the global budget is
--- stranded. A member short of its bucket, or finding the limits short,
--- waits until there is a useful batch (f * horizon, less for a small
--- burst, or what a window has left), not for every unit as it frees up. While the demand fits in R the
--- member buckets stay full and change nothing.
+-- f and holds f/R of the tightest limit's capacity C: the buckets add up to
+-- the capacity, so what each holds is also in the limit's room, and no
+-- member that asks less often loses its share to those that ask more. The
+-- room beyond what the buckets hold (spare) is anybody's, so none is lost
+-- while someone wants it. The shares are held to only while the room is
+-- short of what the members want over a horizon. A member short of its
+-- bucket, or finding the limits short, waits until there is a useful batch
+-- (a quarter horizon of its share, less for a small burst, or what a window
+-- has left), not for every unit as it frees up. While the demand fits in R
+-- the member buckets stay full and change nothing.
 --
 -- Returns nine integers:
 --   granted      units charged to every limit; 0 means denied, nothing charged
@@ -91,14 +96,18 @@ end
 -- when the demand fits), need the least grant worth its while.
 local cap, need, members, refill = math.huge, min, 0, 0
 local tokens -- this member's bucket, while the demand exceeds the rate
-local floor_tokens = 0 -- the most debt it may run up
 local bucket = 0 -- the size of this member's bucket
-local save = function() end -- writes this member's entry, less a grant
+local save = function() return 0 end -- writes this member's entry, less a grant
+local spare = 0 -- room no member's bucket claims
+local debt = false -- a grant is charged to the bucket in full, into debt
 if mkey then
   local ttl = math.max(3 * horizon, 1000000)
   local raw = redis.call('HGETALL', mkey)
   local ds, total, last = { demand }, demand, NOW + ttl
   local at -- when this member's bucket was last written
+  -- The other members' buckets, for what they claim of the room: their
+  -- demand, tokens ('x': full) and when those were written, in turn.
+  local others = {}
   for j = 1, #raw, 2 do
     local e, d, tk, t = string.match(raw[j + 1], '^(%d+) (%d+) (%S+) (%d+)$')
     e = tonumber(e)
@@ -110,6 +119,9 @@ if mkey then
     else
       d = tonumber(d)
       ds[#ds + 1], total = d, total + d
+      local k = #others
+      -- (false, not nil, for a bucket not kept: nil would end the list)
+      others[k + 1], others[k + 2], others[k + 3] = d, tonumber(tk) or false, tonumber(t)
       if e > last then last = e end
     end
   end
@@ -128,53 +140,81 @@ if mkey then
     f = math.min(demand, L)
     local h = horizon
     if valid >= 0 and valid < h then h = valid end
-    local size = f / R * C + f * horizon / 1000000
+    -- The batch worth waiting for: the share's worth of a sixth of a
+    -- horizon (of what is left of the window, for a window): small, so
+    -- that what a member holds unused at any time is little, and large
+    -- enough that it asks only a few times a horizon; from a bucket, no
+    -- more than half this member's part of the capacity, so that a small
+    -- burst is never outwaited. (A window that will not have a batch before
+    -- it ends gives what it has left: see below.) A member's bucket holds a
+    -- batch (at least min): what the buckets hold is kept from the others,
+    -- so it is room that waits unused, a sixth of what the key makes in a
+    -- horizon in all, within its capacity.
+    local function size_of(fx, least_grant)
+      local b = fx * h / 6000000
+      if valid < 0 then b = math.min(b, fx / R * C / 2) end
+      return math.floor(b), math.max(least_grant, b)
+    end
+    local batch, size = size_of(f, min)
     if not tokens then tokens = size else
       tokens = math.min(size, tokens + f * (NOW - at) / 1000000)
     end
     bucket = size
-    -- The bucket is kept while the demand exceeds the rate, but held to
-    -- only while the room is short too (less than the members want over a
-    -- horizon): with room to spare anyone may take it, and what it takes
-    -- beyond its share is a debt (down to the capacity) that it pays
-    -- off once the room is short. So the shares hold over time, and no
-    -- room is left unused.
-    local short = AV[tight] < total * horizon / 1000000
-    -- The batch worth waiting for: the share's worth of a quarter horizon
-    -- (of what is left of the window, for a window): small, so that what a
-    -- member holds unused at any time is little, large enough that it
-    -- asks a few times a horizon; from a bucket, no more than
-    -- half this member's part of the capacity, so that a small burst is
-    -- never outwaited. (A window that will not have a batch before it ends
-    -- gives what it has left: see below.)
-    local batch = math.floor(f * h / 4000000)
-    if valid < 0 then
-      batch = math.min(batch, math.floor(f / R * C / 2))
+    -- What the buckets hold is kept for their members: a member may take
+    -- all the room but what the others' buckets hold, from its own bucket
+    -- first; the room beyond every bucket (spare) is anybody's, at no cost
+    -- to its bucket. So a member that asks less often than the others
+    -- still finds its share, and room that a member leaves unused goes to
+    -- those who want it rather than overflow the limit's capacity.
+    local claims = 0 -- what the other members' buckets hold
+    for j = 1, #others, 3 do
+      local fj = math.min(others[j], L)
+      local _, sj = size_of(fj, 1)
+      local tk = others[j + 1]
+      if tk then tk = math.min(sj, tk + fj * (NOW - others[j + 2]) / 1000000) else tk = sj end
+      claims = claims + math.max(0, tk)
     end
-    if short then
-      cap = math.floor(math.max(0, tokens))
+    local room = math.floor(math.max(0, AV[tight] - claims))
+    spare = math.max(0, room - math.max(0, tokens))
+    -- The shares are held to only while the room is short (less than the
+    -- members want over a horizon). With room to spare, anyone takes what
+    -- it asks for, and what it takes beyond its bucket is a debt (down to
+    -- the capacity) that it pays off once the room is short: so the
+    -- shares hold over time.
+    if AV[tight] < total * horizon / 1000000 then
+      cap = room
       need = math.max(min, math.min(batch, max))
       refill = f
+    else
+      debt = true
     end
-    floor_tokens = -C
   else
     tokens = nil -- the demand fits: no bucket of its own
   end
   -- The member entry is written whatever the outcome: the demand counts
-  -- even when nothing is granted.
+  -- even when nothing is granted. A grant is charged to the bucket as far
+  -- as the bucket holds it (the rest was spare), or wholly when it is
+  -- taken in debt.
   save = function(g)
     local tk = 'x'
-    if tokens then tk = string.format('%.3f', math.max(floor_tokens, tokens - g)) end
+    if tokens then
+      -- A member in debt pays for spare too: it took its part before.
+      local charged = math.min(g, math.max(0, tokens))
+      if debt or tokens < 0 then charged = g end
+      tk = string.format('%.3f', math.max(-C, tokens - charged))
+      tokens = tokens - charged
+      spare = spare - (g - charged)
+    end
     redis.call('HSET', mkey, member, string.format('%d %d %s %d', NOW + ttl, demand, tk, NOW))
     redis.call('PEXPIRE', mkey, int(cdiv(last - NOW, 1000)))
   end
   local retry = 0
   if refill > 0 and cap < need then
-    retry = math.max(1, cdiv((need - tokens) * 1000000, refill))
+    retry = math.max(1, cdiv((need - cap) * 1000000, refill))
     if valid >= 0 and retry >= valid and least >= min then
       -- The window ends before this member's share makes a batch: what it
       -- leaves of the window would be lost with it. It takes it, in debt.
-      cap = math.huge
+      cap, debt = math.huge, true
     end
   end
   if refill > 0 and cap < need then
@@ -191,7 +231,7 @@ if refill > 0 then
   -- Under the fair share a grant is a batch or two (what the bucket made
   -- beyond a whole batch is not lost to rounding): what a member holds
   -- unused at any moment stays small, and its bucket keeps the rest.
-  grant = math.min(grant, 2 * need)
+  grant = math.min(grant, math.max(2 * need, math.floor(tokens)))
 end
 if grant < need then
   -- The decider is the denying limit whose retry_after is longest: need
@@ -246,5 +286,7 @@ end
 -- Under the fair share, the grant says when this member's bucket holds its
 -- next batch (in retry_after): asking sooner would only be denied.
 local next = 0
-if refill > 0 then next = math.max(0, cdiv((need - (tokens - grant)) * 1000000, refill)) end
+if refill > 0 then
+  next = math.max(0, cdiv((need - math.max(0, tokens) - math.max(0, spare)) * 1000000, refill))
+end
 return { grant, NOW, decider, wait, left, next, reset, math.max(0, valid), members }
