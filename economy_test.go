@@ -323,7 +323,7 @@ func waterFill(capacity float64, demands []float64) []float64 {
 // round trip per decision; leasing must pay at most half that, and never
 // more than exact mode. Nothing may be denied: the load is under the limit.
 // Round trips are all that the two clients send from New to the end of the
-// load (leases, refunds, heartbeats): what the key costs Redis. Both modes
+// load (leases and refunds): what the key costs Redis. Both modes
 // run at once, each on a Redis of its own.
 func TestEconomyEverydayKey(t *testing.T) {
 	const (

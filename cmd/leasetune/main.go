@@ -13,8 +13,7 @@
 //
 // For each configuration it reports:
 //
-//   - Redis calls/s: round trips of all instances (leases, refunds,
-//     heartbeats).
+//   - Redis calls/s: round trips of all instances (leases and refunds).
 //   - overshoot: the most any window (1ms to twice the period) admitted past
 //     the exact bound Burst + Rate·w; the guarantee allows Rate·TTL.
 //   - stranded: units leased that lapsed unused (they go back to Redis, but
