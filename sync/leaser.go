@@ -358,7 +358,7 @@ func (l *Leaser) apply(c *call, n int64) {
 		if lw < 1 {
 			lw = 0 // not a unit's worth: a miss is as likely as a prefetch's use
 		}
-		if f := l.cfg.LowWater * float64(c.req.Max); f >= 2 {
+		if f := l.cfg.LowWater * float64(d.Granted); f >= 2 {
 			lw = max(lw, math.Ceil(f))
 		}
 		e.LowWater.Store(min(int64(math.Ceil(lw)), c.req.Max))
