@@ -46,8 +46,12 @@ const (
 // otherwise; see LeaseConfig for what each field does. Its zeros mean
 // "measured": no bound on a lease but the policy's capacity and the fair
 // share (Max), and leases sized to serve three quarters of TTL at the key's
-// measured demand (Refresh).
-var DefaultLease = LeaseConfig{Min: 1, Max: 0, Refresh: 0, TTL: time.Second, LowWater: 0.25}
+// measured demand (Refresh). TTL is 1.5s: a key used twice a second by
+// each instance then needs a lease for every three requests, where a TTL of
+// a second served two (the request that made the lease and the next one,
+// never the one a whole TTL later); the price is the token bucket's
+// overshoot bound, Rate·1.5s.
+var DefaultLease = LeaseConfig{Min: 1, Max: 0, Refresh: 0, TTL: 1500 * time.Millisecond, LowWater: 0.25}
 
 func defaultConfig() config {
 	return config{

@@ -140,7 +140,7 @@ if mkey then
     f = math.min(demand, L)
     local h = horizon
     if valid >= 0 and valid < h then h = valid end
-    -- The batch worth waiting for: the share's worth of a sixth of a
+    -- The batch worth waiting for: the share's worth of an eighth of a
     -- horizon (of what is left of the window, for a window): small, so
     -- that what a member holds unused at any time is little, and large
     -- enough that it asks only a few times a horizon; from a bucket, no
@@ -148,10 +148,10 @@ if mkey then
     -- burst is never outwaited. (A window that will not have a batch before
     -- it ends gives what it has left: see below.) A member's bucket holds a
     -- batch (at least min): what the buckets hold is kept from the others,
-    -- so it is room that waits unused, a sixth of what the key makes in a
-    -- horizon in all, within its capacity.
+    -- so it is room that waits unused, an eighth of what the key makes in
+    -- a horizon in all, within its capacity.
     local function size_of(fx, least_grant)
-      local b = fx * h / 6000000
+      local b = fx * h / 8000000
       if valid < 0 then b = math.min(b, fx / R * C / 2) end
       return math.floor(b), math.max(least_grant, b)
     end
@@ -172,7 +172,7 @@ if mkey then
       local _, sj = size_of(fj, 1)
       local tk = others[j + 1]
       if tk then tk = math.min(sj, tk + fj * (NOW - others[j + 2]) / 1000000) else tk = sj end
-      claims = claims + math.max(0, tk)
+      claims = claims + math.max(0, math.floor(tk)) -- whole units
     end
     local room = math.floor(math.max(0, AV[tight] - claims))
     spare = math.max(0, room - math.max(0, tokens))
@@ -182,7 +182,10 @@ if mkey then
     -- the capacity) that it pays off once the room is short: so the
     -- shares hold over time.
     if AV[tight] < total * horizon / 1000000 then
-      cap = room
+      -- (Its own bucket, too, when the buckets together hold more than
+      -- the room: each is at least min, which a small rate's share may
+      -- not make. First come, first served then, rather than none.)
+      cap = math.max(room, math.floor(math.max(0, tokens)))
       need = math.max(min, math.min(batch, max))
       refill = f
     else
