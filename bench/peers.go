@@ -43,13 +43,11 @@ type Peer struct {
 }
 
 // Peers returns the limiters compared: ratelease's lease mode with its
-// defaults first, then with leases of up to 100,000 units instead of 1,000
-// (what a key decided millions of times a second per process needs: see
-// docs/benchmarks.md), then redis_rate, the baseline of the goals.
+// defaults first (DefaultLease: no bound on a lease's size), then
+// redis_rate, the baseline of the goals.
 func Peers() []Peer {
 	return []Peer{
 		{Name: "ratelease-lease", Global: true, New: newRatelease()},
-		{Name: "ratelease-lease-max100k", Global: true, New: newRatelease(ratelease.WithLease(ratelease.LeaseConfig{Max: 100_000}))},
 		{Name: "redis_rate", Global: true, New: newRedisRate},
 		{Name: "ratelease-exact", Global: true, New: newRatelease(ratelease.WithExact())},
 		{Name: "ulule-limiter", Global: true, New: newUlule},
