@@ -11,8 +11,9 @@
 //   - Decisions: what one decision costs one process (ns/op, B/op,
 //     allocs/op), sequentially and from 32 goroutines, as decisions/s, and
 //     the Redis round trips per decision, counted by a go-redis hook on the
-//     client each peer is given. The limit is far above the demand, so every
-//     decision admits: this is the cost of the common case.
+//     client each peer is given (the handshake of a new connection apart).
+//     The limit is far above the demand, so every decision admits: this is
+//     the cost of the common case.
 //   - Accuracy: four instances (each its own client, as four processes
 //     would be) share one limit under a skewed demand of twice the limit;
 //     accuracy is admitted ÷ (Burst + Rate·T), with T read from Redis's

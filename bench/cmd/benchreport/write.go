@@ -30,7 +30,7 @@ func write(w io.Writer, e env, peers []bench.Peer, dec map[decisionKey]decisionS
 	for _, m := range e.modules {
 		p("| %s | %s |\n", m[0], m[1])
 	}
-	p("\nThe peers: %s. How each is set up is in bench/peers.go; every one of them gets a go-redis client of its own (pool of at least the goroutines using it, `ContextTimeoutEnabled`), whose hook counts round trips: one per command, one per pipeline.\n\n",
+	p("\nThe peers: %s. How each is set up is in bench/peers.go; every one of them gets a go-redis client of its own (pool of at least the goroutines using it, `ContextTimeoutEnabled`), whose hook counts round trips: one per command, one per pipeline. The handshake go-redis makes on each new connection (HELLO, CLIENT ...) is counted apart and left out of every round-trip figure below: no limiter can avoid it.\n\n",
 		peerNames(peers))
 
 	p("## Goals\n\n")
