@@ -202,54 +202,90 @@ func Accuracy(ctx context.Context, p Peer, addr string, cfg AccuracyConfig) (Acc
 	if err != nil {
 		return res, err
 	}
-	var decisions atomic.Int64
-	var firstErr error
-	var errOnce sync.Once
-	admitted := make([]atomic.Int64, len(insts))
+	tallies := make([]tally, len(insts))
 	began := time.Now()
 	var wg sync.WaitGroup
 	for i, in := range insts {
-		perGoroutine := float64(cfg.Rate) * cfg.Demand * cfg.Shares[i] / GoroutinesPerInstance
-		for g := 0; g < GoroutinesPerInstance; g++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				var asked int64
-				for {
-					elapsed := time.Since(began)
-					if elapsed >= cfg.Duration {
-						return
-					}
-					for due := int64(perGoroutine * elapsed.Seconds()); asked < due; asked++ {
-						ok, err := in.Allow(ctx, "shared")
-						decisions.Add(1)
-						if err != nil {
-							errOnce.Do(func() { firstErr = fmt.Errorf("%s instance %d: %w", p.Name, i, err) })
-							return
-						}
-						if ok {
-							admitted[i].Add(1)
-						}
-					}
-					time.Sleep(time.Millisecond)
-				}
-			}()
-		}
+		wg.Go(func() {
+			paced(began, cfg.Duration, float64(cfg.Rate)*cfg.Demand*cfg.Shares[i], func() bool {
+				return tallies[i].decide(ctx, in, "shared")
+			})
+		})
 	}
 	wg.Wait()
 	end, err := clock.Time(ctx).Result()
 	if err != nil {
 		return res, err
 	}
-	if firstErr != nil {
-		return res, firstErr
+	for i := range tallies {
+		if err := tallies[i].err(); err != nil {
+			return res, fmt.Errorf("%s instance %d: %w", p.Name, i, err)
+		}
 	}
-	for i := range admitted {
-		res.Admitted[i] = admitted[i].Load()
+	for i := range tallies {
+		res.Admitted[i] = tallies[i].admitted.Load()
+		res.Decisions += tallies[i].decisions.Load()
 		res.RoundTrips += hooks[i].n.Load() - startRT[i]
 	}
-	res.Decisions = decisions.Load()
 	res.Seconds = end.Sub(start).Seconds()
 	res.Bound = float64(cfg.Burst) + float64(cfg.Rate)*res.Seconds
 	return res, nil
+}
+
+// paced calls ask perSecond times a second from began until d has passed,
+// from GoroutinesPerInstance goroutines that each wake every millisecond
+// and make the calls that are due (one that falls behind catches up). A
+// goroutine stops at the first call that returns false; paced returns when
+// all have stopped.
+func paced(began time.Time, d time.Duration, perSecond float64, ask func() bool) {
+	perGoroutine := perSecond / GoroutinesPerInstance
+	var wg sync.WaitGroup
+	for range GoroutinesPerInstance {
+		wg.Go(func() {
+			var asked int64
+			for {
+				elapsed := time.Since(began)
+				if elapsed >= d {
+					return
+				}
+				for due := int64(perGoroutine * elapsed.Seconds()); asked < due; asked++ {
+					if !ask() {
+						return
+					}
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// tally counts one instance's decisions in a load and keeps its first
+// error. It is safe for concurrent use.
+type tally struct {
+	decisions, admitted atomic.Int64
+	first               atomic.Pointer[error]
+}
+
+// decide makes one decision through in for key and counts it. It reports
+// whether the decision was made: false after an error.
+func (t *tally) decide(ctx context.Context, in Instance, key string) bool {
+	ok, err := in.Allow(ctx, key)
+	t.decisions.Add(1)
+	if err != nil {
+		t.first.CompareAndSwap(nil, &err)
+		return false
+	}
+	if ok {
+		t.admitted.Add(1)
+	}
+	return true
+}
+
+// err is the first error a decision returned, or nil.
+func (t *tally) err() error {
+	if e := t.first.Load(); e != nil {
+		return *e
+	}
+	return nil
 }
