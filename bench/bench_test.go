@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"testing"
 	"time"
 
@@ -140,5 +141,54 @@ func TestDecisions(t *testing.T) {
 				t.Errorf("%s: %.4f round trips per decision, want 1", p.Name, rt)
 			}
 		}
+	}
+}
+
+// peersNamed returns the peers of Peers with the given names, in that order.
+func peersNamed(t *testing.T, names ...string) []Peer {
+	t.Helper()
+	var ps []Peer
+	for _, n := range names {
+		i := slices.IndexFunc(Peers(), func(p Peer) bool { return p.Name == n })
+		if i < 0 {
+			t.Fatalf("no peer %q", n)
+		}
+		ps = append(ps, Peers()[i])
+	}
+	return ps
+}
+
+// The everyday workload, shortened, through the peers the report runs it
+// for: every request is made and admitted (the load is under the limit),
+// the exact peers pay about a round trip per decision, and lease mode no
+// more than exact mode.
+func TestEveryday(t *testing.T) {
+	cfg := DefaultEveryday
+	cfg.Duration = 3 * time.Second
+	peers := peersNamed(t, "ratelease-lease", "ratelease-exact", "redis_rate")
+	res, err := Everyday(context.Background(), peers, addr, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := int64(cfg.Instances * cfg.Requests())
+	for i, r := range res {
+		name := peers[i].Name
+		t.Logf("%s: %d decisions, %d admitted, %d round trips (%.3f per decision), %d handshake round trips",
+			name, r.Decisions, r.Admitted, r.RoundTrips, r.RoundTripsPerDecision(), r.Handshakes)
+		if r.Decisions != want {
+			t.Errorf("%s: %d decisions, want %d", name, r.Decisions, want)
+		}
+		if r.Admitted != r.Decisions {
+			t.Errorf("%s: admitted %d of %d decisions, want all: the load is under the limit", name, r.Admitted, r.Decisions)
+		}
+		if name != "ratelease-lease" {
+			// A script's first run on a fresh server costs EVALSHA and EVAL.
+			if v := r.RoundTripsPerDecision(); v < 1 || v > 1.25 {
+				t.Errorf("%s: %.3f round trips per decision, want about 1", name, v)
+			}
+		}
+	}
+	if lease, exact := res[0].RoundTripsPerDecision(), res[1].RoundTripsPerDecision(); lease > exact {
+		t.Errorf("lease mode: %.3f round trips per decision, more than exact mode's %.3f", lease, exact)
 	}
 }
