@@ -192,3 +192,32 @@ func TestEveryday(t *testing.T) {
 		t.Errorf("lease mode: %.3f round trips per decision, more than exact mode's %.3f", lease, exact)
 	}
 }
+
+// The fleet workload, shortened and with 5 idle instances, through lease
+// mode: the busy pair asks what it should, the idle ones exist, and lease
+// mode stays far from a round trip per decision. (The ratio is logged, not
+// checked: the root module's TestEconomyFleet checks it.)
+func TestFleet(t *testing.T) {
+	cfg := DefaultFleet
+	cfg.Duration = 1500 * time.Millisecond
+	cfg.Idle = 5
+	res, err := Fleet(context.Background(), peersNamed(t, "ratelease-lease")[0], addr, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantDecisions := float64(cfg.Busy) * cfg.PerBusy * cfg.Duration.Seconds()
+	for _, r := range []FleetRun{res.Alone, res.Beside} {
+		t.Logf("%d idle: the pair made %d decisions (%d admitted) in %d round trips: %.4f per decision; the idle ones %d round trips",
+			r.Idle, r.Decisions, r.Admitted, r.RoundTrips, r.RoundTripsPerDecision(), r.IdleRoundTrips)
+		if float64(r.Decisions) < 0.9*wantDecisions {
+			t.Errorf("%d idle: %d decisions, want about %.0f: the load did not reach its demand", r.Idle, r.Decisions, wantDecisions)
+		}
+		if v := r.RoundTripsPerDecision(); v > 0.2 {
+			t.Errorf("%d idle: %.4f round trips per decision in lease mode, want at most 0.2", r.Idle, v)
+		}
+	}
+	if res.Alone.Idle != 0 || res.Beside.Idle != cfg.Idle {
+		t.Errorf("runs beside %d and %d idle instances, want 0 and %d", res.Alone.Idle, res.Beside.Idle, cfg.Idle)
+	}
+	t.Logf("ratio beside ÷ alone: %.2f", res.Ratio())
+}
