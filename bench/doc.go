@@ -1,12 +1,13 @@
-// Package bench measures ratelease against its peers on one workload: the
-// same limit and the same keys through ratelease in lease mode and in exact
-// mode, github.com/go-redis/redis_rate/v10, github.com/ulule/limiter/v3
-// (Redis store) and golang.org/x/time/rate (per process, no global limit),
-// on one real redis-server that the benchmark starts itself on a loopback
-// port.
+// Package bench measures ratelease against its peers on the same
+// workloads: the same limits and the same keys through ratelease in lease
+// mode and in exact mode, github.com/go-redis/redis_rate/v10,
+// github.com/ulule/limiter/v3 (Redis store) and golang.org/x/time/rate (per
+// process, no global limit), on one real redis-server that the benchmark
+// starts itself on a loopback port. The everyday and fleet workloads run
+// through some of them only (see cmd/benchreport).
 //
 // It is a module of its own, so that the peers never enter ratelease's
-// go.mod. It measures two things:
+// go.mod. It measures four things:
 //
 //   - Decisions: what one decision costs one process (ns/op, B/op,
 //     allocs/op), sequentially and from 32 goroutines, as decisions/s, and
@@ -18,8 +19,14 @@
 //     would be) share one limit under a skewed demand of twice the limit;
 //     accuracy is admitted ÷ (Burst + Rate·T), with T read from Redis's
 //     clock.
+//   - Everyday: a per-user key of PerSecond(5) that two instances each ask
+//     every 500 ms for 10 s, under its limit: the round trips per decision
+//     of the kind of key most of a service's keys are.
+//   - Fleet: two busy instances at 4 × a key's limit, alone and beside 30
+//     idle instances of the same peer: whether the busy key's round trips
+//     per decision depend on the instances alive.
 //
-// The command in cmd/benchreport runs both and writes docs/benchmarks.md:
+// The command in cmd/benchreport runs them all and writes docs/benchmarks.md:
 //
 //	cd bench && go run ./cmd/benchreport
 //
