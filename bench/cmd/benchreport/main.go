@@ -6,7 +6,8 @@
 // It starts a redis-server of its own on a free loopback port (the one on
 // PATH), runs the decision benchmarks of package bench -count times with
 // the peers interleaved round by round (so that a slow spell of a shared
-// machine hits them all alike), then the accuracy workloads, and writes the
+// machine hits them all alike), then the accuracy workloads, then the
+// everyday and fleet workloads (-accuracy-runs times each), and writes the
 // report (-o) and the raw benchmark lines (-raw, for benchstat). It stops
 // the server it started, and only that one, by its PID.
 package main
@@ -47,7 +48,7 @@ func main() {
 	testing.Init() // testing.Benchmark reads -test.benchtime
 	count := flag.Int("count", 6, "rounds of the decision benchmarks")
 	benchtime := flag.Duration("benchtime", time.Second, "time of each decision benchmark")
-	accuracyRuns := flag.Int("accuracy-runs", 3, "runs of each accuracy workload")
+	accuracyRuns := flag.Int("accuracy-runs", 3, "runs of each accuracy workload, and of the everyday and fleet workloads")
 	out := flag.String("o", "../docs/benchmarks.md", "the report to write")
 	raw := flag.String("raw", "out/decisions.txt", "the benchmark lines to write, for benchstat")
 	flag.Parse()
@@ -110,6 +111,10 @@ func run(count, accuracyRuns int, out, raw string) error {
 		}
 		acc = append(acc, rows...)
 	}
+	reg, err := regimes(peers, srv.Addr, accuracyRuns)
+	if err != nil {
+		return err
+	}
 	env, err := environment(srv.Addr)
 	if err != nil {
 		return err
@@ -120,7 +125,7 @@ func run(count, accuracyRuns int, out, raw string) error {
 	if err != nil {
 		return err
 	}
-	if err := write(f, env, peers, dec, acc, count, accuracyRuns, raw); err != nil {
+	if err := write(f, env, peers, dec, acc, reg, count, accuracyRuns, raw); err != nil {
 		f.Close()
 		return err
 	}
@@ -208,6 +213,91 @@ func accuracy(peers []bench.Peer, addr string, w workload, runs int) ([]accuracy
 		}
 	}
 	return rows, nil
+}
+
+// everydayPeers are the peers the everyday workload runs through: lease
+// mode, the exact mode it must not cost more than, and the baseline. The
+// others are left out: ulule-limiter, like redis_rate, runs a script per
+// decision, and x/time/rate never calls Redis.
+var everydayPeers = []string{lease, "ratelease-exact", baseline}
+
+// fleetPeers are the peers the fleet workload runs through: lease mode
+// only, the regime is about its fair share.
+var fleetPeers = []string{lease}
+
+// regimeResults are the runs of the everyday and fleet workloads.
+type regimeResults struct {
+	// everyday holds one row per peer of everydayPeers.
+	everyday []everydayRow
+	// fleet holds one row per peer of fleetPeers.
+	fleet []fleetRow
+}
+
+// everydayRow is what the everyday runs saw through one peer.
+type everydayRow struct {
+	impl string
+	runs []bench.EverydayResult
+}
+
+// fleetRow is what the fleet runs saw through one peer.
+type fleetRow struct {
+	impl string
+	runs []bench.FleetResult
+}
+
+// regimes runs the everyday workload (its peers at once) and the fleet
+// workload runs times each, one after the other.
+func regimes(peers []bench.Peer, addr string, runs int) (regimeResults, error) {
+	every, err := named(peers, everydayPeers)
+	if err != nil {
+		return regimeResults{}, err
+	}
+	fleet, err := named(peers, fleetPeers)
+	if err != nil {
+		return regimeResults{}, err
+	}
+	var res regimeResults
+	for _, p := range every {
+		res.everyday = append(res.everyday, everydayRow{impl: p.Name})
+	}
+	for _, p := range fleet {
+		res.fleet = append(res.fleet, fleetRow{impl: p.Name})
+	}
+	ctx := context.Background()
+	for r := 0; r < runs; r++ {
+		er, err := bench.Everyday(ctx, every, addr, bench.DefaultEveryday)
+		if err != nil {
+			return res, fmt.Errorf("everyday: %w", err)
+		}
+		for i, e := range er {
+			fmt.Printf("everyday %s: %d of %d admitted, %d round trips: %.3f per decision (%d handshake)\n",
+				every[i].Name, e.Admitted, e.Decisions, e.RoundTrips, e.RoundTripsPerDecision(), e.Handshakes)
+			res.everyday[i].runs = append(res.everyday[i].runs, e)
+		}
+		for i, p := range fleet {
+			f, err := bench.Fleet(ctx, p, addr, bench.DefaultFleet)
+			if err != nil {
+				return res, fmt.Errorf("fleet: %w", err)
+			}
+			fmt.Printf("fleet %s: the pair's round trips per decision %.4f alone, %.4f beside %d idle: %.2fx\n",
+				p.Name, f.Alone.RoundTripsPerDecision(), f.Beside.RoundTripsPerDecision(), f.Beside.Idle, f.Ratio())
+			res.fleet[i].runs = append(res.fleet[i].runs, f)
+		}
+	}
+	return res, nil
+}
+
+// named returns the peers with the given names, in that order.
+func named(peers []bench.Peer, names []string) ([]bench.Peer, error) {
+	var ps []bench.Peer
+	for _, n := range names {
+		i := slices.IndexFunc(peers, func(p bench.Peer) bool { return p.Name == n })
+		if i < 0 {
+			return nil, fmt.Errorf("no peer %q", n)
+		}
+		ps = append(ps, peers[i])
+	}
+	return ps, nil
 }
 
 // env describes where and how the report was made.

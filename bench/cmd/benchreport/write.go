@@ -6,12 +6,13 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/ratelease/ratelease/bench"
 )
 
 // write renders the report.
-func write(w io.Writer, e env, peers []bench.Peer, dec map[decisionKey]decisionSamples, acc []accuracyRow, count, accuracyRuns int, raw string) error {
+func write(w io.Writer, e env, peers []bench.Peer, dec map[decisionKey]decisionSamples, acc []accuracyRow, reg regimeResults, count, accuracyRuns int, raw string) error {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p("# Benchmarks: ratelease and its peers\n\n")
@@ -34,7 +35,7 @@ func write(w io.Writer, e env, peers []bench.Peer, dec map[decisionKey]decisionS
 		peerNames(peers))
 
 	p("## Goals\n\n")
-	p("The goals of issue 7, for ratelease's lease mode with its defaults (`%s`), against %s:\n\n", lease, baseline)
+	p("The goals of issue 13 (lease engine v2: leasing pays off in every regime with the defaults), for ratelease's lease mode with its defaults (`%s`), against %s, and on the everyday key against exact mode:\n\n", lease, baseline)
 	p("| goal | measured | met |\n|---|---|---|\n")
 	for _, g := range goroutineCounts {
 		l, r := dec[decisionKey{lease, g}]["decisions/s"], dec[decisionKey{baseline, g}]["decisions/s"]
@@ -59,6 +60,18 @@ func write(w io.Writer, e env, peers []bench.Peer, dec map[decisionKey]decisionS
 		}
 		a := accuracies(r.runs)
 		p("| accuracy in [0.97, 1.00]: %s | %s | %s |\n", r.workload, spread(a), yes(slices.Min(a) >= 0.97 && slices.Max(a) <= 1.0))
+	}
+	if l, x := everydayOf(reg, lease), everydayOf(reg, exactPeer); l != nil && x != nil {
+		lv, xv := median(everydayRTs(l.runs)), median(everydayRTs(x.runs))
+		p("| everyday key: round trips per decision ≤ 0.5 and ≤ exact mode's | %.3f (exact mode: %.3f) | %s |\n", lv, xv, yes(lv <= 0.5 && lv <= xv))
+	}
+	for _, f := range reg.fleet {
+		if f.impl != lease {
+			continue
+		}
+		r := fleetRatios(f.runs)
+		p("| fleet: the pair's round trips per decision beside %d idle instances ≤ 1.2× the pair alone | %s (round trips per decision %.4f beside, %.4f alone) | %s |\n",
+			bench.DefaultFleet.Idle, ratioSpread(r), median(fleetRTs(f.runs, true)), median(fleetRTs(f.runs, false)), yes(median(r) <= 1.2))
 	}
 
 	p("\n## What one decision costs\n\n")
@@ -94,8 +107,104 @@ func write(w io.Writer, e env, peers []bench.Peer, dec map[decisionKey]decisionS
 		p("\n")
 	}
 	p("Demand per instance, per second: %s.\n", demands(cfg))
+	writeEveryday(p, reg.everyday, accuracyRuns)
+	writeFleet(p, reg.fleet, accuracyRuns)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// exactPeer is ratelease in exact mode, which the everyday goal compares
+// lease mode with.
+const exactPeer = "ratelease-exact"
+
+func writeEveryday(p func(string, ...any), rows []everydayRow, runs int) {
+	cfg := bench.DefaultEveryday
+	p("\n## An everyday key\n\n")
+	p("A per-user limit of %d/s, burst %d (`PerSecond(%d)`), on one key that %d instances, each with its own client as separate processes would have, ask %g times a second each, evenly paced: one request every %v from each instance, each instance starting %v after the one before, for %v: %d requests per instance, under the limit, so that every one should be admitted. Round trips are everything the instances' clients sent from their creation to the end of the load (leases, refunds, script loads); the connection handshake is counted apart, in its own column. The peers ran at once, in one window, each with clients and a key prefix of its own; %d runs. Only %s ran it: ulule-limiter, like redis_rate, runs one script per decision, and x/time/rate never calls Redis. Each figure is the median of the runs and, in brackets, the lowest and highest.\n\n",
+		cfg.Rate, cfg.Burst, cfg.Rate, cfg.Instances, cfg.PerInstance, cfg.Interval(), cfg.Interval()/time.Duration(cfg.Instances), cfg.Duration, cfg.Requests(), runs, names(rows, func(r everydayRow) string { return r.impl }))
+	p("| peer | round trips/decision | admitted ÷ decisions | decisions | round trips | handshake round trips |\n|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		adm := make([]float64, len(r.runs))
+		var dec, rt, hs []float64
+		for i, e := range r.runs {
+			adm[i] = e.AdmittedFraction()
+			dec, rt, hs = append(dec, float64(e.Decisions)), append(rt, float64(e.RoundTrips)), append(hs, float64(e.Handshakes))
+		}
+		p("| %s | %s | %s | %s | %s | %s |\n", r.impl, spread(everydayRTs(r.runs)), spread(adm), counts(dec), counts(rt), counts(hs))
+	}
+}
+
+func writeFleet(p func(string, ...any), rows []fleetRow, runs int) {
+	cfg := bench.DefaultFleet
+	p("\n## A fleet\n\n")
+	p("%d busy instances drive one key of %d/s, burst %d (`PerSecond(%d)`), each asking %g/s (%g × the limit together), paced every millisecond by %d goroutines, for %v: once alone, once beside %d more instances of the same peer, each with its own client, that each made one decision on a key of its own before the load and none after. The round trips are the busy pair's, over the load only (the idle instances' during the load are in their own column). Only %s ran it: the regime is about lease mode's fair share, whose cost for a key must depend on the instances that use it, not on every instance alive; the other Redis peers pay a round trip per decision whatever else is alive. %d runs, each the pair alone then beside the idle instances.\n\n",
+		cfg.Busy, cfg.Rate, cfg.Burst, cfg.Rate, cfg.PerBusy, float64(cfg.Busy)*cfg.PerBusy/float64(cfg.Rate), bench.GoroutinesPerInstance, cfg.Duration, cfg.Idle,
+		names(rows, func(r fleetRow) string { return r.impl }), runs)
+	p("| peer | run | alone: decisions | alone: round trips/decision | beside %d idle: decisions | beside: round trips/decision | idle instances' round trips | beside ÷ alone |\n|---|---|---|---|---|---|---|---|\n", cfg.Idle)
+	for _, r := range rows {
+		for i, f := range r.runs {
+			p("| %s | %d | %d | %.4f | %d | %.4f | %d | %.2f× |\n", r.impl, i+1, f.Alone.Decisions, f.Alone.RoundTripsPerDecision(),
+				f.Beside.Decisions, f.Beside.RoundTripsPerDecision(), f.Beside.IdleRoundTrips, f.Ratio())
+		}
+	}
+}
+
+func everydayOf(reg regimeResults, impl string) *everydayRow {
+	for i := range reg.everyday {
+		if reg.everyday[i].impl == impl {
+			return &reg.everyday[i]
+		}
+	}
+	return nil
+}
+
+func everydayRTs(runs []bench.EverydayResult) []float64 {
+	a := make([]float64, len(runs))
+	for i, r := range runs {
+		a[i] = r.RoundTripsPerDecision()
+	}
+	return a
+}
+
+// fleetRTs are the pair's round trips per decision in each run, beside
+// the idle instances or alone.
+func fleetRTs(runs []bench.FleetResult, beside bool) []float64 {
+	a := make([]float64, len(runs))
+	for i, r := range runs {
+		if beside {
+			a[i] = r.Beside.RoundTripsPerDecision()
+		} else {
+			a[i] = r.Alone.RoundTripsPerDecision()
+		}
+	}
+	return a
+}
+
+func fleetRatios(runs []bench.FleetResult) []float64 {
+	a := make([]float64, len(runs))
+	for i, r := range runs {
+		a[i] = r.Ratio()
+	}
+	return a
+}
+
+// ratioSpread formats ratios as their median and range.
+func ratioSpread(a []float64) string {
+	return fmt.Sprintf("%.2f× [%.2f×, %.2f×]", median(a), slices.Min(a), slices.Max(a))
+}
+
+// counts formats whole numbers as their median and range.
+func counts(a []float64) string {
+	return fmt.Sprintf("%.0f [%.0f, %.0f]", median(a), slices.Min(a), slices.Max(a))
+}
+
+// names lists rows' peers as code, joined with commas.
+func names[R any](rows []R, impl func(R) string) string {
+	n := make([]string, len(rows))
+	for i, r := range rows {
+		n[i] = "`" + impl(r) + "`"
+	}
+	return strings.Join(n, ", ")
 }
 
 func peerNames(peers []bench.Peer) string {
