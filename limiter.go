@@ -78,32 +78,30 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 			return nil, err
 		}
 	}
-	store := remote.NewStore(client, cfg.prefix)
-	guard := !remote.HonoursDeadlines(client)
-	var leaser *leasesync.Leaser
+	var lease *leasesync.Config
 	if !cfg.exact {
 		lc := cfg.lease
-		var err error
-		leaser, err = leasesync.New(store, cfg.clock, leasesync.Config{
+		lease = &leasesync.Config{
 			Min: int64(lc.Min), Max: int64(lc.Max), Refresh: lc.Refresh, TTL: lc.TTL, LowWater: lc.LowWater,
-			Timeout: cfg.redisTimeout, Guard: guard, MaxKeys: cfg.maxKeys,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+			MaxKeys: cfg.maxKeys,
 		}
 	}
-	return &Limiter{engine: tier.New(tier.Config{
-		Store:   store,
+	engine, err := tier.New(tier.Config{
+		Store:   remote.NewStore(client, cfg.prefix),
 		Clock:   cfg.clock,
 		Timeout: cfg.redisTimeout,
-		Guard:   guard,
-		Leaser:  leaser,
+		Guard:   !remote.HonoursDeadlines(client),
+		Lease:   lease,
 
 		FailureMode: cfg.failure,
 		Instances:   int64(cfg.instances),
 		MaxKeys:     cfg.maxKeys,
 		Observer:    cfg.observer,
-	})}, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+	}
+	return &Limiter{engine: engine}, nil
 }
 
 // Allow is AllowN(ctx, p, key, 1).

@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ratelease/ratelease/internal/guard"
 	"github.com/ratelease/ratelease/local"
 	"github.com/ratelease/ratelease/remote"
 )
@@ -90,17 +89,17 @@ func (l *Leaser) flush() bool {
 	if len(calls) == 0 && len(backs) == 0 {
 		return false
 	}
-	if !l.store.Sharded() {
+	if !l.door.Sharded() {
 		l.send(calls, backs)
 		return true
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Timeout)
+	ctx, cancel := l.door.Bound(context.Background()) // for loading the cluster's layout
 	defer cancel()
 	for _, c := range calls {
-		l.lane(l.store.Node(ctx, c.req.Policy, c.req.Key)).push(c, nil)
+		l.lane(l.door.Node(ctx, c.req.Policy, c.req.Key)).push(c, nil)
 	}
 	for _, g := range backs {
-		l.lane(l.store.Node(ctx, g.Policy, g.Key)).push(nil, &g)
+		l.lane(l.door.Node(ctx, g.Policy, g.Key)).push(nil, &g)
 	}
 	for node, ln := range l.lanes {
 		if !l.startLane(ln) {
@@ -113,15 +112,13 @@ func (l *Leaser) flush() bool {
 }
 
 // send sends one pipeline of refunds and lease requests, within the
-// timeout, or once Close has begun within Close's bound.
+// door's timeout, or once Close has begun within Close's bound.
 func (l *Leaser) send(calls []*call, backs []remote.Grant) {
 	l.mu.Lock()
 	ctx := l.closeCtx // set once stopped
 	l.mu.Unlock()
 	if ctx == nil {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.Background(), l.cfg.Timeout)
-		defer cancel()
+		ctx = context.Background()
 	}
 	l.sendBatch(ctx, calls, backs)
 }
@@ -188,24 +185,28 @@ func (l *Leaser) startLane(ln *lane) bool {
 	return true
 }
 
-// sendBatch sends one pipeline of refunds and lease requests and
+// sendBatch sends one pipeline of refunds and lease requests through the
+// door (which refunds the grants that arrive after ctx's end) and
 // completes the requests. It measures the lease round trip.
 func (l *Leaser) sendBatch(ctx context.Context, calls []*call, backs []remote.Grant) {
 	rs := make([]remote.Request, len(calls))
 	for i, c := range calls {
 		rs[i] = c.req
 	}
-	l.stats.roundTrips.Add(1)
 	start := time.Now()
-	ds, errs, gerrs := l.batch(ctx, rs, backs)
+	ds, errs, gerrs := l.door.Batch(ctx, rs, backs)
 	if len(calls) > 0 {
 		l.measured(time.Since(start))
 	}
-	l.refunded(backs, gerrs)
+	for i, err := range gerrs {
+		// A refund that failed is not retried: its units come back by
+		// themselves when their key's state expires.
+		if err == nil {
+			l.stats.refunded.Add(uint64(backs[i].Units))
+		}
+	}
 	for i, c := range calls {
-		if errs[i] != nil {
-			l.stats.errors.Add(1)
-		} else {
+		if errs[i] == nil {
 			l.stats.leases.Add(1)
 			l.stats.leased.Add(uint64(ds[i].Granted))
 			l.stats.refunded.Add(uint64(c.req.Back))
@@ -225,73 +226,4 @@ func (l *Leaser) measured(d time.Duration) {
 		return
 	}
 	l.rtt.Store(old + (int64(d)-old)/8)
-}
-
-// refunded counts the outcome of refunds, gs, whose errors are errs.
-func (l *Leaser) refunded(gs []remote.Grant, errs []error) {
-	for i, err := range errs {
-		if err != nil {
-			// Not retried: the units come back by themselves when their
-			// key's state expires.
-			l.stats.errors.Add(1)
-			continue
-		}
-		l.stats.refunded.Add(uint64(gs[i].Units))
-	}
-}
-
-// allFailed returns n errors, each err: what a pipeline that failed as a
-// whole gives each of its calls.
-func allFailed(n int, err error) []error {
-	errs := make([]error, n)
-	for i := range errs {
-		errs[i] = err
-	}
-	return errs
-}
-
-// guarded makes one Redis call, fn: directly, or with Config.Guard on a
-// goroutine of its own that the caller stops waiting for at ctx's end (late
-// then gets what the call brings back afterwards; see package guard).
-func guarded[T any](l *Leaser, ctx context.Context, fn func(context.Context) (T, error), late func(T, error)) (T, error) {
-	if !l.cfg.Guard {
-		return fn(ctx)
-	}
-	return guard.Do(&l.guards, ctx, fn, late)
-}
-
-// batch sends one pipeline of refunds and lease requests. When the call
-// outlives its deadline (Guard), every request and refund fails with the
-// deadline's error, and the grants that arrive later are refunded as they
-// arrive: nobody holds them.
-func (l *Leaser) batch(ctx context.Context, rs []remote.Request, gs []remote.Grant) ([]remote.Decision, []error, []error) {
-	type answer struct {
-		ds          []remote.Decision
-		errs, gerrs []error
-	}
-	a, err := guarded(l, ctx, func(ctx context.Context) (answer, error) {
-		ds, errs, gerrs := l.store.Batch(ctx, rs, gs)
-		return answer{ds, errs, gerrs}, nil
-	}, func(a answer, _ error) {
-		var late []remote.Grant
-		for i, d := range a.ds {
-			if a.errs[i] == nil && d.Granted > 0 {
-				l.stats.leased.Add(uint64(d.Granted))
-				late = append(late, remote.Grant{Policy: rs[i].Policy, Key: rs[i].Key, Units: d.Granted, At: d.At})
-			}
-		}
-		if len(late) == 0 {
-			return
-		}
-		// Already on a goroutine of its own, past the batcher's deadline
-		// (and maybe past Close): refund directly, with a new one.
-		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Timeout)
-		defer cancel()
-		l.stats.roundTrips.Add(1)
-		l.refunded(late, l.store.RefundBatch(ctx, late))
-	})
-	if err != nil {
-		a.ds, a.errs, a.gerrs = make([]remote.Decision, len(rs)), allFailed(len(rs), err), allFailed(len(gs), err)
-	}
-	return a.ds, a.errs, a.gerrs
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/ratelease/ratelease/internal/door"
 )
 
 // Config configures a Leaser. New checks it (see Validate).
@@ -23,13 +25,6 @@ type Config struct {
 	// units are left (and never fewer than a few round trips' worth of
 	// demand), the next lease is made ahead of need.
 	LowWater float64
-	// Timeout bounds each Redis call the Leaser makes.
-	Timeout time.Duration
-	// Guard runs each Redis call on a goroutine of its own and stops
-	// waiting for it at the deadline: for clients that do not honour context
-	// deadlines themselves (see remote.HonoursDeadlines). Units granted to
-	// a lease that timed out are refunded when they arrive.
-	Guard bool
 	// MaxKeys bounds the number of keys with local state.
 	MaxKeys int
 }
@@ -45,8 +40,9 @@ const (
 // ErrConfig is wrapped by Validate's errors.
 var ErrConfig = errors.New("invalid lease config")
 
-// ErrClosed is returned by Lease once Close has begun.
-var ErrClosed = errors.New("leaser closed")
+// ErrClosed is returned by Lease once Close has begun: the door's, as the
+// Limiter is closing.
+var ErrClosed = door.ErrClosed
 
 // Validate reports what is wrong with c, as an error wrapping ErrConfig
 // that names the field.
@@ -62,8 +58,6 @@ func (c Config) Validate() error {
 		return errorf("Refresh %v must be 0 (automatic) or between %v and TTL %v: units held past TTL lapse", c.Refresh, minDuration, c.TTL)
 	case c.LowWater <= 0 || c.LowWater >= 1:
 		return errorf("LowWater %v must be in (0, 1)", c.LowWater)
-	case c.Timeout <= 0:
-		return errorf("Timeout %v must be positive", c.Timeout)
 	case c.MaxKeys < 1:
 		return errorf("MaxKeys %d must be at least 1", c.MaxKeys)
 	}
@@ -84,8 +78,9 @@ type Stats struct {
 	// Leases counts lease requests answered by Redis; Denied those that
 	// granted nothing.
 	Leases, Denied uint64
-	// RoundTrips counts pipelines sent (each one round trip per node);
-	// Errors the calls in them that failed.
+	// RoundTrips counts pipelines sent (each one round trip per node),
+	// and refunds of grants that came late; Errors the calls in them that
+	// failed. The door counts them (door.Counts of Batch).
 	RoundTrips, Errors uint64
 	// UnitsLeased, UnitsRefunded: units granted by and given back to Redis.
 	// UnitsExpired: units that lapsed unused (TTL or window end), given

@@ -24,7 +24,16 @@
 // the Cluster lanes), sweep.go (units given back: lapsed, evicted, at
 // Close; statistics), config.go.
 //
-// It must not decide requests (package tier does) or hold the scripts
-// (package remote does). It imports local, remote and clock from this module.
-// A Leaser is safe for concurrent use.
+// Every Redis call goes through the Limiter's Door (package internal/door,
+// given to New), which bounds it by the Redis timeout, guards it for
+// clients that ignore deadlines (refunding grants that come after the
+// deadline), counts its round trips and errors, and holds the circuit
+// breakers: a prefetch starts only while the key's server's breaker is
+// closed (door.Ready); for a lease a request waits for, the caller (package
+// tier) asks and tells the breaker.
+//
+// It must not decide requests (package tier does), hold the scripts
+// (package remote does), or call Redis but through the door. It imports
+// local, remote, clock and internal/door from this module. A Leaser is
+// safe for concurrent use.
 package sync

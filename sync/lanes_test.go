@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelease/ratelease/clock"
+	"github.com/ratelease/ratelease/internal/door"
 	"github.com/ratelease/ratelease/internal/redistest"
 	"github.com/ratelease/ratelease/remote"
 )
@@ -19,8 +20,9 @@ import (
 func TestIdleLanesAreDropped(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	c := cl.Client(t, &redis.ClusterOptions{ContextTimeoutEnabled: true})
-	l, err := New(remote.NewStore(c, "t"), clock.System{}, Config{Min: 1, Max: 1, Refresh: time.Second,
-		TTL: time.Hour, LowWater: 0.25, Timeout: 5 * time.Second, MaxKeys: 100})
+	d := door.New(door.Config{Store: remote.NewStore(c, "t"), Clock: clock.System{}, Timeout: 5 * time.Second})
+	l, err := New(d, clock.System{}, Config{Min: 1, Max: 1, Refresh: time.Second,
+		TTL: time.Hour, LowWater: 0.25, MaxKeys: 100})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,14 +10,16 @@ import (
 	"time"
 
 	"github.com/ratelease/ratelease/clock"
-	"github.com/ratelease/ratelease/internal/guard"
+	"github.com/ratelease/ratelease/internal/door"
 	"github.com/ratelease/ratelease/local"
 	"github.com/ratelease/ratelease/remote"
 )
 
 // Leaser makes and returns leases for the entries of one Limiter.
 type Leaser struct {
-	store *remote.Store
+	// door makes every Redis call (its timeout bounds them) and holds the
+	// breakers a prefetch asks.
+	door  *door.Door
 	cfg   Config
 	clock clock.Clock
 	base  time.Time
@@ -63,25 +65,25 @@ type Leaser struct {
 	// timeout from Close's start. Set with stopped, under mu.
 	closeCtx context.Context
 	wg       stdsync.WaitGroup
-	// guards tracks guarded calls (Config.Guard) that outlived their
-	// deadline; Close waits for them until its own deadline only.
-	guards guard.Group
 
+	// stats counts leases and units; the door counts round trips and
+	// errors.
 	stats struct {
-		leases, denied, roundTrips, errors atomic.Uint64
-		leased, refunded, expired          atomic.Uint64
+		leases, denied            atomic.Uint64
+		leased, refunded, expired atomic.Uint64
 	}
 }
 
-// New starts a Leaser: its batcher and sweeper goroutines run until Close.
-func New(store *remote.Store, clk clock.Clock, cfg Config) (*Leaser, error) {
+// New starts a Leaser that makes its Redis calls through d: its batcher and
+// sweeper goroutines run until Close. The Leaser does not close d.
+func New(d *door.Door, clk clock.Clock, cfg Config) (*Leaser, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	var id [8]byte
 	_, _ = crand.Read(id[:])
 	l := &Leaser{
-		store: store, cfg: cfg, clock: clk, base: clk.Now(), id: hex.EncodeToString(id[:]),
+		door: d, cfg: cfg, clock: clk, base: clk.Now(), id: hex.EncodeToString(id[:]),
 		work: make(chan struct{}, 1), stop: make(chan struct{}), lanes: map[string]*lane{},
 	}
 	switch c := clk.(type) {
@@ -177,10 +179,12 @@ func (l *Leaser) Lease(ctx context.Context, p *remote.Policy, e *local.Entry, n 
 }
 
 // Prefetch starts a lease for e in the background, if none is in flight, no
-// denial from Redis holds for e, the Leaser is open, and ready (the caller's
-// say, such as its circuit breaker's) agrees. ready is asked last, only when
-// a lease would start, and must not block. Prefetch never blocks.
-func (l *Leaser) Prefetch(p *remote.Policy, e *local.Entry, ready func() bool) {
+// denial from Redis holds for e, the Leaser is open, and the breaker of the
+// key's server is closed (door.Ready). The breaker is asked last, only when
+// a lease would start: with a cluster, naming the key's master costs a
+// lookup and allocations, too much for every hit below low water.
+// Prefetch never blocks.
+func (l *Leaser) Prefetch(p *remote.Policy, e *local.Entry) {
 	if l.stopped.Load() {
 		return
 	}
@@ -189,7 +193,7 @@ func (l *Leaser) Prefetch(p *remote.Policy, e *local.Entry, ready func() bool) {
 	if denied, _ := e.Denied(l.Now(), math.MaxInt64); denied || !e.Mu.TryLock() {
 		return
 	}
-	if e.Leasing != nil || !ready() {
+	if e.Leasing != nil || !l.door.Ready(p, e.Key) {
 		e.Mu.Unlock()
 		return
 	}
@@ -207,7 +211,7 @@ func (l *Leaser) Prefetch(p *remote.Policy, e *local.Entry, ready func() bool) {
 	l.mu.Unlock()
 	go func() {
 		defer l.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Timeout)
+		ctx, cancel := l.door.Bound(context.Background())
 		defer cancel()
 		// A failed prefetch changes nothing: the next miss leases itself.
 		_, _ = l.lease(ctx, c, 0)

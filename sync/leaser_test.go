@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ratelease/ratelease/clock"
+	"github.com/ratelease/ratelease/internal/door"
 	"github.com/ratelease/ratelease/internal/redistest"
 	"github.com/ratelease/ratelease/local"
 	"github.com/ratelease/ratelease/remote"
@@ -23,17 +24,33 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // cfg is a valid Config with long intervals, for tests to adjust.
 func cfg() leasesync.Config {
-	return leasesync.Config{Min: 1, Max: 100, Refresh: time.Second, TTL: time.Hour, LowWater: 0.25,
-		Timeout: 5 * time.Second, MaxKeys: 100}
+	return leasesync.Config{Min: 1, Max: 100, Refresh: time.Second, TTL: time.Hour, LowWater: 0.25, MaxKeys: 100}
+}
+
+// newDoor returns a door to c with a Redis timeout of 5s, unguarded.
+func newDoor(c redis.UniversalClient, clk clock.Clock) *door.Door {
+	return door.New(door.Config{Store: remote.NewStore(c, "t"), Clock: clk, Timeout: 5 * time.Second})
 }
 
 func newLeaser(t *testing.T, c redis.UniversalClient, clk clock.Clock, conf leasesync.Config) *leasesync.Leaser {
 	t.Helper()
-	l, err := leasesync.New(remote.NewStore(c, "t"), clk, conf)
+	return newLeaserThrough(t, newDoor(c, clk), clk, conf)
+}
+
+// newLeaserThrough returns a Leaser through d, closed (and d after it) by
+// the test's cleanup.
+func newLeaserThrough(t *testing.T, d *door.Door, clk clock.Clock, conf leasesync.Config) *leasesync.Leaser {
+	t.Helper()
+	l, err := leasesync.New(d, clk, conf)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(l.Close)
+	t.Cleanup(func() {
+		l.Close()
+		ctx, cancel := d.Bound(context.Background())
+		defer cancel()
+		d.Close(ctx)
+	})
 	return l
 }
 
@@ -64,7 +81,6 @@ func TestConfigErrors(t *testing.T) {
 		func(c *leasesync.Config) { c.TTL = time.Duration(math.MaxInt64) },
 		func(c *leasesync.Config) { c.Refresh = time.Nanosecond },
 		func(c *leasesync.Config) { c.Refresh = 2 * c.TTL },
-		func(c *leasesync.Config) { c.Timeout = 0 },
 		func(c *leasesync.Config) { c.LowWater = 1 },
 		func(c *leasesync.Config) { c.MaxKeys = 0 },
 	} {
@@ -183,7 +199,8 @@ func TestPrefetchWaitsOutDenial(t *testing.T) {
 	clk := clock.NewManual(mr.Now())
 	conf := cfg()
 	conf.Min, conf.Max = 10, 10
-	l := newLeaser(t, mr.Client(t), clk, conf)
+	d := newDoor(mr.Client(t), clk)
+	l := newLeaserThrough(t, d, clk, conf)
 	p := tokenBucket(t, 3600, 10) // one unit a second
 	e := l.NewTable(p).GetOrCreate("k")
 	if d, _, err := l.Lease(context.Background(), p, e, 1); err != nil || d.Granted != 10 {
@@ -192,33 +209,45 @@ func TestPrefetchWaitsOutDenial(t *testing.T) {
 	if !e.Take(7, l.Now()) { // 2 left, under low water (3)
 		t.Fatal("no units to take")
 	}
-	asked := 0 // times Prefetch asked ready: only when a lease would start
-	ready := func() bool { asked++; return true }
 	leasing := func() bool {
 		e.Mu.Lock()
 		defer e.Mu.Unlock()
 		return e.Leasing != nil
 	}
-	l.Prefetch(p, e, ready) // the bucket is empty: denied for about a second
+	l.Prefetch(p, e) // the bucket is empty: denied for about a second
 	waitFor(t, func() bool { return !leasing() })
 	if s := l.Stats(); s.Leases != 2 || s.Denied != 1 {
 		t.Fatalf("Stats %+v, want the prefetch answered with a denial", s)
 	}
 	for i := 0; i < 5; i++ {
-		l.Prefetch(p, e, ready)
+		l.Prefetch(p, e)
 		if leasing() {
 			t.Fatalf("prefetch %d started a lease while the denial holds", i)
 		}
 	}
-	if s := l.Stats(); s.Leases != 2 || asked != 1 {
-		t.Fatalf("Stats %+v, ready asked %d times: Redis asked again while the denial holds", s, asked)
+	if s := l.Stats(); s.Leases != 2 || s.RoundTrips != 2 {
+		t.Fatalf("Stats %+v: Redis asked again while the denial holds", s)
 	}
 	clk.Advance(1100 * time.Millisecond) // the denial is over, and a unit is back
 	mr.Advance(1100 * time.Millisecond)
-	if l.Prefetch(p, e, func() bool { return false }); leasing() {
-		t.Fatal("a prefetch started although ready said no")
+	// The breaker opens: five failures in a row, as its owner reports them.
+	for i := 0; i < 5; i++ {
+		pass, err := d.Enter(p, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Leave(pass, fmt.Errorf("%w: test", door.ErrUnavailable))
 	}
-	l.Prefetch(p, e, ready)
+	if l.Prefetch(p, e); leasing() {
+		t.Fatal("a prefetch started with the breaker open")
+	}
+	clk.Advance(100 * time.Millisecond) // the breaker's backoff: a probe, which succeeds
+	pass, err := d.Enter(p, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Leave(pass, nil)
+	l.Prefetch(p, e)
 	waitFor(t, func() bool { return l.Stats().Leases == 3 })
 }
 
@@ -370,12 +399,9 @@ func TestGuardedLeaser(t *testing.T) {
 	direct := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { _ = direct.Close() })
 	conf := cfg()
-	conf.Min, conf.Max, conf.Timeout, conf.Guard = 10, 10, 50*time.Millisecond, true
-	l, err := leasesync.New(remote.NewStore(c, "t"), clock.System{}, conf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(l.Close)
+	conf.Min, conf.Max = 10, 10
+	d := door.New(door.Config{Store: remote.NewStore(c, "t"), Clock: clock.System{}, Timeout: 50 * time.Millisecond, Guard: true})
+	l := newLeaserThrough(t, d, clock.System{}, conf)
 	p := tokenBucket(t, 1, 100) // 1 unit an hour: what the lease takes stays taken unless refunded
 	e := l.NewTable(p).GetOrCreate("k")
 	time.Sleep(50 * time.Millisecond) // the first heartbeat is done

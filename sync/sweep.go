@@ -104,13 +104,12 @@ func (l *Leaser) sweeper() {
 // Close refunds every unit held and stops the goroutines. It returns when
 // they are done, within about one Redis timeout even when Redis does not
 // answer (calls in flight end by their own timeouts, which started earlier;
-// what Close sends shares one). With Config.Guard, calls that outlived
-// their deadline are waited for until that bound only: they end at the
-// client's own timeouts, and refund what they were granted. Units Redis does
-// not take back return by themselves when their keys' state expires.
-// Idempotent.
+// what Close sends shares one). Guarded calls that outlived their deadline
+// are the door's: its owner's Close waits for them, after this one. Units
+// Redis does not take back return by themselves when their keys' state
+// expires. Idempotent.
 func (l *Leaser) Close() {
-	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Timeout)
+	ctx, cancel := l.door.Bound(context.Background())
 	defer cancel()
 	l.mu.Lock()
 	first := !l.stopped.Swap(true) // no lease starts after this
@@ -125,7 +124,6 @@ func (l *Leaser) Close() {
 	l.pending.Wait() // leases in flight land, and are refunded (their entries are gone)
 	close(l.stop)    // the batcher sends what is queued, then stops
 	l.wg.Wait()
-	l.guards.Close(ctx) // guarded calls past their deadline: until Close's own
 	if l.own != nil {
 		l.own.Stop()
 	}
@@ -143,10 +141,12 @@ func (l *Leaser) LocalHits() uint64 {
 // Stats returns a snapshot of the counters.
 func (l *Leaser) Stats() Stats {
 	s := &l.stats
+	_, b := l.door.Stats() // the door's pipelines are the Leaser's
 	return Stats{
 		Leases: s.leases.Load(), Denied: s.denied.Load(),
-		RoundTrips: s.roundTrips.Load(), Errors: s.errors.Load(),
-		UnitsLeased: s.leased.Load(), UnitsRefunded: s.refunded.Load(), UnitsExpired: s.expired.Load(),
+		RoundTrips: b.RoundTrips, Errors: b.Errors,
+		UnitsLeased:   s.leased.Load() + b.LateGranted,
+		UnitsRefunded: s.refunded.Load() + b.LateRefunded, UnitsExpired: s.expired.Load(),
 		Instances: l.Instances(),
 	}
 }

@@ -2,13 +2,11 @@ package tier
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
+	"github.com/ratelease/ratelease/internal/door"
 	"github.com/ratelease/ratelease/local"
 	"github.com/ratelease/ratelease/remote"
-	leasesync "github.com/ratelease/ratelease/sync"
 )
 
 // members returns how many instances share key under p, for FailLocal: the
@@ -63,13 +61,7 @@ func (e *Engine) Hit(p *remote.Policy, key string, n int64) (limit int, remainin
 // with the take.
 func (e *Engine) afterTake(p *remote.Policy, ent *local.Entry) {
 	if ent.Units() < ent.LowWater.Load() {
-		// The breaker is asked only when a lease would start: with a
-		// cluster, naming the key's master costs a lookup and allocations,
-		// too much for every hit below low water. Units were leased, so the
-		// cluster's layout is loaded, and the lookup needs no timer.
-		e.leaser.Prefetch(p, ent, func() bool {
-			return e.breakerOf(context.Background(), p, ent.Key).State() == BreakerClosed
-		})
+		e.leaser.Prefetch(p, ent) // which asks the door's breaker, if a lease would start
 	}
 }
 
@@ -126,29 +118,21 @@ func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, t *local.Tab
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
 	}
-	b := e.breakerFor(p, key)
-	ok, probe, cause := b.allow(e.nanos())
-	if !ok {
+	pass, cause := e.door.Enter(p, key)
+	if cause != nil {
 		return e.unavailable(p, key, n, cause)
 	}
-	lctx, cancel := e.bounded(ctx)
+	lctx, cancel := e.door.Bound(ctx)
 	defer cancel()
 	d, taken, err := e.leaser.Lease(lctx, p, ent, n)
 	if err != nil {
-		switch {
-		case errors.Is(err, leasesync.ErrClosed):
-			err = ErrClosed
-		case ctx.Err() != nil:
-			err = ctx.Err()
-		default:
-			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
-		}
-		if cause := e.outcome(b, probe, err); cause != nil {
+		err = door.Classify(ctx, err)
+		if cause := e.door.Leave(pass, err); cause != nil {
 			return e.unavailable(p, key, n, cause)
 		}
 		return Decision{}, err
 	}
-	b.success()
+	e.door.Leave(pass, nil)
 	if taken { // a concurrent lease filled the allowance
 		return e.localDecision(p, ent, now), nil
 	}

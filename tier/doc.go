@@ -8,19 +8,23 @@
 // denial, then by a lease (package sync: one coalesced, batched Redis call);
 // policies with a SlidingWindowLog or LeakyBucket, and every policy in exact
 // mode, are decided by one atomic call to the Redis tier (package remote).
-// Every Redis call is bounded by the Redis timeout and the caller's context,
-// and goes through a circuit breaker (breaker.go; one per master with a
-// Redis Cluster): while Redis is
+//
+// Every Redis call, the Leaser's included, goes through the engine's one
+// Door (package internal/door, made by New and handed to the Leaser), which
+// bounds it by the Redis timeout and the caller's context, guards it for
+// clients that ignore deadlines, refunds grants that come late, counts it,
+// and puts a circuit breaker in front of it (one per master with a Redis
+// Cluster). What a failure means is decided here: while Redis is
 // unavailable, requests that the local allowance cannot answer are decided
 // by the failure mode (fallback.go: FailLocal's per-key x/time/rate limits,
 // FailOpen, FailClosed), and what the fallback admitted is charged to Redis
 // when the breaker closes.
 //
 // Files: engine.go (the types, New, Stats, Close), decide.go (the hit, the
-// miss, leased decisions), exact.go (exact decisions, Wait, the Redis calls
-// and their timeouts), breaker.go, fallback.go.
+// miss, leased decisions), exact.go (exact decisions, Wait), fallback.go.
 //
 // It does not validate input (the root package does, once), build Redis keys
-// or scripts (remote does), or read the time except through the injected
-// clock.Clock. An Engine is safe for concurrent use.
+// or scripts (remote does), call Redis but through its door, or read the
+// time except through the injected clock.Clock. An Engine is safe for
+// concurrent use.
 package tier

@@ -2,13 +2,12 @@ package tier
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/ratelease/ratelease/clock"
-	"github.com/ratelease/ratelease/internal/guard"
+	"github.com/ratelease/ratelease/internal/door"
 	"github.com/ratelease/ratelease/remote"
 	leasesync "github.com/ratelease/ratelease/sync"
 )
@@ -16,10 +15,26 @@ import (
 // ErrUnavailable is wrapped, together with the cause, by every error that
 // comes from Redis failing to answer (a network error, a timeout, a script
 // error). Errors of the caller's context are returned unwrapped instead.
-var ErrUnavailable = errors.New("ratelease: redis unavailable")
+var ErrUnavailable = door.ErrUnavailable
 
 // ErrClosed is returned by every call after Close.
-var ErrClosed = errors.New("ratelease: limiter closed")
+var ErrClosed = door.ErrClosed
+
+// BreakerState is the state of a circuit breaker in front of Redis (the
+// breakers are the door's: package internal/door).
+type BreakerState = door.BreakerState
+
+// The breaker's states.
+const (
+	// BreakerClosed: Redis answers; every call goes to it.
+	BreakerClosed = door.BreakerClosed
+	// BreakerOpen: Redis failed repeatedly; no call goes to it until the
+	// backoff has passed, and decisions come from the failure mode.
+	BreakerOpen = door.BreakerOpen
+	// BreakerHalfOpen: one call (the probe) is testing Redis; the others
+	// are decided as while open.
+	BreakerHalfOpen = door.BreakerHalfOpen
+)
 
 // Source says where a decision came from.
 type Source uint8
@@ -64,7 +79,8 @@ type Decision struct {
 	ResetAfter time.Duration
 }
 
-// Config configures an Engine. Every field is required.
+// Config configures an Engine. Every field but Lease and Observer is
+// required.
 type Config struct {
 	Store *remote.Store
 	Clock clock.Clock
@@ -74,10 +90,10 @@ type Config struct {
 	// it at the deadline: for clients that do not honour context deadlines
 	// themselves (see remote.HonoursDeadlines).
 	Guard bool
-	// Leaser, when not nil, enables leasing: policies that can lease are
-	// answered from local allowances first. Nil: every decision is exact.
-	// The Engine closes it.
-	Leaser *leasesync.Leaser
+	// Lease, when not nil, enables leasing: New starts a Leaser with it,
+	// and policies that can lease are answered from local allowances
+	// first. Nil: every decision is exact.
+	Lease *leasesync.Config
 	// FailureMode decides requests while Redis is unavailable.
 	FailureMode FailureMode
 	// Instances, when positive, is the number of instances FailLocal divides
@@ -93,36 +109,24 @@ type Config struct {
 
 // Engine decides requests. Create it with New; it is safe for concurrent use.
 type Engine struct {
-	store *remote.Store
 	clock clock.Clock
-	base  time.Time // the breakers' time is ns since base
-	// breaker stands in front of Redis; with a Redis Cluster (sharded), of
-	// the keys whose server cannot be named, and breakers (server address
-	// -> *breaker) in front of each master, so that a master that fails
-	// takes down only its own keys.
-	breaker  *breaker
-	breakers sync.Map
-	sharded  bool
-	observer func(BreakerState)
+	// door makes every Redis call, the Leaser's included, and holds the
+	// breakers, the timeout, the guard and the round-trip counters.
+	door     *door.Door
 	fallback *fallback
-	timeout  time.Duration
-	guard    bool
 	leaser   *leasesync.Leaser
 	tables   sync.Map // *remote.Policy -> *local.Table
 	closed   atomic.Bool
-	// guards tracks the goroutines of guarded calls and of the recovery
-	// charge; Close waits for them for one Redis timeout at most.
-	guards guard.Group
-	stats  counters
+	stats    counters
 }
 
-// counters are the engine's statistics, updated atomically.
+// counters are the engine's statistics of its decisions, updated
+// atomically. Redis round trips and errors are counted by the door.
 type counters struct {
-	allowed, denied    atomic.Uint64 // of Remote, Cached and Fallback decisions
-	remote, cached     atomic.Uint64
-	fallback           atomic.Uint64
-	roundTrips, errors atomic.Uint64
-	charged            atomic.Uint64
+	allowed, denied atomic.Uint64 // of Remote, Cached and Fallback decisions
+	remote, cached  atomic.Uint64
+	fallback        atomic.Uint64
+	charged         atomic.Uint64
 }
 
 // Stats is a snapshot of an Engine's counters since New.
@@ -150,14 +154,25 @@ type Stats struct {
 	UnitsCharged uint64
 }
 
-// New returns an Engine for cfg.
-func New(cfg Config) *Engine {
-	e := &Engine{store: cfg.Store, clock: cfg.Clock, base: cfg.Clock.Now(), timeout: cfg.Timeout, guard: cfg.Guard, leaser: cfg.Leaser}
+// New returns an Engine for cfg, with its door to Redis and, when
+// cfg.Lease is set, its Leaser. The only error is an invalid cfg.Lease,
+// wrapping leasesync.ErrConfig.
+func New(cfg Config) (*Engine, error) {
+	e := &Engine{clock: cfg.Clock}
+	e.door = door.New(door.Config{Store: cfg.Store, Clock: cfg.Clock, Timeout: cfg.Timeout, Guard: cfg.Guard,
+		Observer: cfg.Observer, Recovered: e.chargeOutage})
+	if cfg.Lease != nil {
+		l, err := leasesync.New(e.door, cfg.Clock, *cfg.Lease)
+		if err != nil {
+			return nil, err
+		}
+		e.leaser = l
+	}
 	instances := func(*remote.Policy, string) int64 { return 1 }
 	switch {
 	case cfg.Instances > 0:
 		instances = func(*remote.Policy, string) int64 { return cfg.Instances }
-	case cfg.Leaser != nil:
+	case e.leaser != nil:
 		instances = e.members
 	}
 	maxKeys := cfg.MaxKeys
@@ -165,33 +180,24 @@ func New(cfg Config) *Engine {
 		maxKeys = 100_000
 	}
 	e.fallback = newFallback(cfg.FailureMode, maxKeys, instances)
-	e.observer, e.sharded = cfg.Observer, cfg.Store.Sharded()
-	e.breaker = e.newBreaker("")
-	return e
+	return e, nil
 }
 
 // Stats returns a snapshot of the counters.
 func (e *Engine) Stats() Stats {
 	s := &e.stats
+	single, batched := e.door.Stats()
 	st := Stats{
 		Allowed: s.allowed.Load(), Denied: s.denied.Load(),
 		Remote: s.remote.Load(), Cached: s.cached.Load(), Fallback: s.fallback.Load(),
-		RoundTrips: s.roundTrips.Load(), Errors: s.errors.Load(), Instances: 1,
-		UnitsCharged: s.charged.Load(),
+		RoundTrips: single.RoundTrips + batched.RoundTrips, Errors: single.Errors + batched.Errors,
+		Instances: 1, UnitsCharged: s.charged.Load(),
 	}
-	e.eachBreaker(func(b *breaker) {
-		// The worst: open, then half-open, then closed.
-		if bs := b.State(); bs == BreakerOpen || bs == BreakerHalfOpen && st.Breaker == BreakerClosed {
-			st.Breaker = bs
-		}
-		st.BreakerOpens += b.opens.Load()
-	})
+	st.Breaker, st.BreakerOpens = e.door.Breakers()
 	if e.leaser != nil {
 		ls := e.leaser.Stats()
 		st.Local = e.leaser.LocalHits()
 		st.Allowed += st.Local
-		st.RoundTrips += ls.RoundTrips
-		st.Errors += ls.Errors
 		st.Leases, st.UnitsLeased, st.UnitsRefunded, st.UnitsExpired = ls.Leases, ls.UnitsLeased, ls.UnitsRefunded, ls.UnitsExpired
 		st.Instances = ls.Instances
 	}
@@ -210,15 +216,15 @@ func (e *Engine) Close() error {
 	}
 	// One timeout for all of Close: the leaser's refunds, then what is left
 	// of it for guarded calls still running.
-	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+	ctx, cancel := e.door.Bound(context.Background())
 	defer cancel()
 	if e.leaser != nil {
 		e.leaser.Close() // refunds every unit held, within its own timeout
-		e.tables.Range(func(p, _ any) bool {
-			p.(*remote.Policy).Unclaim(e)
-			return true
-		})
 	}
-	e.guards.Close(ctx)
+	e.tables.Range(func(p, _ any) bool {
+		p.(*remote.Policy).Unclaim(e)
+		return true
+	})
+	e.door.Close(ctx)
 	return nil
 }

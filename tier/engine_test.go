@@ -26,16 +26,14 @@ func newEngine(t *testing.T, lease int64) (*tier.Engine, *redistest.Mini) {
 	mr := redistest.StartMini(t)
 	store := remote.NewStore(mr.Client(t), "t")
 	clk := clock.NewManual(mr.Now())
-	var l *leasesync.Leaser
+	var lc *leasesync.Config
 	if lease > 0 {
-		var err error
-		l, err = leasesync.New(store, clk, leasesync.Config{Min: lease, Max: lease, Refresh: time.Second,
-			TTL: time.Hour, LowWater: 0.01, Timeout: 300 * time.Millisecond, MaxKeys: 10})
-		if err != nil {
-			t.Fatal(err)
-		}
+		lc = &leasesync.Config{Min: lease, Max: lease, Refresh: time.Second, TTL: time.Hour, LowWater: 0.01, MaxKeys: 10}
 	}
-	e := tier.New(tier.Config{Store: store, Clock: clk, Timeout: 300 * time.Millisecond, Guard: true, Leaser: l, FailureMode: tier.FailClosed})
+	e, err := tier.New(tier.Config{Store: store, Clock: clk, Timeout: 300 * time.Millisecond, Guard: true, Lease: lc, FailureMode: tier.FailClosed})
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = e.Close() })
 	return e, mr
 }
@@ -148,19 +146,18 @@ func newDegrading(t *testing.T, m tier.FailureMode, instances int64) (*tier.Engi
 	mr := redistest.StartMini(t)
 	store := remote.NewStore(mr.Client(t), "t")
 	clk := clock.NewManual(mr.Now())
-	l, err := leasesync.New(store, clk, leasesync.Config{Min: 5, Max: 5, Refresh: time.Second,
-		TTL: time.Hour, LowWater: 0.01, Timeout: 300 * time.Millisecond, MaxKeys: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var mu sync.Mutex
 	states := &[]tier.BreakerState{}
-	e := tier.New(tier.Config{Store: store, Clock: clk, Timeout: 300 * time.Millisecond, Guard: true, Leaser: l,
+	e, err := tier.New(tier.Config{Store: store, Clock: clk, Timeout: 300 * time.Millisecond, Guard: true,
+		Lease:       &leasesync.Config{Min: 5, Max: 5, Refresh: time.Second, TTL: time.Hour, LowWater: 0.01, MaxKeys: 10},
 		FailureMode: m, Instances: instances, Observer: func(s tier.BreakerState) {
 			mu.Lock()
 			*states = append(*states, s)
 			mu.Unlock()
 		}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = e.Close() })
 	return e, mr, clk, states
 }

@@ -1,8 +1,6 @@
 package tier
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -11,7 +9,6 @@ import (
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"golang.org/x/time/rate"
 
-	"github.com/ratelease/ratelease/internal/guard"
 	"github.com/ratelease/ratelease/remote"
 )
 
@@ -141,14 +138,14 @@ func (f *fallback) entryLocked(p *remote.Policy, key string) *fallbackEntry {
 	return e
 }
 
-// charge takes what was admitted during the outage for the keys that back
-// reports true of (all of them when back is nil) and charges it to Redis,
-// in one pipeline: at most each policy's capacity per key, and only what
-// fits (a limit with no room is left as it is). It returns the units
-// charged. Those keys' local limits are dropped: the next outage starts
-// afresh.
-func (f *fallback) charge(ctx context.Context, store *remote.Store, back func(*remote.Policy, string) bool) (charged int64, err error) {
+// take takes what was admitted during the outage for the keys that back
+// reports true of (all of them when back is nil), and returns the calls
+// that charge it to Redis: at most each policy's capacity per key, and
+// only what fits (a limit with no room is left as it is). Those keys'
+// local limits are dropped: the next outage starts afresh.
+func (f *fallback) take(back func(*remote.Policy, string) bool) []remote.Request {
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	var rs []remote.Request
 	for _, k := range f.keys.Keys() {
 		if back != nil && !back(k.p, k.key) {
@@ -160,19 +157,7 @@ func (f *fallback) charge(ctx context.Context, store *remote.Store, back func(*r
 		}
 		f.keys.Remove(k)
 	}
-	f.mu.Unlock()
-	if len(rs) == 0 {
-		return 0, nil
-	}
-	ds, errs := store.AcquireBatch(ctx, rs)
-	for i := range ds {
-		if errs[i] != nil {
-			err = errs[i]
-			continue
-		}
-		charged += ds[i].Granted
-	}
-	return charged, err
+	return rs
 }
 
 // unavailable decides a request while Redis cannot (cause says why), by the
@@ -193,24 +178,8 @@ func (e *Engine) unavailable(p *remote.Policy, key string, n int64, cause error)
 
 // chargeOutage charges to Redis what the fallback admitted while it was
 // unavailable, once the breaker of node has closed: for that server's keys
-// (all keys, but with a cluster), one pipeline, bounded by the timeout, on a
-// goroutine Close waits for (for one timeout at most).
+// (all keys, but with a cluster), through the door (one pipeline, bounded
+// by the timeout, on a goroutine Close waits for).
 func (e *Engine) chargeOutage(node string) {
-	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
-	defer cancel()
-	var back func(*remote.Policy, string) bool
-	if e.sharded {
-		back = func(p *remote.Policy, key string) bool { return e.store.Node(ctx, p, key) == node }
-	}
-	n, err := guard.Do(&e.guards, ctx, func(ctx context.Context) (int64, error) {
-		return e.fallback.charge(ctx, e.store, back)
-	}, nil)
-	if errors.Is(err, guard.ErrClosed) {
-		return
-	}
-	e.stats.roundTrips.Add(1)
-	if err != nil {
-		e.stats.errors.Add(1)
-	}
-	e.stats.charged.Add(uint64(n))
+	e.stats.charged.Add(uint64(e.door.Charge(node, e.fallback.take)))
 }

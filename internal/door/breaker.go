@@ -1,4 +1,4 @@
-package tier
+package door
 
 import (
 	"context"
@@ -51,9 +51,9 @@ const (
 var errBreakerOpen = errors.New("circuit breaker open")
 
 // breaker stops calls to a failing Redis. Callers ask allow before a call
-// and report its outcome with success, failure or abort. The closed state
-// is one atomic load; transitions take a mutex (rare). Times are ns on the
-// engine's clock.
+// and report its outcome with success, failure or abort (the Door does,
+// in Enter and Leave). The closed state is one atomic load; transitions
+// take a mutex (rare). Times are ns on the Door's clock.
 type breaker struct {
 	state    atomic.Int32 // a BreakerState
 	opens    atomic.Uint64
@@ -153,48 +153,108 @@ func (b *breaker) setLocked(s BreakerState) {
 }
 
 // newBreaker returns a breaker for the server named node; when it closes
-// after an outage, what the fallback admitted for that server's keys is
-// charged to it.
-func (e *Engine) newBreaker(node string) *breaker {
-	return newBreaker(e.observer, func() { e.chargeOutage(node) })
+// after an outage, the Door's owner hears of it (Config.Recovered).
+func (d *Door) newBreaker(node string) *breaker {
+	var closed func()
+	if d.recovered != nil {
+		closed = func() { d.recovered(node) }
+	}
+	return newBreaker(d.observer, closed)
 }
 
-// breakerFor returns the breaker in front of the server that holds key's
-// state under p. With a cluster, naming the server may load the cluster's
-// layout (once, before the first call): that is bounded by the timeout.
-func (e *Engine) breakerFor(p *remote.Policy, key string) *breaker {
-	if !e.sharded {
-		return e.breaker
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
-	defer cancel()
-	return e.breakerOf(ctx, p, key)
+// Pass lets one call through the breaker of a key's server: Enter gives
+// it, and Leave takes the call's outcome.
+type Pass struct {
+	b     *breaker
+	probe bool // the call tests a server the breaker had given up on
 }
 
-// breakerOf is breakerFor within ctx, which bounds only a load of the
-// cluster's layout.
-func (e *Engine) breakerOf(ctx context.Context, p *remote.Policy, key string) *breaker {
-	if !e.sharded {
-		return e.breaker
+// Enter asks the breaker of the server that holds key's state under p
+// whether a call may go to Redis now. When it may not, the error says why
+// (the breaker is open, and its last failure), and the caller decides
+// without Redis; when it may, the caller reports the call's outcome with
+// Leave. With a Redis Cluster, naming the server may load the cluster's
+// layout (once, before the first call), within the timeout.
+func (d *Door) Enter(p *remote.Policy, key string) (Pass, error) {
+	b := d.breaker
+	if d.sharded {
+		ctx, cancel := d.Bound(context.Background())
+		b = d.breakerOf(ctx, p, key)
+		cancel()
 	}
-	node := e.store.Node(ctx, p, key)
+	ok, probe, cause := b.allow(d.nanos())
+	if !ok {
+		return Pass{}, cause
+	}
+	return Pass{b, probe}, nil
+}
+
+// Leave reports the outcome of the call made with pass: err is its error,
+// as Classify returns it. It returns the cause of a Redis failure (err,
+// which wraps ErrUnavailable), or nil: the call succeeded, or ended for the
+// caller's own reasons (its context, or ErrClosed).
+func (d *Door) Leave(pass Pass, err error) error {
+	b := pass.b
+	switch {
+	case err == nil:
+		b.success()
+		return nil
+	case errors.Is(err, ErrUnavailable):
+		b.failure(d.nanos(), pass.probe, err)
+		return err
+	default:
+		if pass.probe {
+			b.abort(d.nanos())
+		}
+		return nil
+	}
+}
+
+// Ready reports whether the breaker of the server that holds key's state
+// under p is closed: for a call in the background (a prefetch), which
+// neither probes a failing server nor goes through an open breaker. It
+// makes no timer: the key was leased before, so a cluster's layout is
+// loaded.
+func (d *Door) Ready(p *remote.Policy, key string) bool {
+	return d.breakerOf(context.Background(), p, key).State() == BreakerClosed
+}
+
+// Breakers returns the breakers' state, the worst of them (open, then
+// half-open, then closed), and the times they opened, all together.
+func (d *Door) Breakers() (state BreakerState, opens uint64) {
+	d.eachBreaker(func(b *breaker) {
+		if bs := b.State(); bs == BreakerOpen || bs == BreakerHalfOpen && state == BreakerClosed {
+			state = bs
+		}
+		opens += b.opens.Load()
+	})
+	return state, opens
+}
+
+// breakerOf returns the breaker in front of the server that holds key's
+// state under p; ctx bounds only a load of the cluster's layout.
+func (d *Door) breakerOf(ctx context.Context, p *remote.Policy, key string) *breaker {
+	if !d.sharded {
+		return d.breaker
+	}
+	node := d.store.Node(ctx, p, key)
 	if node == "" {
-		return e.breaker
+		return d.breaker
 	}
-	if b, ok := e.breakers.Load(node); ok {
+	if b, ok := d.breakers.Load(node); ok {
 		return b.(*breaker)
 	}
-	b, _ := e.breakers.LoadOrStore(node, e.newBreaker(node))
+	b, _ := d.breakers.LoadOrStore(node, d.newBreaker(node))
 	return b.(*breaker)
 }
 
-// nanos is the breaker's time: ns on the engine's clock since New.
-func (e *Engine) nanos() int64 { return int64(e.clock.Now().Sub(e.base)) }
+// nanos is the breakers' time: ns on the Door's clock since New.
+func (d *Door) nanos() int64 { return int64(d.clock.Now().Sub(d.base)) }
 
 // eachBreaker calls f with every breaker.
-func (e *Engine) eachBreaker(f func(*breaker)) {
-	f(e.breaker)
-	e.breakers.Range(func(_, b any) bool {
+func (d *Door) eachBreaker(f func(*breaker)) {
+	f(d.breaker)
+	d.breakers.Range(func(_, b any) bool {
 		f(b.(*breaker))
 		return true
 	})

@@ -1,0 +1,212 @@
+package door
+
+import (
+	"context"
+	"errors"
+
+	"github.com/ratelease/ratelease/internal/guard"
+	"github.com/ratelease/ratelease/remote"
+)
+
+// Acquire makes one acquire call through the breaker of r's key's server,
+// bounded by the timeout and ctx. cause is not nil when Redis could not
+// decide (the breaker is open, or the call failed: then cause wraps
+// ErrUnavailable); err is the caller's: ctx's error, unwrapped, or
+// ErrClosed. With Guard, a grant that arrives after the deadline is
+// refunded where it arrives.
+func (d *Door) Acquire(ctx context.Context, r remote.Request) (dec remote.Decision, cause, err error) {
+	pass, cause := d.Enter(r.Policy, r.Key)
+	if cause != nil {
+		return remote.Decision{}, cause, nil
+	}
+	dec, err = d.acquire(ctx, r)
+	cause = d.Leave(pass, err)
+	if cause != nil {
+		return dec, cause, nil
+	}
+	return dec, nil, err
+}
+
+// acquire makes one acquire call, bounded by the timeout and ctx. Errors
+// are Classify's.
+func (d *Door) acquire(ctx context.Context, r remote.Request) (remote.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return remote.Decision{}, err
+	}
+	rctx, cancel := d.Bound(ctx)
+	defer cancel()
+	var dec remote.Decision
+	var err error
+	if d.guard {
+		dec, err = guard.Do(&d.guards, rctx,
+			func(ctx context.Context) (remote.Decision, error) { return d.store.Acquire(ctx, r) },
+			func(late remote.Decision, err error) {
+				if err == nil && late.Granted > 0 {
+					d.single.lateGranted.Add(uint64(late.Granted))
+					if d.refund(r.Policy, r.Key, late.Granted, late.At) { // already on a tracked goroutine
+						d.single.lateRefunded.Add(uint64(late.Granted))
+					}
+				}
+			})
+		if errors.Is(err, guard.ErrClosed) {
+			return remote.Decision{}, ErrClosed
+		}
+	} else {
+		dec, err = d.store.Acquire(rctx, r)
+	}
+	d.single.roundTrips.Add(1)
+	if err != nil {
+		d.single.errors.Add(1)
+		return remote.Decision{}, Classify(ctx, err)
+	}
+	return dec, nil
+}
+
+// Refund gives back units of key under p, granted at Redis time at (µs),
+// that the caller will not use: its own context is over, so the refund
+// gets its own, bounded by the timeout. If Redis cannot take them, the
+// units come back by themselves when their state expires.
+func (d *Door) Refund(p *remote.Policy, key string, units, at int64) {
+	if !d.guard {
+		d.refund(p, key, units, at)
+		return
+	}
+	ctx, cancel := d.Bound(context.Background())
+	defer cancel()
+	_, _ = guard.Do(&d.guards, ctx, func(context.Context) (struct{}, error) {
+		d.refund(p, key, units, at)
+		return struct{}{}, nil
+	}, nil)
+}
+
+// refund makes one refund call on the calling goroutine, bounded by the
+// timeout. It reports whether Redis took it.
+func (d *Door) refund(p *remote.Policy, key string, units, at int64) bool {
+	ctx, cancel := d.Bound(context.Background())
+	defer cancel()
+	d.single.roundTrips.Add(1)
+	if err := d.store.Refund(ctx, p, key, units, at); err != nil {
+		d.single.errors.Add(1)
+		return false
+	}
+	return true
+}
+
+// Charge charges Redis with what take returns: acquire calls for units
+// admitted without Redis while the server named node was unavailable, once
+// its breaker has closed (see Config.Recovered). take is given a test of
+// whether a key's state is on node, nil when every key is (but with a
+// Redis Cluster). It all runs on a goroutine Close waits for, within one
+// timeout, the calls in one pipeline: one round trip, and one error if any
+// call failed. A grant that arrives late stays charged: it was owed.
+// Charge returns the units granted, 0 once Close has begun.
+func (d *Door) Charge(node string, take func(on func(*remote.Policy, string) bool) []remote.Request) int64 {
+	ctx, cancel := d.Bound(context.Background())
+	defer cancel()
+	var on func(*remote.Policy, string) bool
+	if d.sharded {
+		on = func(p *remote.Policy, key string) bool { return d.store.Node(ctx, p, key) == node }
+	}
+	n, err := guard.Do(&d.guards, ctx, func(ctx context.Context) (charged int64, err error) {
+		rs := take(on)
+		if len(rs) == 0 {
+			return 0, nil
+		}
+		ds, errs := d.store.AcquireBatch(ctx, rs)
+		for i := range ds {
+			if errs[i] != nil {
+				err = errs[i]
+				continue
+			}
+			charged += ds[i].Granted
+		}
+		return charged, err
+	}, nil)
+	if errors.Is(err, guard.ErrClosed) {
+		return 0
+	}
+	d.single.roundTrips.Add(1)
+	if err != nil {
+		d.single.errors.Add(1)
+	}
+	return n
+}
+
+// Batch makes the refunds gs and the acquire calls rs in one pipeline (see
+// remote.Store.Batch), bounded by the timeout and ctx: one round trip, and
+// an error for each call that failed. With Guard, when the pipeline
+// outlives its deadline every call fails with the deadline's error, and the
+// grants that arrive later are refunded as they arrive: nobody holds them.
+func (d *Door) Batch(ctx context.Context, rs []remote.Request, gs []remote.Grant) ([]remote.Decision, []error, []error) {
+	ctx, cancel := d.Bound(ctx)
+	defer cancel()
+	d.batched.roundTrips.Add(1)
+	ds, errs, gerrs := d.batch(ctx, rs, gs)
+	d.batched.failed(errs)
+	d.batched.failed(gerrs)
+	return ds, errs, gerrs
+}
+
+// batch is Batch, uncounted: directly, or with Guard on a goroutine of its
+// own.
+func (d *Door) batch(ctx context.Context, rs []remote.Request, gs []remote.Grant) ([]remote.Decision, []error, []error) {
+	if !d.guard {
+		return d.store.Batch(ctx, rs, gs)
+	}
+	type answer struct {
+		ds          []remote.Decision
+		errs, gerrs []error
+	}
+	a, err := guard.Do(&d.guards, ctx, func(ctx context.Context) (answer, error) {
+		ds, errs, gerrs := d.store.Batch(ctx, rs, gs)
+		return answer{ds, errs, gerrs}, nil
+	}, func(a answer, _ error) {
+		d.refundLate(rs, a.ds, a.errs)
+	})
+	if err != nil {
+		if errors.Is(err, guard.ErrClosed) {
+			err = ErrClosed
+		}
+		a.ds, a.errs, a.gerrs = make([]remote.Decision, len(rs)), allFailed(len(rs), err), allFailed(len(gs), err)
+	}
+	return a.ds, a.errs, a.gerrs
+}
+
+// refundLate refunds the grants ds (errs their errors) to the requests rs
+// of a pipeline whose caller had stopped waiting. It runs on the guarded
+// call's goroutine, past the caller's deadline (and maybe past Close): the
+// refund gets a timeout of its own.
+func (d *Door) refundLate(rs []remote.Request, ds []remote.Decision, errs []error) {
+	var late []remote.Grant
+	for i, dec := range ds {
+		if errs[i] == nil && dec.Granted > 0 {
+			d.batched.lateGranted.Add(uint64(dec.Granted))
+			late = append(late, remote.Grant{Policy: rs[i].Policy, Key: rs[i].Key, Units: dec.Granted, At: dec.At})
+		}
+	}
+	if len(late) == 0 {
+		return
+	}
+	ctx, cancel := d.Bound(context.Background())
+	defer cancel()
+	d.batched.roundTrips.Add(1)
+	for i, err := range d.store.RefundBatch(ctx, late) {
+		if err != nil {
+			// Not retried: the units come back by themselves when their
+			// key's state expires.
+			d.batched.errors.Add(1)
+			continue
+		}
+		d.batched.lateRefunded.Add(uint64(late[i].Units))
+	}
+}
+
+// allFailed returns n errors, each err: what a pipeline that failed as a
+// whole gives each of its calls.
+func allFailed(n int, err error) []error {
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}

@@ -1,0 +1,28 @@
+// Package door is the one way from a Limiter to Redis: every Redis call of
+// packages tier and sync goes through the Limiter's Door.
+//
+// A Door owns, for one Limiter:
+//
+//   - the Redis timeout: every call is bounded by it on top of the caller's
+//     context, and every deadline a caller needs for Redis comes from Bound;
+//   - the guard (package internal/guard) for clients that do not honour
+//     context deadlines: such a call runs on a goroutine of its own, which
+//     the Door tracks and Close waits for, for a bounded time;
+//   - late refunds: a grant that arrives after its guarded call's caller
+//     stopped waiting is refunded where it arrives, since nobody holds it;
+//   - the circuit breakers (breaker.go): one in front of Redis, and with a
+//     Redis Cluster one in front of each master, asked before a call
+//     (Enter, Ready) and told its outcome (Leave); when one closes after an
+//     outage, the Door tells its owner (Config.Recovered);
+//   - the counters of round trips and errors (Stats).
+//
+// Files: door.go (the type, New, Bound, Classify, Stats, Close), calls.go
+// (Acquire, Refund, Charge, Batch), breaker.go.
+//
+// It must not decide requests or choose what a failure means to them
+// (package tier does, and charges what its fallback admitted through
+// Charge), make, size or hold leases (package sync does, and sends them
+// through Batch), or build keys and run scripts itself (package remote
+// does, in the Store a Door is given). It imports remote, clock and
+// internal/guard from this module. A Door is safe for concurrent use.
+package door

@@ -1,0 +1,155 @@
+package door
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratelease/ratelease/clock"
+	"github.com/ratelease/ratelease/internal/guard"
+	"github.com/ratelease/ratelease/remote"
+)
+
+// ErrUnavailable is wrapped, together with the cause, by every error that
+// comes from Redis failing to answer (a network error, a timeout, a script
+// error). Errors of the caller's context are returned unwrapped instead.
+var ErrUnavailable = errors.New("ratelease: redis unavailable")
+
+// ErrClosed is returned by calls made once the Door's owner is closing.
+var ErrClosed = errors.New("ratelease: limiter closed")
+
+// Config configures a Door. Store, Clock and a positive Timeout are
+// required.
+type Config struct {
+	Store *remote.Store
+	// Clock is the breakers' time (their backoff).
+	Clock clock.Clock
+	// Timeout bounds every Redis call, on top of the caller's context.
+	Timeout time.Duration
+	// Guard runs each Redis call on its own goroutine and stops waiting for
+	// it at the deadline: for clients that do not honour context deadlines
+	// themselves (see remote.HonoursDeadlines).
+	Guard bool
+	// Observer, when not nil, is called with each new state of a breaker,
+	// on the goroutine that changed it: it must not block.
+	Observer func(BreakerState)
+	// Recovered, when not nil, is called on a goroutine of its own each
+	// time the breaker of the server named node closes after an outage
+	// ("" with a single server; see remote.Store.Node).
+	Recovered func(node string)
+}
+
+// Door makes every Redis call of one Limiter. Create it with New; it is
+// safe for concurrent use.
+type Door struct {
+	store   *remote.Store
+	clock   clock.Clock
+	base    time.Time // the breakers' time is ns since base
+	timeout time.Duration
+	guard   bool
+	// guards tracks the goroutines of guarded calls and of outage charges;
+	// Close waits for them until its context ends.
+	guards guard.Group
+	// breaker stands in front of Redis; with a Redis Cluster (sharded), of
+	// the keys whose server cannot be named, and breakers (server address
+	// -> *breaker) in front of each master, so that a master that fails
+	// takes down only its own keys.
+	breaker   *breaker
+	breakers  sync.Map
+	sharded   bool
+	observer  func(BreakerState)
+	recovered func(node string)
+	// single counts the calls of Acquire, Refund and Charge, batched those
+	// of Batch.
+	single, batched counters
+}
+
+// New returns a Door to cfg.Store.
+func New(cfg Config) *Door {
+	d := &Door{
+		store: cfg.Store, clock: cfg.Clock, base: cfg.Clock.Now(), timeout: cfg.Timeout, guard: cfg.Guard,
+		sharded: cfg.Store.Sharded(), observer: cfg.Observer, recovered: cfg.Recovered,
+	}
+	d.breaker = d.newBreaker("")
+	return d
+}
+
+// Bound returns ctx limited to the Redis timeout, unless ctx's own
+// deadline is sooner (then ctx itself, and no timer is made). Every
+// deadline for Redis is made here.
+func (d *Door) Bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d.timeout {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d.timeout)
+}
+
+// Classify returns what err, the error of a Redis call made for a caller
+// whose context is ctx, means to that caller: nil stays nil, ErrClosed
+// stays itself, ctx's own error comes back unwrapped once ctx has ended,
+// and anything else is Redis failing: an error wrapping ErrUnavailable and
+// err.
+func Classify(ctx context.Context, err error) error {
+	switch {
+	case err == nil, errors.Is(err, ErrClosed):
+		return err
+	case ctx.Err() != nil:
+		return ctx.Err()
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// Node names the server that holds key's state under p (see
+// remote.Store.Node), within ctx.
+func (d *Door) Node(ctx context.Context, p *remote.Policy, key string) string {
+	return d.store.Node(ctx, p, key)
+}
+
+// Sharded reports whether Node can name more than one server.
+func (d *Door) Sharded() bool { return d.sharded }
+
+// Counts are what a Door counted of one kind of call.
+type Counts struct {
+	// RoundTrips counts round trips (a pipeline counts one, and so does
+	// a refund of late grants); Errors the calls in them that failed.
+	RoundTrips, Errors uint64
+	// LateGranted counts the units granted to guarded calls after their
+	// callers stopped waiting; LateRefunded those of them given back.
+	LateGranted, LateRefunded uint64
+}
+
+// counters are Counts, updated atomically.
+type counters struct {
+	roundTrips, errors, lateGranted, lateRefunded atomic.Uint64
+}
+
+func (c *counters) load() Counts {
+	return Counts{RoundTrips: c.roundTrips.Load(), Errors: c.errors.Load(),
+		LateGranted: c.lateGranted.Load(), LateRefunded: c.lateRefunded.Load()}
+}
+
+// failed counts the errors among errs.
+func (c *counters) failed(errs []error) {
+	for _, err := range errs {
+		if err != nil {
+			c.errors.Add(1)
+		}
+	}
+}
+
+// Stats returns the counts of single calls (Acquire, Refund, Charge) and of
+// batched ones (Batch: pipelines of leases and refunds).
+func (d *Door) Stats() (single, batched Counts) {
+	return d.single.load(), d.batched.load()
+}
+
+// Close makes every later guarded call and Charge fail with ErrClosed, and
+// waits for the guarded calls still running until ctx ends: those left end
+// at the client's own timeouts, and refund what they are granted late
+// themselves. Idempotent.
+func (d *Door) Close(ctx context.Context) {
+	d.guards.Close(ctx)
+}
