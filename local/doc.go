@@ -7,6 +7,13 @@
 //     with an expiry, taken from without a lock. One allowance serves every
 //     limit of its policy, because a lease charges all of them at once
 //     (all-or-nothing), so a leased unit is already paid for everywhere;
+//   - [Entry], the state of one (policy, key): its allowance, Redis's last
+//     word on the key (what a hit reports), and the bookkeeping of its
+//     leases (the demand, the lease in flight, units set aside to go back).
+//     Its state is its own: the hit path reads it lock-free (Take,
+//     LastWord, LowWater), the leaser changes it under the entry's lock
+//     through methods that say what happens (StartLease, Fill, Answered,
+//     SetAside, DrainBack, EndLease);
 //   - [Demand], an estimate of how fast an allowance is used, from which the
 //     lease size is chosen;
 //   - [Table], the allowances of one policy by key, read without a lock, and

@@ -182,10 +182,10 @@ func TestBoundEvictsLeastRecentlyLeasedAndHandsBackUnits(t *testing.T) {
 		units, at int64
 	}
 	var got []evicted
-	b := local.NewBound(2, func(e *local.Entry, units, at int64) { got = append(got, evicted{e.Key, units, at}) })
+	b := local.NewBound(2, func(e *local.Entry, units, at int64) { got = append(got, evicted{e.Key(), units, at}) })
 	p, q := b.NewTable("p"), b.NewTable("q")
 	a := p.GetOrCreate("a")
-	a.Add(5, 77, math.MaxInt64, 0)
+	a.Fill(local.Grant{Units: 5, Keep: 5, At: 77, Expires: math.MaxInt64}, 0)
 	c := q.GetOrCreate("c")
 	if p.GetOrCreate("a") != a {
 		t.Fatal("GetOrCreate made a second entry for one key")
@@ -222,7 +222,7 @@ func TestBoundEvictsLeastRecentlyLeasedAndHandsBackUnits(t *testing.T) {
 // and GetOrCreate alike.
 func TestTableReadMapAndEviction(t *testing.T) {
 	var gone []string
-	b := local.NewBound(3, func(e *local.Entry, _, _ int64) { gone = append(gone, e.Key) })
+	b := local.NewBound(3, func(e *local.Entry, _, _ int64) { gone = append(gone, e.Key()) })
 	tab := b.NewTable("p")
 	x, y := tab.GetOrCreate("x"), tab.GetOrCreate("y")
 	for i := 0; i < 200; i++ { // enough misses to rebuild the snapshot
@@ -243,7 +243,7 @@ func TestTableReadMapAndEviction(t *testing.T) {
 		t.Fatal("Get found an evicted entry")
 	}
 	keys := map[string]bool{}
-	tab.Range(func(e *local.Entry) bool { keys[e.Key] = true; return true })
+	tab.Range(func(e *local.Entry) bool { keys[e.Key()] = true; return true })
 	if len(keys) != 3 || keys["x"] {
 		t.Fatalf("Range saw %v, want y, z, w", keys)
 	}
@@ -255,12 +255,71 @@ func TestTableReadMapAndEviction(t *testing.T) {
 	}
 }
 
+// A lease of an entry: one at a time (the others wait for it, and a
+// prefetch gives up); it measures the demand, takes along the units set
+// aside, and its grant fills the allowance; Redis's word is what hits read.
+func TestEntryLease(t *testing.T) {
+	e := local.NewBound(10, nil).NewTable("p").GetOrCreate("k")
+	first, wait := e.StartLease(2, 0)
+	if wait != nil || first.Rate != 0 || !e.Leasing() {
+		t.Fatalf("first lease: %+v, %v", first, wait)
+	}
+	if _, wait := e.StartLease(1, 0); wait == nil {
+		t.Fatal("a second lease started while one is in flight")
+	}
+	if _, ok := e.TryStartLease(0, func() bool { return true }); ok {
+		t.Fatal("a prefetch started while a lease is in flight")
+	}
+	if stale, _ := e.Fill(local.Grant{Units: 10, Keep: 8, At: 5, Expires: 2e9, WindowEnd: 3e9}, 0); stale != 0 {
+		t.Fatalf("stale %d from an empty allowance", stale)
+	}
+	e.Answered(local.Word{Limit: 1, Remaining: 90, ResetAt: 4e9}, 3, true)
+	e.SetLowWater(2)
+	e.EndLease()
+	if w := e.LastWord(); w != (local.Word{Limit: 1, Remaining: 90, ResetAt: 4e9}) || e.Members() != 3 || !e.Shared() || e.LowWater() != 2 {
+		t.Fatalf("word %+v, members %d, shared %v, low water %d", w, e.Members(), e.Shared(), e.LowWater())
+	}
+	e.Answered(local.Word{}, 0, false) // members not counted: the last count stays
+	if e.Members() != 3 || e.Shared() {
+		t.Fatalf("members %d, shared %v", e.Members(), e.Shared())
+	}
+	if !e.Take(4, 1e9) {
+		t.Fatal("the grant's units are not in the allowance")
+	}
+	e.Wanted(2)
+	e.SetAside(3, 7, 1e9)
+	e.SetAside(1, 6, 1.5e9)
+	if _, ok := e.TryStartLease(1e9, func() bool { return false }); ok || e.Leasing() {
+		t.Fatal("a prefetch started although ready said no")
+	}
+	// 4 taken and 2 wanted over the second since the first lease.
+	l, ok := e.TryStartLease(1e9, func() bool { return true })
+	if !ok || l.Rate != 6 || l.WindowEnd != 3e9 || l.LastGrant != 10 || l.Back != 4 || l.BackAt != 6 {
+		t.Fatalf("prefetch: %+v, %v; want rate 6, window end 3e9, last grant 10, 4 units back granted at 6", l, ok)
+	}
+	e.SetAside(2, 9, 2e9)
+	if u, _ := e.DrainOldBack(3e9); u != 0 {
+		t.Fatalf("drained %d units set aside while a lease is in flight", u)
+	}
+	e.EndLease()
+	if u, _ := e.DrainOldBack(2e9 - 1); u != 0 {
+		t.Fatalf("drained %d units set aside after before", u)
+	}
+	if u, at := e.DrainOldBack(2e9); u != 2 || at != 9 {
+		t.Fatalf("DrainOldBack = %d, %d; want 2 units granted at 9", u, at)
+	}
+	e.SetAside(5, 11, 3e9)
+	if u, at := e.DrainBack(); u != 5 || at != 11 {
+		t.Fatalf("DrainBack = %d, %d; want 5, 11", u, at)
+	}
+}
+
 // The hit path: one key, units to spare.
 func BenchmarkTake(b *testing.B) {
 	bound := local.NewBound(1000, nil)
 	tab := bound.NewTable("p")
 	e := tab.GetOrCreate("user:42")
-	e.Add(math.MaxInt64/2, 1, math.MaxInt64, 0)
+	e.Fill(local.Grant{Units: math.MaxInt64 / 2, Keep: math.MaxInt64 / 2, At: 1, Expires: math.MaxInt64}, 0)
 	key := string([]byte("user:42"))
 	b.Run("seq", func(b *testing.B) {
 		b.ReportAllocs()
@@ -292,7 +351,7 @@ func BenchmarkIdleKeyMemory(b *testing.B) {
 		tab := bound.NewTable("p")
 		for i := 0; i < keys; i++ {
 			e := tab.GetOrCreate("user:" + strconv.Itoa(1_000_000+i)) // 12-byte keys
-			e.Add(10, 1, math.MaxInt64, 0)
+			e.Fill(local.Grant{Units: 10, Keep: 10, At: 1, Expires: math.MaxInt64}, 0)
 		}
 		for i := 0; i < keys; i++ { // enough lookups to build the snapshot
 			tab.Get("user:" + strconv.Itoa(1_000_000+i))

@@ -7,68 +7,6 @@ import (
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 )
 
-// Entry is the local state of one (policy, key): its allowance, read and
-// taken from lock-free on the hit path, and the bookkeeping of the leases
-// made for it, which the sync package keeps under Mu.
-type Entry struct {
-	Allowance
-
-	// Key is the caller's key.
-	Key string
-	// Policy is whatever the table's owner uses to name the policy.
-	Policy any
-
-	// Mu guards what follows; it is held only to make or apply a lease,
-	// never on the hit path.
-	Mu sync.Mutex
-	// Demand is the estimated rate at which units of this entry are wanted:
-	// admitted, and denied locally.
-	Demand Demand
-	// Leasing is non-nil while a lease request for this entry is in flight;
-	// it is closed when the request ends. Concurrent misses wait on it
-	// instead of asking Redis again.
-	Leasing chan struct{}
-	// Seen and AskedSeen are Taken() and Asked at the last lease, for the
-	// demand estimate.
-	Seen, AskedSeen int64
-	// Back and BackAt: units that lapsed unused (granted at Redis time
-	// BackAt, µs), to be given back with the next lease of this entry;
-	// BackSince is when (ns) they were set aside.
-	Back, BackAt, BackSince int64
-	// WindowEnd is when (ns) the last grant lapses with its window, for a
-	// policy with a window; 0 otherwise.
-	WindowEnd int64
-	// LastGrant is the size of the last grant, for the next lease's growth.
-	LastGrant int64
-
-	// Asked counts the units denied locally (cached denials): wanted, but
-	// not taken. Added to off the hit path.
-	Asked atomic.Int64
-
-	// The last word from Redis on this key, for the Results of local hits
-	// and cached denials: the deciding limit, the room it had left beyond
-	// what was leased, and when (ns) it would be fully replenished; and the
-	// members of the key (0: unknown). Written at each lease.
-	Decider   atomic.Int32
-	Remaining atomic.Int64
-	ResetAt   atomic.Int64
-	Members   atomic.Int64
-	// Shared: at the last lease other members wanted the key too, and
-	// Redis held this one to its share or denied it.
-	Shared atomic.Bool
-	// LowWater: when fewer units than this are held, a lease is made ahead
-	// of need (prefetch). Written at each lease.
-	LowWater atomic.Int64
-
-	table   *Table
-	evicted atomic.Bool
-}
-
-// Evicted reports whether the entry has left its table (evicted or closed).
-// Units added to an evicted entry must be drained and refunded by whoever
-// added them.
-func (e *Entry) Evicted() bool { return e.evicted.Load() }
-
 // Table holds the entries of one policy by key. A Table belongs to one
 // Bound, which caps how many entries all its tables hold.
 //
@@ -131,7 +69,7 @@ func (t *Table) GetOrCreate(key string) *Entry {
 	if e, ok := t.Get(key); ok {
 		return e
 	}
-	e := &Entry{Key: key, Policy: t.policy, table: t}
+	e := &Entry{key: key, policy: t.policy, table: t}
 	if v, loaded := t.all.LoadOrStore(key, e); loaded {
 		return v.(*Entry)
 	}
@@ -140,7 +78,7 @@ func (t *Table) GetOrCreate(key string) *Entry {
 }
 
 // remove drops e from the table (it is already marked evicted).
-func (t *Table) remove(e *Entry) { t.all.CompareAndDelete(e.Key, e) }
+func (t *Table) remove(e *Entry) { t.all.CompareAndDelete(e.key, e) }
 
 // Range calls f for every entry of the table, until f returns false.
 func (t *Table) Range(f func(*Entry) bool) {
@@ -203,7 +141,7 @@ func (b *Bound) add(e *Entry) {
 func (b *Bound) remove(e *Entry) {
 	e.evicted.Store(true)
 	e.table.remove(e)
-	units, at := e.Drain()
+	units, at := e.allowance.Drain()
 	if b.onEvict != nil {
 		b.onEvict(e, units, at)
 	}

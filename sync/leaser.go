@@ -151,15 +151,15 @@ func (l *Leaser) sawMembers(m, now int64) {
 // that requests before its RetryAfter are denied locally.
 func (l *Leaser) Lease(ctx context.Context, p *remote.Policy, e *local.Entry, n int64) (d remote.Decision, taken bool, err error) {
 	for {
-		e.Mu.Lock()
-		if ch := e.Leasing; ch != nil {
-			e.Mu.Unlock()
+		now := l.Now()
+		st, inFlight := e.StartLease(n, now)
+		if inFlight != nil {
 			select {
-			case <-ch:
+			case <-inFlight:
 			case <-ctx.Done():
 				return remote.Decision{}, false, ctx.Err()
 			}
-			now := l.Now()
+			now = l.Now()
 			if e.Take(n, now) {
 				return remote.Decision{}, true, nil
 			}
@@ -168,12 +168,8 @@ func (l *Leaser) Lease(ctx context.Context, p *remote.Policy, e *local.Entry, n 
 			}
 			continue
 		}
-		ch := make(chan struct{})
-		e.Leasing = ch
-		c := l.planLocked(p, e, n)
-		e.Mu.Unlock()
-		d, err = l.lease(ctx, c, n)
-		release(e, ch)
+		d, err = l.lease(ctx, l.plan(p, e, st, n, now), n)
+		e.EndLease()
 		return d, false, err
 	}
 }
@@ -190,21 +186,19 @@ func (l *Leaser) Prefetch(p *remote.Policy, e *local.Entry) {
 	}
 	// Redis denied the last lease until a time still to come: asking sooner
 	// would only poll it.
-	if denied, _ := e.Denied(l.Now(), math.MaxInt64); denied || !e.Mu.TryLock() {
+	now := l.Now()
+	if denied, _ := e.Denied(now, math.MaxInt64); denied {
 		return
 	}
-	if e.Leasing != nil || !l.door.Ready(p, e.Key) {
-		e.Mu.Unlock()
+	st, ok := e.TryStartLease(now, func() bool { return l.door.Ready(p, e.Key()) })
+	if !ok {
 		return
 	}
-	ch := make(chan struct{})
-	e.Leasing = ch
-	c := l.planLocked(p, e, 0)
-	e.Mu.Unlock()
+	c := l.plan(p, e, st, 0, now)
 	l.mu.Lock() // Close sets stopped under mu: no Add after its Wait
 	if l.stopped.Load() {
 		l.mu.Unlock()
-		release(e, ch)
+		e.EndLease()
 		return
 	}
 	l.wg.Add(1)
@@ -215,62 +209,46 @@ func (l *Leaser) Prefetch(p *remote.Policy, e *local.Entry) {
 		defer cancel()
 		// A failed prefetch changes nothing: the next miss leases itself.
 		_, _ = l.lease(ctx, c, 0)
-		release(e, ch)
+		e.EndLease()
 	}()
 }
 
-// release ends the lease in flight for e, whose Leasing is ch: waiters wake
-// and look at the allowance again.
-func release(e *local.Entry, ch chan struct{}) {
-	e.Mu.Lock()
-	e.Leasing = nil
-	close(ch)
-	e.Mu.Unlock()
-}
-
-// planLocked observes e's demand and returns the call for the next lease
-// of e, for a request of n units (0 for a prefetch): at least max(n, 1)
-// units, or nothing, and at most the size, which is the demand over the
-// horizon (Refresh, or three quarters of TTL; at least four measured round
-// trips, so that a hot key's prefetch lands before its units run out), but
-// not past the end of the current window, within [Min, Max] and the
-// policy's capacity. A cold key (no demand measured yet) asks for n alone:
-// a key used once costs what one exact call does. The call also carries
-// the units of e that lapsed and are still worth giving back. Requires e.Mu
-// held.
-func (l *Leaser) planLocked(p *remote.Policy, e *local.Entry, n int64) *call {
-	now := l.Now()
-	taken, asked := e.Taken(), e.Asked.Load()
-	e.Demand.Observe(taken-e.Seen+asked-e.AskedSeen+n, now)
-	e.Seen, e.AskedSeen = taken, asked
-	rate := e.Demand.Rate()
+// plan returns the call for the lease of e that st starts at now, for a
+// request of n units (0 for a prefetch): at least max(n, 1) units, or
+// nothing, and at most the size, which is the demand over the horizon
+// (Refresh, or three quarters of TTL; at least four measured round trips,
+// so that a hot key's prefetch lands before its units run out), but not
+// past the end of the current window, within [Min, Max] and the policy's
+// capacity. A cold key (no demand measured yet) asks for n alone: a key
+// used once costs what one exact call does. The call also carries the
+// units of e that lapsed and are still worth giving back (st.Back).
+func (l *Leaser) plan(p *remote.Policy, e *local.Entry, st local.Lease, n, now int64) *call {
+	rate := st.Rate
 	h := max(l.cfg.horizon(), min(4*time.Duration(l.rtt.Load()), l.cfg.TTL/2))
 	want := rate * h.Seconds()
-	if e.WindowEnd > now {
-		want = min(want, rate*float64(e.WindowEnd-now)/1e9)
+	if st.WindowEnd > now {
+		want = min(want, rate*float64(st.WindowEnd-now)/1e9)
 	}
 	// Slow start: a lease grows at most fourfold over the last grant, so
 	// that a first estimate of the demand (two observations) cannot take a
 	// whole burst before the key's other instances have made themselves
 	// known; a hot key still reaches a million units in ten leases.
-	want = min(want, float64(max(growthFloor, growth*e.LastGrant)))
+	want = min(want, float64(max(growthFloor, growth*st.LastGrant)))
 	size := max(int64(math.Ceil(want)), n, l.cfg.Min)
 	if l.cfg.Max > 0 {
 		size = min(size, l.cfg.Max)
 	}
 	size = max(min(size, p.Capacity()), n)
-	c := &call{
-		req: remote.Request{Policy: p, Key: e.Key, Min: max(n, 1), Max: size,
+	return &call{
+		req: remote.Request{Policy: p, Key: e.Key(), Min: max(n, 1), Max: size,
 			Member: l.id, Demand: int64(math.Ceil(rate)), Horizon: h,
-			Back: e.Back, BackAt: e.BackAt},
+			Back: st.Back, BackAt: st.BackAt},
 		entry: e, start: now, done: make(chan struct{}),
 	}
-	e.Back = 0
-	return c
 }
 
 // growth bounds a lease to growth × the last grant, and at least
-// growthFloor units (see planLocked).
+// growthFloor units (see plan).
 const (
 	growth      = 4
 	growthFloor = 8
@@ -314,13 +292,10 @@ func (l *Leaser) apply(c *call, n int64) {
 	now := l.Now()
 	l.offset.Store(d.At - now/1e3)
 	if d.Members > 0 {
-		e.Members.Store(d.Members)
 		l.sawMembers(d.Members, now)
 	}
-	e.Shared.Store(d.Members > 1 && (d.Granted == 0 || d.RetryAfter > 0))
-	e.Decider.Store(int32(d.Decider))
-	e.Remaining.Store(d.Remaining)
-	e.ResetAt.Store(now + int64(d.ResetAfter))
+	e.Answered(local.Word{Limit: d.Decider, Remaining: d.Remaining, ResetAt: now + int64(d.ResetAfter)},
+		d.Members, d.Members > 1 && (d.Granted == 0 || d.RetryAfter > 0))
 	if d.Granted == 0 {
 		wait := int64(d.RetryAfter)
 		if d.Members > 1 {
@@ -335,23 +310,14 @@ func (l *Leaser) apply(c *call, n int64) {
 		return
 	}
 	valid := l.cfg.TTL
-	if d.ValidFor >= 0 && d.ValidFor < valid {
-		valid = d.ValidFor
+	g := local.Grant{Units: d.Granted, Keep: d.Granted - n, At: d.At}
+	if d.ValidFor >= 0 {
+		valid = min(valid, d.ValidFor)
+		g.WindowEnd = start + int64(d.ValidFor)
 	}
-	keep := d.Granted - n
-	// Under Mu: an abandoned call's grant (applied by the batcher) may land
-	// while the next lease of e lands, and Adds must not overlap.
-	e.Mu.Lock()
-	e.LastGrant = d.Granted
-	var stale, staleAt int64
-	if keep > 0 {
-		if d.ValidFor >= 0 {
-			e.WindowEnd = start + int64(d.ValidFor)
-		}
-		stale, staleAt = e.Add(keep, d.At, start+int64(valid)-l.slack, now)
-	}
-	e.Mu.Unlock()
-	if keep > 0 {
+	g.Expires = start + int64(valid) - l.slack
+	stale, staleAt := e.Fill(g, now)
+	if g.Keep > 0 {
 		l.lapsed(e, stale, staleAt, now)
 		// Low water: a fraction of the lease, and never less than what the
 		// demand takes during a few round trips, so that a prefetch lands
@@ -365,7 +331,7 @@ func (l *Leaser) apply(c *call, n int64) {
 		if f := l.cfg.LowWater * float64(d.Granted); f >= 2 {
 			lw = max(lw, math.Ceil(f))
 		}
-		e.LowWater.Store(min(int64(math.Ceil(lw)), c.req.Max))
+		e.SetLowWater(min(int64(math.Ceil(lw)), c.req.Max))
 	}
 	if d.RetryAfter > 0 {
 		// Held to its fair share: no lease before the share holds the next

@@ -209,11 +209,7 @@ func TestPrefetchWaitsOutDenial(t *testing.T) {
 	if !e.Take(7, l.Now()) { // 2 left, under low water (3)
 		t.Fatal("no units to take")
 	}
-	leasing := func() bool {
-		e.Mu.Lock()
-		defer e.Mu.Unlock()
-		return e.Leasing != nil
-	}
+	leasing := e.Leasing
 	l.Prefetch(p, e) // the bucket is empty: denied for about a second
 	waitFor(t, func() bool { return !leasing() })
 	if s := l.Stats(); s.Leases != 2 || s.Denied != 1 {
@@ -338,8 +334,8 @@ func TestMembersComeWithLeases(t *testing.T) {
 	if ls[1].Instances() != 2 || ls[2].Instances() != 1 {
 		t.Fatalf("Instances() %d and %d, want 2 and 1", ls[1].Instances(), ls[2].Instances())
 	}
-	if es[1].Members.Load() != 2 {
-		t.Fatalf("entry's members %d, want 2", es[1].Members.Load())
+	if es[1].Members() != 2 {
+		t.Fatalf("entry's members %d, want 2", es[1].Members())
 	}
 }
 

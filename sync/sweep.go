@@ -16,16 +16,10 @@ func (l *Leaser) lapsed(e *local.Entry, units, at, now int64) {
 		return
 	}
 	l.stats.expired.Add(uint64(units))
-	if !e.Policy.(*remote.Policy).Refundable(units, at, now/1e3+l.offset.Load()) {
+	if !e.Policy().(*remote.Policy).Refundable(units, at, now/1e3+l.offset.Load()) {
 		return
 	}
-	e.Mu.Lock()
-	if e.Back == 0 {
-		e.BackAt, e.BackSince = at, now
-	}
-	e.Back += units
-	e.BackAt = min(e.BackAt, at)
-	e.Mu.Unlock()
+	e.SetAside(units, at, now)
 }
 
 // evicted gives back what e held when it left its table (evicted, or at
@@ -33,19 +27,16 @@ func (l *Leaser) lapsed(e *local.Entry, units, at, now int64) {
 // its place among the key's members, so that its demand stops counting.
 func (l *Leaser) evicted(e *local.Entry, units, at int64) {
 	l.goneHits.Add(e.Hits())
-	e.Mu.Lock()
-	back, backAt := e.Back, e.BackAt
-	e.Back = 0
-	e.Mu.Unlock()
+	back, backAt := e.DrainBack()
 	l.giveBack(e, back, backAt)
-	if e.Members.Load() > 0 && (units > 0 || e.Shared.Load()) {
+	if e.Members() > 0 && (units > 0 || e.Shared()) {
 		// Leave the key's members, so that this demand stops counting in
 		// the others' shares: with the refund, at no cost of its own; or on
 		// its own for a key that is shared out (the others would be held
 		// to less than they may have for three horizons). Any other entry
 		// does not leave: a call for that alone would cost a command per
 		// key at Close, and its membership lapses within three horizons.
-		l.queueBack(remote.Grant{Policy: e.Policy.(*remote.Policy), Key: e.Key, Units: units, At: at, Member: l.id})
+		l.queueBack(remote.Grant{Policy: e.Policy().(*remote.Policy), Key: e.Key(), Units: units, At: at, Member: l.id})
 		return
 	}
 	l.giveBack(e, units, at)
@@ -54,7 +45,7 @@ func (l *Leaser) evicted(e *local.Entry, units, at int64) {
 // giveBack queues a refund of units granted at at.
 func (l *Leaser) giveBack(e *local.Entry, units, at int64) {
 	if units > 0 {
-		l.queueBack(remote.Grant{Policy: e.Policy.(*remote.Policy), Key: e.Key, Units: units, At: at})
+		l.queueBack(remote.Grant{Policy: e.Policy().(*remote.Policy), Key: e.Key(), Units: units, At: at})
 	}
 }
 
@@ -85,16 +76,9 @@ func (l *Leaser) sweeper() {
 			if u, at := e.DrainExpired(now); u > 0 {
 				l.lapsed(e, u, at, now)
 			}
-			if !e.Mu.TryLock() { // a lease is being made or applied: next time
-				return true
-			}
-			back, at := e.Back, e.BackAt
-			if back > 0 && now-e.BackSince >= int64(every) && e.Leasing == nil {
-				e.Back = 0
-			} else {
-				back = 0
-			}
-			e.Mu.Unlock()
+			// Set aside a sweep ago, and no lease is being made or applied
+			// to take them along: they go on their own.
+			back, at := e.DrainOldBack(now - int64(every))
 			l.giveBack(e, back, at)
 			return true
 		})

@@ -15,7 +15,7 @@ import (
 func (e *Engine) members(p *remote.Policy, key string) int64 {
 	if Leasable(p) {
 		if ent, ok := e.table(p).Get(key); ok {
-			if m := ent.Members.Load(); m > 0 {
+			if m := ent.Members(); m > 0 {
 				return m
 			}
 		}
@@ -60,7 +60,7 @@ func (e *Engine) Hit(p *remote.Policy, key string, n int64) (limit int, remainin
 // afterTake starts a background lease for ent if its allowance ran low
 // with the take.
 func (e *Engine) afterTake(p *remote.Policy, ent *local.Entry) {
-	if ent.Units() < ent.LowWater.Load() {
+	if ent.Units() < ent.LowWater() {
 		e.leaser.Prefetch(p, ent) // which asks the door's breaker, if a lease would start
 	}
 }
@@ -160,14 +160,15 @@ func (e *Engine) fromLocal(p *remote.Policy, ent *local.Entry, n, now int64) (De
 		return e.localDecision(p, ent, now), true
 	}
 	if denied, left := ent.Denied(now, n); denied {
-		ent.Asked.Add(n) // wanted all the same: the demand counts it
+		ent.Wanted(n) // the demand counts it
 		e.stats.cached.Add(1)
 		e.stats.denied.Add(1)
 		// Remaining: what Redis last said it had left, and what this
 		// instance holds (too few for n).
-		return Decision{Source: Cached, Limit: int(ent.Decider.Load()), RetryAfter: time.Duration(left),
-			Remaining:  ent.Remaining.Load() + ent.Units(),
-			ResetAfter: time.Duration(max(0, ent.ResetAt.Load()-now))}, true
+		w := ent.LastWord()
+		return Decision{Source: Cached, Limit: w.Limit, RetryAfter: time.Duration(left),
+			Remaining:  w.Remaining + ent.Units(),
+			ResetAfter: time.Duration(max(0, w.ResetAt-now))}, true
 	}
 	return Decision{}, false
 }
@@ -183,9 +184,9 @@ func (e *Engine) localDecision(p *remote.Policy, ent *local.Entry, now int64) De
 // lease less what the units held would take to refill a token bucket (they
 // are charged in Redis, but not used).
 func hitState(p *remote.Policy, ent *local.Entry, now int64) (limit int, remaining int64, resetAfter time.Duration) {
-	limit = int(ent.Decider.Load())
+	w := ent.LastWord()
 	held := ent.Units()
-	return limit, ent.Remaining.Load() + held, time.Duration(max(0, ent.ResetAt.Load()-now-held*p.UnitRefill(limit)))
+	return w.Limit, w.Remaining + held, time.Duration(max(0, w.ResetAt-now-held*p.UnitRefill(w.Limit)))
 }
 
 // hitDecision is the Decision of a hit, from hitState's results.

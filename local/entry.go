@@ -1,0 +1,295 @@
+package local
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// Entry is the local state of one (policy, key). Its methods say what may
+// be done with it:
+//
+//   - the hit path takes units from its allowance (Take) and reads what
+//     Redis last said of the key (LastWord, LowWater), lock-free;
+//   - the leaser starts a lease (StartLease, TryStartLease), which
+//     measures the demand and takes along the units set aside; puts the
+//     answer in (Answered, Fill, Deny, SetLowWater); ends it (EndLease);
+//     and sets aside units that lapsed unused, to be given back (SetAside,
+//     DrainBack, DrainOldBack).
+//
+// The lease bookkeeping is kept under a lock of the entry's own, which the
+// hit path never takes. An Entry is made by its Table and is safe for
+// concurrent use.
+type Entry struct {
+	allowance Allowance
+
+	key    string
+	policy any
+
+	// mu guards what follows; it is held only to make or apply a lease,
+	// never on the hit path.
+	mu sync.Mutex
+	// demand is the estimated rate at which units of this entry are wanted:
+	// admitted, and denied locally.
+	demand Demand
+	// leasing is non-nil while a lease request for this entry is in flight;
+	// it is closed when the request ends. Concurrent misses wait on it
+	// instead of asking Redis again.
+	leasing chan struct{}
+	// seen and askedSeen are allowance.Taken() and asked at the last lease,
+	// for the demand estimate.
+	seen, askedSeen int64
+	// back and backAt: units that lapsed unused (granted at Redis time
+	// backAt, µs), to be given back with the next lease of this entry;
+	// backSince is when (ns) they were set aside.
+	back, backAt, backSince int64
+	// windowEnd is when (ns) the last grant lapses with its window, for a
+	// policy with a window; 0 otherwise.
+	windowEnd int64
+	// lastGrant is the size of the last grant, for the next lease's growth.
+	lastGrant int64
+
+	// asked counts the units denied locally (cached denials): wanted, but
+	// not taken. Added to off the hit path.
+	asked atomic.Int64
+
+	// The last word from Redis on this key (see Word), and the members of
+	// the key (0: unknown). Written at each lease.
+	decider   atomic.Int32
+	remaining atomic.Int64
+	resetAt   atomic.Int64
+	members   atomic.Int64
+	// shared: at the last lease other members wanted the key too, and
+	// Redis held this one to its share or denied it.
+	shared atomic.Bool
+	// lowWater: when fewer units than this are held, a lease is made ahead
+	// of need (prefetch). Written at each lease.
+	lowWater atomic.Int64
+
+	table   *Table
+	evicted atomic.Bool
+}
+
+// Key returns the caller's key of the entry.
+func (e *Entry) Key() string { return e.key }
+
+// Policy returns what the table's owner names the entry's policy with.
+func (e *Entry) Policy() any { return e.policy }
+
+// Evicted reports whether the entry has left its table (evicted or closed).
+// Units added to an evicted entry must be drained and refunded by whoever
+// added them.
+func (e *Entry) Evicted() bool { return e.evicted.Load() }
+
+// Take takes n units from the allowance if it holds them, unexpired, at
+// now: lock-free (see Allowance.Take).
+func (e *Entry) Take(n, now int64) bool { return e.allowance.Take(n, now) }
+
+// Units returns the units held, expired or not.
+func (e *Entry) Units() int64 { return e.allowance.Units() }
+
+// Hits returns the number of successful Takes so far.
+func (e *Entry) Hits() uint64 { return e.allowance.Hits() }
+
+// Deny records that Redis denied n units of this key until until (ns).
+func (e *Entry) Deny(until, n int64) { e.allowance.Deny(until, n) }
+
+// Denied reports whether a recorded denial holds for n units at now, and
+// how long until it lapses (see Allowance.Denied).
+func (e *Entry) Denied(now, n int64) (bool, int64) { return e.allowance.Denied(now, n) }
+
+// DrainExpired takes the units expired at now, for a refund (see
+// Allowance.DrainExpired).
+func (e *Entry) DrainExpired(now int64) (units, at int64) { return e.allowance.DrainExpired(now) }
+
+// Drain takes every unit held, for a refund (see Allowance.Drain).
+func (e *Entry) Drain() (units, at int64) { return e.allowance.Drain() }
+
+// Wanted counts n units denied locally (a cached denial): wanted all the
+// same, so the demand counts them.
+func (e *Entry) Wanted(n int64) { e.asked.Add(n) }
+
+// Word is the last word from Redis on an entry's key: what the Results of
+// its local hits and cached denials report.
+type Word struct {
+	// Limit is the index in the policy of the limit that decided.
+	Limit int
+	// Remaining is the room that limit had left beyond what was leased.
+	Remaining int64
+	// ResetAt is when (ns) it would be fully replenished.
+	ResetAt int64
+}
+
+// LastWord returns Redis's word at the entry's last lease: three atomic
+// loads, no lock.
+func (e *Entry) LastWord() Word {
+	return Word{Limit: int(e.decider.Load()), Remaining: e.remaining.Load(), ResetAt: e.resetAt.Load()}
+}
+
+// Members returns the members of the key Redis counted at its last lease
+// (the instances that lease it), or 0 when unknown.
+func (e *Entry) Members() int64 { return e.members.Load() }
+
+// Shared reports whether at the last lease other members wanted the key
+// too, and Redis held this one to its share or denied it.
+func (e *Entry) Shared() bool { return e.shared.Load() }
+
+// LowWater returns the units below which a lease is made ahead of need.
+func (e *Entry) LowWater() int64 { return e.lowWater.Load() }
+
+// SetLowWater sets the units below which a lease is made ahead of need.
+func (e *Entry) SetLowWater(n int64) { e.lowWater.Store(n) }
+
+// Answered records Redis's answer to a lease: its word on the key, the
+// key's members (0: not counted, the last count stays), and whether the
+// key is shared out (see Shared).
+func (e *Entry) Answered(w Word, members int64, shared bool) {
+	if members > 0 {
+		e.members.Store(members)
+	}
+	e.shared.Store(shared)
+	e.decider.Store(int32(w.Limit))
+	e.remaining.Store(w.Remaining)
+	e.resetAt.Store(w.ResetAt)
+}
+
+// Lease is what a lease of an entry starts from: what StartLease hands
+// the leaser to size and send it with.
+type Lease struct {
+	// Rate is the demand for the entry, in units per second, with the
+	// units taken and wanted since the last lease counted in.
+	Rate float64
+	// WindowEnd is when (ns) the last grant lapses with its window (0: no
+	// window); LastGrant is that grant's size.
+	WindowEnd, LastGrant int64
+	// Back units, granted at Redis time BackAt (µs), were set aside to go
+	// back with this lease: they are the lease's now, no longer the
+	// entry's.
+	Back, BackAt int64
+}
+
+// StartLease starts a lease of the entry at now for a request of n units
+// (0 for a prefetch), unless one is in flight: then it returns that one's
+// channel, closed when it ends, and the caller waits for it and looks at
+// the allowance again. Starting, it counts the units taken and wanted
+// since the last lease, and n, into the demand, and hands over the units
+// set aside. The caller ends the lease with EndLease.
+func (e *Entry) StartLease(n, now int64) (Lease, <-chan struct{}) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if ch := e.leasing; ch != nil {
+		return Lease{}, ch
+	}
+	return e.startLocked(n, now), nil
+}
+
+// TryStartLease is StartLease(0, now) for a lease made ahead of need,
+// which gives up instead of waiting: when the entry's lock is held, when a
+// lease is in flight, or when ready, asked last and under the lock (it
+// must not block), says no. It reports whether it started one.
+func (e *Entry) TryStartLease(now int64, ready func() bool) (Lease, bool) {
+	if !e.mu.TryLock() {
+		return Lease{}, false
+	}
+	defer e.mu.Unlock()
+	if e.leasing != nil || !ready() {
+		return Lease{}, false
+	}
+	return e.startLocked(0, now), true
+}
+
+// startLocked marks a lease in flight and returns what it starts from.
+// Requires mu held.
+func (e *Entry) startLocked(n, now int64) Lease {
+	e.leasing = make(chan struct{})
+	taken, asked := e.allowance.Taken(), e.asked.Load()
+	e.demand.Observe(taken-e.seen+asked-e.askedSeen+n, now)
+	e.seen, e.askedSeen = taken, asked
+	l := Lease{Rate: e.demand.Rate(), WindowEnd: e.windowEnd, LastGrant: e.lastGrant, Back: e.back, BackAt: e.backAt}
+	e.back = 0
+	return l
+}
+
+// EndLease ends the lease in flight: waiters wake and look at the
+// allowance again.
+func (e *Entry) EndLease() {
+	e.mu.Lock()
+	close(e.leasing)
+	e.leasing = nil
+	e.mu.Unlock()
+}
+
+// Leasing reports whether a lease of the entry is in flight.
+func (e *Entry) Leasing() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.leasing != nil
+}
+
+// Grant is a lease's grant, as Fill puts it into an entry.
+type Grant struct {
+	// Units is the grant's size; Keep of them go into the allowance (the
+	// others were the requester's).
+	Units, Keep int64
+	// At is the grant's Redis time (µs); the units kept may be used until
+	// Expires (ns).
+	At, Expires int64
+	// WindowEnd, when not 0, is when (ns) the grant lapses with its window.
+	WindowEnd int64
+}
+
+// Fill puts g into the entry at now: the size, for the next lease's
+// growth, and the units kept, into the allowance. It returns the units
+// held that had lapsed meanwhile, and their oldest grant time, for the
+// caller to set aside. Fills are serialized: an abandoned lease's grant
+// may land while the next lease's does.
+func (e *Entry) Fill(g Grant, now int64) (stale, staleAt int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.lastGrant = g.Units
+	if g.Keep <= 0 {
+		return 0, 0
+	}
+	if g.WindowEnd != 0 {
+		e.windowEnd = g.WindowEnd
+	}
+	return e.allowance.Add(g.Keep, g.At, g.Expires, now)
+}
+
+// SetAside sets aside units that lapsed unused at now (granted at Redis
+// time at, µs), to go back with the entry's next lease, or with
+// DrainOldBack.
+func (e *Entry) SetAside(units, at, now int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.back == 0 {
+		e.backAt, e.backSince = at, now
+	}
+	e.back += units
+	e.backAt = min(e.backAt, at)
+}
+
+// DrainBack takes every unit set aside, and their oldest grant time.
+func (e *Entry) DrainBack() (units, at int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	units, at = e.back, e.backAt
+	e.back = 0
+	return units, at
+}
+
+// DrainOldBack takes the units set aside, and their oldest grant time, if
+// they were set aside at or before before (ns) and no lease of the entry
+// is being made, is in flight or is being put in (they may go with it):
+// else it takes nothing.
+func (e *Entry) DrainOldBack(before int64) (units, at int64) {
+	if !e.mu.TryLock() {
+		return 0, 0
+	}
+	defer e.mu.Unlock()
+	if e.back == 0 || e.backSince > before || e.leasing != nil {
+		return 0, 0
+	}
+	units, at = e.back, e.backAt
+	e.back = 0
+	return units, at
+}
