@@ -17,13 +17,13 @@ import (
 //     DrainBack, DrainOldBack).
 //
 // The lease bookkeeping is kept under a lock of the entry's own, which the
-// hit path never takes. An Entry is made by its Table and is safe for
-// concurrent use.
-type Entry struct {
+// hit path never takes. P is the type its Table's owner names policies
+// with. An Entry is made by its Table and is safe for concurrent use.
+type Entry[P any] struct {
 	allowance Allowance
 
 	key    string
-	policy any
+	policy P
 
 	// mu guards what follows; it is held only to make or apply a lease,
 	// never on the hit path.
@@ -65,48 +65,48 @@ type Entry struct {
 	// of need (prefetch). Written at each lease.
 	lowWater atomic.Int64
 
-	table   *Table
+	table   *Table[P]
 	evicted atomic.Bool
 }
 
 // Key returns the caller's key of the entry.
-func (e *Entry) Key() string { return e.key }
+func (e *Entry[P]) Key() string { return e.key }
 
-// Policy returns what the table's owner names the entry's policy with.
-func (e *Entry) Policy() any { return e.policy }
+// Policy returns the entry's policy, as its table's owner names it.
+func (e *Entry[P]) Policy() P { return e.policy }
 
 // Evicted reports whether the entry has left its table (evicted or closed).
 // Units added to an evicted entry must be drained and refunded by whoever
 // added them.
-func (e *Entry) Evicted() bool { return e.evicted.Load() }
+func (e *Entry[P]) Evicted() bool { return e.evicted.Load() }
 
 // Take takes n units from the allowance if it holds them, unexpired, at
 // now: lock-free (see Allowance.Take).
-func (e *Entry) Take(n, now int64) bool { return e.allowance.Take(n, now) }
+func (e *Entry[P]) Take(n, now int64) bool { return e.allowance.Take(n, now) }
 
 // Units returns the units held, expired or not.
-func (e *Entry) Units() int64 { return e.allowance.Units() }
+func (e *Entry[P]) Units() int64 { return e.allowance.Units() }
 
 // Hits returns the number of successful Takes so far.
-func (e *Entry) Hits() uint64 { return e.allowance.Hits() }
+func (e *Entry[P]) Hits() uint64 { return e.allowance.Hits() }
 
 // Deny records that Redis denied n units of this key until until (ns).
-func (e *Entry) Deny(until, n int64) { e.allowance.Deny(until, n) }
+func (e *Entry[P]) Deny(until, n int64) { e.allowance.Deny(until, n) }
 
 // Denied reports whether a recorded denial holds for n units at now, and
 // how long until it lapses (see Allowance.Denied).
-func (e *Entry) Denied(now, n int64) (bool, int64) { return e.allowance.Denied(now, n) }
+func (e *Entry[P]) Denied(now, n int64) (bool, int64) { return e.allowance.Denied(now, n) }
 
 // DrainExpired takes the units expired at now, for a refund (see
 // Allowance.DrainExpired).
-func (e *Entry) DrainExpired(now int64) (units, at int64) { return e.allowance.DrainExpired(now) }
+func (e *Entry[P]) DrainExpired(now int64) (units, at int64) { return e.allowance.DrainExpired(now) }
 
 // Drain takes every unit held, for a refund (see Allowance.Drain).
-func (e *Entry) Drain() (units, at int64) { return e.allowance.Drain() }
+func (e *Entry[P]) Drain() (units, at int64) { return e.allowance.Drain() }
 
 // Wanted counts n units denied locally (a cached denial): wanted all the
 // same, so the demand counts them.
-func (e *Entry) Wanted(n int64) { e.asked.Add(n) }
+func (e *Entry[P]) Wanted(n int64) { e.asked.Add(n) }
 
 // Word is the last word from Redis on an entry's key: what the Results of
 // its local hits and cached denials report.
@@ -121,28 +121,28 @@ type Word struct {
 
 // LastWord returns Redis's word at the entry's last lease: three atomic
 // loads, no lock.
-func (e *Entry) LastWord() Word {
+func (e *Entry[P]) LastWord() Word {
 	return Word{Limit: int(e.decider.Load()), Remaining: e.remaining.Load(), ResetAt: e.resetAt.Load()}
 }
 
 // Members returns the members of the key Redis counted at its last lease
 // (the instances that lease it), or 0 when unknown.
-func (e *Entry) Members() int64 { return e.members.Load() }
+func (e *Entry[P]) Members() int64 { return e.members.Load() }
 
 // Shared reports whether at the last lease other members wanted the key
 // too, and Redis held this one to its share or denied it.
-func (e *Entry) Shared() bool { return e.shared.Load() }
+func (e *Entry[P]) Shared() bool { return e.shared.Load() }
 
 // LowWater returns the units below which a lease is made ahead of need.
-func (e *Entry) LowWater() int64 { return e.lowWater.Load() }
+func (e *Entry[P]) LowWater() int64 { return e.lowWater.Load() }
 
 // SetLowWater sets the units below which a lease is made ahead of need.
-func (e *Entry) SetLowWater(n int64) { e.lowWater.Store(n) }
+func (e *Entry[P]) SetLowWater(n int64) { e.lowWater.Store(n) }
 
 // Answered records Redis's answer to a lease: its word on the key, the
 // key's members (0: not counted, the last count stays), and whether the
 // key is shared out (see Shared).
-func (e *Entry) Answered(w Word, members int64, shared bool) {
+func (e *Entry[P]) Answered(w Word, members int64, shared bool) {
 	if members > 0 {
 		e.members.Store(members)
 	}
@@ -173,7 +173,7 @@ type Lease struct {
 // the allowance again. Starting, it counts the units taken and wanted
 // since the last lease, and n, into the demand, and hands over the units
 // set aside. The caller ends the lease with EndLease.
-func (e *Entry) StartLease(n, now int64) (Lease, <-chan struct{}) {
+func (e *Entry[P]) StartLease(n, now int64) (Lease, <-chan struct{}) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if ch := e.leasing; ch != nil {
@@ -186,7 +186,7 @@ func (e *Entry) StartLease(n, now int64) (Lease, <-chan struct{}) {
 // which gives up instead of waiting: when the entry's lock is held, when a
 // lease is in flight, or when ready, asked last and under the lock (it
 // must not block), says no. It reports whether it started one.
-func (e *Entry) TryStartLease(now int64, ready func() bool) (Lease, bool) {
+func (e *Entry[P]) TryStartLease(now int64, ready func() bool) (Lease, bool) {
 	if !e.mu.TryLock() {
 		return Lease{}, false
 	}
@@ -199,7 +199,7 @@ func (e *Entry) TryStartLease(now int64, ready func() bool) (Lease, bool) {
 
 // startLocked marks a lease in flight and returns what it starts from.
 // Requires mu held.
-func (e *Entry) startLocked(n, now int64) Lease {
+func (e *Entry[P]) startLocked(n, now int64) Lease {
 	e.leasing = make(chan struct{})
 	taken, asked := e.allowance.Taken(), e.asked.Load()
 	e.demand.Observe(taken-e.seen+asked-e.askedSeen+n, now)
@@ -211,7 +211,7 @@ func (e *Entry) startLocked(n, now int64) Lease {
 
 // EndLease ends the lease in flight: waiters wake and look at the
 // allowance again.
-func (e *Entry) EndLease() {
+func (e *Entry[P]) EndLease() {
 	e.mu.Lock()
 	close(e.leasing)
 	e.leasing = nil
@@ -219,7 +219,7 @@ func (e *Entry) EndLease() {
 }
 
 // Leasing reports whether a lease of the entry is in flight.
-func (e *Entry) Leasing() bool {
+func (e *Entry[P]) Leasing() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.leasing != nil
@@ -242,7 +242,7 @@ type Grant struct {
 // held that had lapsed meanwhile, and their oldest grant time, for the
 // caller to set aside. Fills are serialized: an abandoned lease's grant
 // may land while the next lease's does.
-func (e *Entry) Fill(g Grant, now int64) (stale, staleAt int64) {
+func (e *Entry[P]) Fill(g Grant, now int64) (stale, staleAt int64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.lastGrant = g.Units
@@ -258,7 +258,7 @@ func (e *Entry) Fill(g Grant, now int64) (stale, staleAt int64) {
 // SetAside sets aside units that lapsed unused at now (granted at Redis
 // time at, µs), to go back with the entry's next lease, or with
 // DrainOldBack.
-func (e *Entry) SetAside(units, at, now int64) {
+func (e *Entry[P]) SetAside(units, at, now int64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.back == 0 {
@@ -269,7 +269,7 @@ func (e *Entry) SetAside(units, at, now int64) {
 }
 
 // DrainBack takes every unit set aside, and their oldest grant time.
-func (e *Entry) DrainBack() (units, at int64) {
+func (e *Entry[P]) DrainBack() (units, at int64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	units, at = e.back, e.backAt
@@ -281,7 +281,7 @@ func (e *Entry) DrainBack() (units, at int64) {
 // they were set aside at or before before (ns) and no lease of the entry
 // is being made, is in flight or is being put in (they may go with it):
 // else it takes nothing.
-func (e *Entry) DrainOldBack(before int64) (units, at int64) {
+func (e *Entry[P]) DrainOldBack(before int64) (units, at int64) {
 	if !e.mu.TryLock() {
 		return 0, 0
 	}

@@ -182,7 +182,7 @@ func TestBoundEvictsLeastRecentlyLeasedAndHandsBackUnits(t *testing.T) {
 		units, at int64
 	}
 	var got []evicted
-	b := local.NewBound(2, func(e *local.Entry, units, at int64) { got = append(got, evicted{e.Key(), units, at}) })
+	b := local.NewBound(2, func(e *local.Entry[string], units, at int64) { got = append(got, evicted{e.Key(), units, at}) })
 	p, q := b.NewTable("p"), b.NewTable("q")
 	a := p.GetOrCreate("a")
 	a.Fill(local.Grant{Units: 5, Keep: 5, At: 77, Expires: math.MaxInt64}, 0)
@@ -210,8 +210,8 @@ func TestBoundEvictsLeastRecentlyLeasedAndHandsBackUnits(t *testing.T) {
 		t.Fatalf("after Clear: Len %d, evicted %d", b.Len(), len(got))
 	}
 	n := 0
-	p.Range(func(*local.Entry) bool { n++; return true })
-	q.Range(func(*local.Entry) bool { n++; return true })
+	p.Range(func(*local.Entry[string]) bool { n++; return true })
+	q.Range(func(*local.Entry[string]) bool { n++; return true })
 	if n != 0 {
 		t.Fatalf("%d entries left in tables after Clear", n)
 	}
@@ -222,7 +222,7 @@ func TestBoundEvictsLeastRecentlyLeasedAndHandsBackUnits(t *testing.T) {
 // and GetOrCreate alike.
 func TestTableReadMapAndEviction(t *testing.T) {
 	var gone []string
-	b := local.NewBound(3, func(e *local.Entry, _, _ int64) { gone = append(gone, e.Key()) })
+	b := local.NewBound(3, func(e *local.Entry[string], _, _ int64) { gone = append(gone, e.Key()) })
 	tab := b.NewTable("p")
 	x, y := tab.GetOrCreate("x"), tab.GetOrCreate("y")
 	for i := 0; i < 200; i++ { // enough misses to rebuild the snapshot
@@ -243,7 +243,7 @@ func TestTableReadMapAndEviction(t *testing.T) {
 		t.Fatal("Get found an evicted entry")
 	}
 	keys := map[string]bool{}
-	tab.Range(func(e *local.Entry) bool { keys[e.Key()] = true; return true })
+	tab.Range(func(e *local.Entry[string]) bool { keys[e.Key()] = true; return true })
 	if len(keys) != 3 || keys["x"] {
 		t.Fatalf("Range saw %v, want y, z, w", keys)
 	}
@@ -259,7 +259,7 @@ func TestTableReadMapAndEviction(t *testing.T) {
 // prefetch gives up); it measures the demand, takes along the units set
 // aside, and its grant fills the allowance; Redis's word is what hits read.
 func TestEntryLease(t *testing.T) {
-	e := local.NewBound(10, nil).NewTable("p").GetOrCreate("k")
+	e := local.NewBound[string](10, nil).NewTable("p").GetOrCreate("k")
 	first, wait := e.StartLease(2, 0)
 	if wait != nil || first.Rate != 0 || !e.Leasing() {
 		t.Fatalf("first lease: %+v, %v", first, wait)
@@ -316,7 +316,7 @@ func TestEntryLease(t *testing.T) {
 
 // The hit path: one key, units to spare.
 func BenchmarkTake(b *testing.B) {
-	bound := local.NewBound(1000, nil)
+	bound := local.NewBound[string](1000, nil)
 	tab := bound.NewTable("p")
 	e := tab.GetOrCreate("user:42")
 	e.Fill(local.Grant{Units: math.MaxInt64 / 2, Keep: math.MaxInt64 / 2, At: 1, Expires: math.MaxInt64}, 0)
@@ -347,7 +347,7 @@ func BenchmarkIdleKeyMemory(b *testing.B) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		bound := local.NewBound(keys, nil)
+		bound := local.NewBound[string](keys, nil)
 		tab := bound.NewTable("p")
 		for i := 0; i < keys; i++ {
 			e := tab.GetOrCreate("user:" + strconv.Itoa(1_000_000+i)) // 12-byte keys

@@ -15,19 +15,19 @@ import (
 // hashing) answers the keys that have been there a while, and is rebuilt in
 // the background once lookups have missed it a quarter of its size times
 // (at least 64): the rebuild's cost is paid for by those misses.
-type Table struct {
-	all  sync.Map                          // string -> *Entry: every live entry
-	read atomic.Pointer[map[string]*Entry] // a snapshot of all; evicted entries may linger (Get skips them)
+type Table[P any] struct {
+	all  sync.Map                             // string -> *Entry: every live entry
+	read atomic.Pointer[map[string]*Entry[P]] // a snapshot of all; evicted entries may linger (Get skips them)
 	// misses counts lookups answered by all, not read, since the last
 	// rebuild; rebuilding is held while one runs.
 	misses     atomic.Int64
 	rebuilding atomic.Bool
-	bound      *Bound
-	policy     any
+	bound      *Bound[P]
+	policy     P
 }
 
 // Get returns the entry of key, if there is one.
-func (t *Table) Get(key string) (*Entry, bool) {
+func (t *Table[P]) Get(key string) (*Entry[P], bool) {
 	if m := t.read.Load(); m != nil {
 		if e, ok := (*m)[key]; ok && !e.evicted.Load() {
 			return e, true
@@ -38,12 +38,12 @@ func (t *Table) Get(key string) (*Entry, bool) {
 		return nil, false
 	}
 	t.missed()
-	return v.(*Entry), true
+	return v.(*Entry[P]), true
 }
 
 // missed counts a lookup that the snapshot could not answer, and starts a
 // rebuild when there have been enough.
-func (t *Table) missed() {
+func (t *Table[P]) missed() {
 	size := int64(0)
 	if m := t.read.Load(); m != nil {
 		size = int64(len(*m))
@@ -52,9 +52,9 @@ func (t *Table) missed() {
 		return
 	}
 	go func() {
-		m := make(map[string]*Entry, size+size/4)
+		m := make(map[string]*Entry[P], size+size/4)
 		t.all.Range(func(k, v any) bool {
-			m[k.(string)] = v.(*Entry)
+			m[k.(string)] = v.(*Entry[P])
 			return true
 		})
 		t.read.Store(&m)
@@ -65,54 +65,54 @@ func (t *Table) missed() {
 
 // GetOrCreate returns the entry of key, creating it if needed. Creating an
 // entry may evict the least recently leased entry of any table of the bound.
-func (t *Table) GetOrCreate(key string) *Entry {
+func (t *Table[P]) GetOrCreate(key string) *Entry[P] {
 	if e, ok := t.Get(key); ok {
 		return e
 	}
-	e := &Entry{key: key, policy: t.policy, table: t}
+	e := &Entry[P]{key: key, policy: t.policy, table: t}
 	if v, loaded := t.all.LoadOrStore(key, e); loaded {
-		return v.(*Entry)
+		return v.(*Entry[P])
 	}
 	t.bound.add(e)
 	return e
 }
 
 // remove drops e from the table (it is already marked evicted).
-func (t *Table) remove(e *Entry) { t.all.CompareAndDelete(e.key, e) }
+func (t *Table[P]) remove(e *Entry[P]) { t.all.CompareAndDelete(e.key, e) }
 
 // Range calls f for every entry of the table, until f returns false.
-func (t *Table) Range(f func(*Entry) bool) {
-	t.all.Range(func(_, v any) bool { return f(v.(*Entry)) })
+func (t *Table[P]) Range(f func(*Entry[P]) bool) {
+	t.all.Range(func(_, v any) bool { return f(v.(*Entry[P])) })
 }
 
 // Bound caps the number of entries across its tables, evicting the least
 // recently leased. Evicted entries leave their table, and their unused units
 // are handed to the eviction callback (outside the lock) for a refund.
-type Bound struct {
+type Bound[P any] struct {
 	mu      sync.Mutex
-	lru     *simplelru.LRU[*Entry, struct{}] // requires mu held
-	evicted []*Entry                         // requires mu held; drained by add
-	onEvict func(e *Entry, units, at int64)
+	lru     *simplelru.LRU[*Entry[P], struct{}] // requires mu held
+	evicted []*Entry[P]                         // requires mu held; drained by add
+	onEvict func(e *Entry[P], units, at int64)
 }
 
 // NewBound returns a Bound of at most max entries (max >= 1). onEvict, if
 // not nil, receives each evicted entry with the units it held, drained.
-func NewBound(max int, onEvict func(e *Entry, units, at int64)) *Bound {
-	b := &Bound{onEvict: onEvict}
-	b.lru, _ = simplelru.NewLRU[*Entry, struct{}](max, func(e *Entry, _ struct{}) {
+func NewBound[P any](max int, onEvict func(e *Entry[P], units, at int64)) *Bound[P] {
+	b := &Bound[P]{onEvict: onEvict}
+	b.lru, _ = simplelru.NewLRU[*Entry[P], struct{}](max, func(e *Entry[P], _ struct{}) {
 		b.evicted = append(b.evicted, e) // requires mu held: simplelru calls back inside Add
 	})
 	return b
 }
 
-// NewTable returns an empty table of this bound; policy names it in its
-// entries.
-func (b *Bound) NewTable(policy any) *Table {
-	return &Table{bound: b, policy: policy}
+// NewTable returns an empty table of this bound for policy, which its
+// entries name (Entry.Policy).
+func (b *Bound[P]) NewTable(policy P) *Table[P] {
+	return &Table[P]{bound: b, policy: policy}
 }
 
 // Len returns the number of entries in the bound.
-func (b *Bound) Len() int {
+func (b *Bound[P]) Len() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.lru.Len()
@@ -120,13 +120,13 @@ func (b *Bound) Len() int {
 
 // Touch marks e as recently leased. Call it when a lease is made, not on
 // hits: the hit path takes no lock.
-func (b *Bound) Touch(e *Entry) {
+func (b *Bound[P]) Touch(e *Entry[P]) {
 	b.mu.Lock()
 	b.lru.Get(e)
 	b.mu.Unlock()
 }
 
-func (b *Bound) add(e *Entry) {
+func (b *Bound[P]) add(e *Entry[P]) {
 	b.mu.Lock()
 	b.lru.Add(e, struct{}{})
 	gone := b.evicted
@@ -138,7 +138,7 @@ func (b *Bound) add(e *Entry) {
 }
 
 // remove takes e out of its table and hands its units to onEvict.
-func (b *Bound) remove(e *Entry) {
+func (b *Bound[P]) remove(e *Entry[P]) {
 	e.evicted.Store(true)
 	e.table.remove(e)
 	units, at := e.allowance.Drain()
@@ -149,7 +149,7 @@ func (b *Bound) remove(e *Entry) {
 
 // Range calls f for every entry of the bound, until f returns false. It
 // takes a snapshot under the lock and calls f outside it.
-func (b *Bound) Range(f func(*Entry) bool) {
+func (b *Bound[P]) Range(f func(*Entry[P]) bool) {
 	b.mu.Lock()
 	all := b.lru.Keys()
 	b.mu.Unlock()
@@ -162,7 +162,7 @@ func (b *Bound) Range(f func(*Entry) bool) {
 
 // Clear removes every entry, handing each one's units to onEvict, as Close
 // needs.
-func (b *Bound) Clear() {
+func (b *Bound[P]) Clear() {
 	b.mu.Lock()
 	all := b.lru.Keys()
 	b.lru.Purge()

@@ -39,41 +39,18 @@ type Policy struct {
 	uses uint8
 	// scripts are assembled for exactly the algorithms the policy uses.
 	scripts *scripts
-	// claim is the local state of the first owner to claim the policy.
-	claim atomic.Pointer[claim]
+	// id is the policy's number (see ID).
+	id int
 }
 
-// claim is what Claim stores.
-type claim struct{ owner, value any }
+// policies counts the policies NewPolicy has made (see Policy.ID).
+var policies atomic.Int64
 
-// Claim attaches value to the policy for owner (an engine, say), unless
-// another owner holds a claim. It reports whether owner's value is attached.
-// A claim is found with one atomic load, where a map keyed by policy hashes
-// on every lookup: the first owner of a policy gets the fast path, and the
-// others keep their own map.
-func (p *Policy) Claim(owner, value any) bool {
-	if p.claim.CompareAndSwap(nil, &claim{owner, value}) {
-		return true
-	}
-	c := p.claim.Load()
-	return c != nil && c.owner == owner
-}
-
-// Claimed returns the value owner attached with Claim, if it holds the claim.
-func (p *Policy) Claimed(owner any) (any, bool) {
-	if c := p.claim.Load(); c != nil && c.owner == owner {
-		return c.value, true
-	}
-	return nil, false
-}
-
-// Unclaim drops owner's claim, if it holds it, so that the value can be
-// collected and another owner can claim the policy.
-func (p *Policy) Unclaim(owner any) {
-	if c := p.claim.Load(); c != nil && c.owner == owner {
-		p.claim.CompareAndSwap(c, nil)
-	}
-}
+// ID returns the policy's number: NewPolicy numbers the policies of a
+// process 0, 1, 2, … in the order it makes them, so that a user of
+// policies can keep its state of each in a slice, found by index without
+// hashing. Numbers are never reused.
+func (p *Policy) ID() int { return p.id }
 
 // NewPolicy validates name and limits and compiles them. The name must be 1
 // to MaxNameLen bytes without ':', '{', '}' or whitespace (it is part of
@@ -123,6 +100,7 @@ func NewPolicy(name string, limits []Limit) (*Policy, error) {
 	p.tails = append(p.tails, membersTail) // once here, not per lease
 	p.uses = mask
 	p.scripts = scriptsFor(mask)
+	p.id = int(policies.Add(1) - 1)
 	return p, nil
 }
 

@@ -6,14 +6,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ratelease/ratelease/local"
 	"github.com/ratelease/ratelease/remote"
 )
 
 // call is one lease request on its way through the batcher.
 type call struct {
 	req   remote.Request
-	entry *local.Entry
+	entry *Entry
 	start int64 // ns, when the request was made: validity counts from here
 	done  chan struct{}
 	d     remote.Decision

@@ -33,7 +33,7 @@ func TestIdleLanesAreDropped(t *testing.T) {
 	tab := l.NewTable(p)
 	lease := func(key string) {
 		t.Helper()
-		if _, _, err := l.Lease(context.Background(), p, tab.GetOrCreate(key), 1); err != nil {
+		if _, _, err := l.Lease(context.Background(), tab.GetOrCreate(key), 1); err != nil {
 			t.Fatal(err)
 		}
 	}

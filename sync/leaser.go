@@ -15,6 +15,13 @@ import (
 	"github.com/ratelease/ratelease/remote"
 )
 
+// Entry is the local state of one key under a policy, which it names by
+// its compiled form.
+type Entry = local.Entry[*remote.Policy]
+
+// Table holds the entries of one policy by key.
+type Table = local.Table[*remote.Policy]
+
 // Leaser makes and returns leases for the entries of one Limiter.
 type Leaser struct {
 	// door makes every Redis call (its timeout bounds them) and holds the
@@ -35,7 +42,7 @@ type Leaser struct {
 	slack   int64
 	// id names this instance among the members of the keys it leases.
 	id    string
-	bound *local.Bound
+	bound *local.Bound[*remote.Policy]
 
 	// instances is the most members a key leased had, and when (ns) it
 	// was last seen that high (see Instances).
@@ -120,7 +127,7 @@ func (l *Leaser) Now() int64 {
 
 // NewTable returns a table of entries for one policy, bounded with all the
 // Leaser's other tables.
-func (l *Leaser) NewTable(p *remote.Policy) *local.Table { return l.bound.NewTable(p) }
+func (l *Leaser) NewTable(p *remote.Policy) *Table { return l.bound.NewTable(p) }
 
 // instancesFor is how long a member count is remembered by Instances.
 const instancesFor = time.Minute
@@ -149,7 +156,7 @@ func (l *Leaser) sawMembers(m, now int64) {
 // flight, Lease waits for it and then tries e's allowance first (taken
 // reports that: no Redis call of its own). A denial is recorded in e, so
 // that requests before its RetryAfter are denied locally.
-func (l *Leaser) Lease(ctx context.Context, p *remote.Policy, e *local.Entry, n int64) (d remote.Decision, taken bool, err error) {
+func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decision, taken bool, err error) {
 	for {
 		now := l.Now()
 		st, inFlight := e.StartLease(n, now)
@@ -168,7 +175,7 @@ func (l *Leaser) Lease(ctx context.Context, p *remote.Policy, e *local.Entry, n 
 			}
 			continue
 		}
-		d, err = l.lease(ctx, l.plan(p, e, st, n, now), n)
+		d, err = l.lease(ctx, l.plan(e, st, n, now), n)
 		e.EndLease()
 		return d, false, err
 	}
@@ -180,7 +187,7 @@ func (l *Leaser) Lease(ctx context.Context, p *remote.Policy, e *local.Entry, n 
 // a lease would start: with a cluster, naming the key's master costs a
 // lookup and allocations, too much for every hit below low water.
 // Prefetch never blocks.
-func (l *Leaser) Prefetch(p *remote.Policy, e *local.Entry) {
+func (l *Leaser) Prefetch(e *Entry) {
 	if l.stopped.Load() {
 		return
 	}
@@ -190,11 +197,11 @@ func (l *Leaser) Prefetch(p *remote.Policy, e *local.Entry) {
 	if denied, _ := e.Denied(now, math.MaxInt64); denied {
 		return
 	}
-	st, ok := e.TryStartLease(now, func() bool { return l.door.Ready(p, e.Key()) })
+	st, ok := e.TryStartLease(now, func() bool { return l.door.Ready(e.Policy(), e.Key()) })
 	if !ok {
 		return
 	}
-	c := l.plan(p, e, st, 0, now)
+	c := l.plan(e, st, 0, now)
 	l.mu.Lock() // Close sets stopped under mu: no Add after its Wait
 	if l.stopped.Load() {
 		l.mu.Unlock()
@@ -222,7 +229,8 @@ func (l *Leaser) Prefetch(p *remote.Policy, e *local.Entry) {
 // capacity. A cold key (no demand measured yet) asks for n alone: a key
 // used once costs what one exact call does. The call also carries the
 // units of e that lapsed and are still worth giving back (st.Back).
-func (l *Leaser) plan(p *remote.Policy, e *local.Entry, st local.Lease, n, now int64) *call {
+func (l *Leaser) plan(e *Entry, st local.Lease, n, now int64) *call {
+	p := e.Policy()
 	rate := st.Rate
 	h := max(l.cfg.horizon(), min(4*time.Duration(l.rtt.Load()), l.cfg.TTL/2))
 	want := rate * h.Seconds()

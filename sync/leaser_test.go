@@ -15,7 +15,6 @@ import (
 	"github.com/ratelease/ratelease/clock"
 	"github.com/ratelease/ratelease/internal/door"
 	"github.com/ratelease/ratelease/internal/redistest"
-	"github.com/ratelease/ratelease/local"
 	"github.com/ratelease/ratelease/remote"
 	leasesync "github.com/ratelease/ratelease/sync"
 )
@@ -108,7 +107,7 @@ func TestLeaseCoalesces(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d, taken, err := l.Lease(context.Background(), p, e, 1)
+			d, taken, err := l.Lease(context.Background(), e, 1)
 			results <- fmt.Sprintf("granted=%d taken=%v err=%v", d.Granted, taken, err)
 		}()
 	}
@@ -144,7 +143,7 @@ func TestLeasesAreBatched(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if d, _, err := l.Lease(context.Background(), p, tab.GetOrCreate(fmt.Sprint("k", i)), 1); err != nil || d.Granted < 1 {
+			if d, _, err := l.Lease(context.Background(), tab.GetOrCreate(fmt.Sprint("k", i)), 1); err != nil || d.Granted < 1 {
 				t.Errorf("key %d: %+v, %v", i, d, err)
 			}
 		}()
@@ -165,7 +164,7 @@ func TestLeaseSizeFollowsDemand(t *testing.T) {
 	l := newLeaser(t, mr.Client(t), clk, conf)
 	p := tokenBucket(t, 1_000_000, 1_000_000)
 	e := l.NewTable(p).GetOrCreate("k")
-	d, _, err := l.Lease(context.Background(), p, e, 1)
+	d, _, err := l.Lease(context.Background(), e, 1)
 	if err != nil || d.Granted != 2 {
 		t.Fatalf("cold lease: %+v, %v; want Min = 2", d, err)
 	}
@@ -175,7 +174,7 @@ func TestLeaseSizeFollowsDemand(t *testing.T) {
 		clk.Advance(time.Millisecond)
 		mr.Advance(time.Millisecond)
 		if !e.Take(1, l.Now()) {
-			d, _, err := l.Lease(context.Background(), p, e, 1)
+			d, _, err := l.Lease(context.Background(), e, 1)
 			if err != nil || d.Granted < 1 {
 				t.Fatalf("at %dms: %+v, %v", ms, d, err)
 			}
@@ -203,20 +202,20 @@ func TestPrefetchWaitsOutDenial(t *testing.T) {
 	l := newLeaserThrough(t, d, clk, conf)
 	p := tokenBucket(t, 3600, 10) // one unit a second
 	e := l.NewTable(p).GetOrCreate("k")
-	if d, _, err := l.Lease(context.Background(), p, e, 1); err != nil || d.Granted != 10 {
+	if d, _, err := l.Lease(context.Background(), e, 1); err != nil || d.Granted != 10 {
 		t.Fatalf("lease: %+v, %v; want the whole bucket, 10", d, err)
 	}
 	if !e.Take(7, l.Now()) { // 2 left, under low water (3)
 		t.Fatal("no units to take")
 	}
 	leasing := e.Leasing
-	l.Prefetch(p, e) // the bucket is empty: denied for about a second
+	l.Prefetch(e) // the bucket is empty: denied for about a second
 	waitFor(t, func() bool { return !leasing() })
 	if s := l.Stats(); s.Leases != 2 || s.Denied != 1 {
 		t.Fatalf("Stats %+v, want the prefetch answered with a denial", s)
 	}
 	for i := 0; i < 5; i++ {
-		l.Prefetch(p, e)
+		l.Prefetch(e)
 		if leasing() {
 			t.Fatalf("prefetch %d started a lease while the denial holds", i)
 		}
@@ -234,7 +233,7 @@ func TestPrefetchWaitsOutDenial(t *testing.T) {
 		}
 		d.Leave(pass, fmt.Errorf("%w: test", door.ErrUnavailable))
 	}
-	if l.Prefetch(p, e); leasing() {
+	if l.Prefetch(e); leasing() {
 		t.Fatal("a prefetch started with the breaker open")
 	}
 	clk.Advance(100 * time.Millisecond) // the breaker's backoff: a probe, which succeeds
@@ -243,7 +242,7 @@ func TestPrefetchWaitsOutDenial(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.Leave(pass, nil)
-	l.Prefetch(p, e)
+	l.Prefetch(e)
 	waitFor(t, func() bool { return l.Stats().Leases == 3 })
 }
 
@@ -257,7 +256,7 @@ func TestExpiredUnitsAreRefunded(t *testing.T) {
 	l := newLeaser(t, mr.Client(t), clk, conf)
 	p := tokenBucket(t, 1000, 1000)
 	tab := l.NewTable(p)
-	if _, _, err := l.Lease(context.Background(), p, tab.GetOrCreate("a"), 1); err != nil {
+	if _, _, err := l.Lease(context.Background(), tab.GetOrCreate("a"), 1); err != nil {
 		t.Fatal(err)
 	}
 	// The sweeper runs every TTL/4: step past the TTL and let it refund.
@@ -270,7 +269,7 @@ func TestExpiredUnitsAreRefunded(t *testing.T) {
 		t.Fatalf("Stats %+v, want the 9 unused units expired and refunded", s)
 	}
 	// A fresh lease for b, then Close: its 9 spare units go back.
-	if _, _, err := l.Lease(context.Background(), p, tab.GetOrCreate("b"), 1); err != nil {
+	if _, _, err := l.Lease(context.Background(), tab.GetOrCreate("b"), 1); err != nil {
 		t.Fatal(err)
 	}
 	l.Close()
@@ -289,7 +288,7 @@ func TestEvictionRefunds(t *testing.T) {
 	p := tokenBucket(t, 1000, 1000)
 	tab := l.NewTable(p)
 	a := tab.GetOrCreate("a")
-	if _, _, err := l.Lease(context.Background(), p, a, 1); err != nil {
+	if _, _, err := l.Lease(context.Background(), a, 1); err != nil {
 		t.Fatal(err)
 	}
 	tab.GetOrCreate("b") // evicts a
@@ -309,14 +308,14 @@ func TestMembersComeWithLeases(t *testing.T) {
 	conf := cfg()
 	p := tokenBucket(t, 1000, 1000)
 	var ls []*leasesync.Leaser
-	var es []*local.Entry
+	var es []*leasesync.Entry
 	for range 3 {
 		l := newLeaser(t, mr.Client(t), clk, conf)
 		ls = append(ls, l)
 		es = append(es, l.NewTable(p).GetOrCreate("k"))
 	}
 	lease := func(i int) remote.Decision {
-		d, _, err := ls[i].Lease(context.Background(), p, es[i], 1)
+		d, _, err := ls[i].Lease(context.Background(), es[i], 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -363,7 +362,7 @@ func TestCloseRefundsLeaseInFlight(t *testing.T) {
 	proxy.SetDelay(200 * time.Millisecond)
 	done := make(chan remote.Decision)
 	go func() {
-		d, _, err := l.Lease(context.Background(), p, e, 1)
+		d, _, err := l.Lease(context.Background(), e, 1)
 		if err != nil {
 			t.Error(err)
 		}
@@ -377,7 +376,7 @@ func TestCloseRefundsLeaseInFlight(t *testing.T) {
 	if s := l.Stats(); s.UnitsRefunded != 9 {
 		t.Fatalf("Stats %+v, want the 9 spare units refunded by Close", s)
 	}
-	if _, _, err := l.Lease(context.Background(), p, e, 1); !errors.Is(err, leasesync.ErrClosed) {
+	if _, _, err := l.Lease(context.Background(), e, 1); !errors.Is(err, leasesync.ErrClosed) {
 		t.Fatalf("Lease after Close: %v, want ErrClosed", err)
 	}
 }
@@ -410,7 +409,7 @@ func TestGuardedLeaser(t *testing.T) {
 	t.Run("slow", func(t *testing.T) {
 		proxy.SetDelay(400 * time.Millisecond)
 		start := time.Now()
-		_, _, err := l.Lease(context.Background(), p, e, 1)
+		_, _, err := l.Lease(context.Background(), e, 1)
 		took := time.Since(start)
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Lease on a slow Redis: %v, want DeadlineExceeded", err)
@@ -442,7 +441,7 @@ func TestGuardedLeaser(t *testing.T) {
 		proxy.SetDrop(true)
 		done := make(chan error, 1)
 		go func() {
-			_, _, err := l.Lease(context.Background(), p, e, 1)
+			_, _, err := l.Lease(context.Background(), e, 1)
 			done <- err
 		}()
 		time.Sleep(20 * time.Millisecond) // the lease is out

@@ -4,19 +4,18 @@ import (
 	"context"
 	"time"
 
-	"github.com/ratelease/ratelease/local"
 	"github.com/ratelease/ratelease/remote"
 )
 
 // lapsed sets aside units of e that lapsed unused at now (granted at at),
 // to go back with e's next lease, or on their own at a later sweep; units
 // that a refund could no longer give anything back for are dropped.
-func (l *Leaser) lapsed(e *local.Entry, units, at, now int64) {
+func (l *Leaser) lapsed(e *Entry, units, at, now int64) {
 	if units <= 0 {
 		return
 	}
 	l.stats.expired.Add(uint64(units))
-	if !e.Policy().(*remote.Policy).Refundable(units, at, now/1e3+l.offset.Load()) {
+	if !e.Policy().Refundable(units, at, now/1e3+l.offset.Load()) {
 		return
 	}
 	e.SetAside(units, at, now)
@@ -25,7 +24,7 @@ func (l *Leaser) lapsed(e *local.Entry, units, at, now int64) {
 // evicted gives back what e held when it left its table (evicted, or at
 // Close): its units, those set aside for its next lease, and with the units
 // its place among the key's members, so that its demand stops counting.
-func (l *Leaser) evicted(e *local.Entry, units, at int64) {
+func (l *Leaser) evicted(e *Entry, units, at int64) {
 	l.goneHits.Add(e.Hits())
 	back, backAt := e.DrainBack()
 	l.giveBack(e, back, backAt)
@@ -36,16 +35,16 @@ func (l *Leaser) evicted(e *local.Entry, units, at int64) {
 		// to less than they may have for three horizons). Any other entry
 		// does not leave: a call for that alone would cost a command per
 		// key at Close, and its membership lapses within three horizons.
-		l.queueBack(remote.Grant{Policy: e.Policy().(*remote.Policy), Key: e.Key(), Units: units, At: at, Member: l.id})
+		l.queueBack(remote.Grant{Policy: e.Policy(), Key: e.Key(), Units: units, At: at, Member: l.id})
 		return
 	}
 	l.giveBack(e, units, at)
 }
 
 // giveBack queues a refund of units granted at at.
-func (l *Leaser) giveBack(e *local.Entry, units, at int64) {
+func (l *Leaser) giveBack(e *Entry, units, at int64) {
 	if units > 0 {
-		l.queueBack(remote.Grant{Policy: e.Policy().(*remote.Policy), Key: e.Key(), Units: units, At: at})
+		l.queueBack(remote.Grant{Policy: e.Policy(), Key: e.Key(), Units: units, At: at})
 	}
 }
 
@@ -72,7 +71,7 @@ func (l *Leaser) sweeper() {
 		case <-t.C():
 		}
 		now := l.Now()
-		l.bound.Range(func(e *local.Entry) bool {
+		l.bound.Range(func(e *Entry) bool {
 			if u, at := e.DrainExpired(now); u > 0 {
 				l.lapsed(e, u, at, now)
 			}
@@ -118,7 +117,7 @@ func (l *Leaser) Close() {
 // for Stats, not for the hot path.
 func (l *Leaser) LocalHits() uint64 {
 	n := l.goneHits.Load()
-	l.bound.Range(func(e *local.Entry) bool { n += e.Hits(); return true })
+	l.bound.Range(func(e *Entry) bool { n += e.Hits(); return true })
 	return n
 }
 

@@ -7,6 +7,7 @@ import (
 	"github.com/ratelease/ratelease/internal/door"
 	"github.com/ratelease/ratelease/local"
 	"github.com/ratelease/ratelease/remote"
+	leasesync "github.com/ratelease/ratelease/sync"
 )
 
 // members returns how many instances share key under p, for FailLocal: the
@@ -52,16 +53,16 @@ func (e *Engine) Hit(p *remote.Policy, key string, n int64) (limit int, remainin
 	if !found || !ent.Take(n, now) {
 		return 0, 0, 0, false
 	}
-	e.afterTake(p, ent)
-	limit, remaining, resetAfter = hitState(p, ent, now)
+	e.afterTake(ent)
+	limit, remaining, resetAfter = hitState(p, ent.LastWord(), ent.Units(), now)
 	return limit, remaining, resetAfter, true
 }
 
 // afterTake starts a background lease for ent if its allowance ran low
 // with the take.
-func (e *Engine) afterTake(p *remote.Policy, ent *local.Entry) {
+func (e *Engine) afterTake(ent *leasesync.Entry) {
 	if ent.Units() < ent.LowWater() {
-		e.leaser.Prefetch(p, ent) // which asks the door's breaker, if a lease would start
+		e.leaser.Prefetch(ent) // which asks the door's breaker, if a lease would start
 	}
 }
 
@@ -84,33 +85,19 @@ func Leasable(p *remote.Policy) bool {
 	return !p.Uses(remote.SlidingWindowLog) && !p.Uses(remote.LeakyBucket)
 }
 
-// table returns the local table of p, making it on first use. The first
-// engine to use p claims it and finds its table there without hashing.
-func (e *Engine) table(p *remote.Policy) *local.Table {
-	if t, ok := p.Claimed(e); ok {
-		return t.(*local.Table)
+// table returns the local table of p, making it on first use.
+func (e *Engine) table(p *remote.Policy) *leasesync.Table {
+	if t := e.tables.lookup(p.ID()); t != nil {
+		return t
 	}
-	return e.newTable(p)
-}
-
-// newTable returns p's table from the map, making it if needed, and claims p.
-func (e *Engine) newTable(p *remote.Policy) *local.Table {
-	v, loaded := e.tables.Load(p)
-	if !loaded {
-		v, _ = e.tables.LoadOrStore(p, e.leaser.NewTable(p))
-	}
-	t := v.(*local.Table)
-	if !e.closed.Load() {
-		p.Claim(e, t)
-	}
-	return t
+	return e.tables.getOrMake(p, e.leaser)
 }
 
 // allowLeased decides a request that missed the allowance at now: from a
 // cached denial, or units that came in meanwhile, or else by leasing (one
 // Redis call, coalesced with concurrent misses on the key), keeping n units
 // of the grant.
-func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, t *local.Table, key string, n, now int64) (Decision, error) {
+func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, t *leasesync.Table, key string, n, now int64) (Decision, error) {
 	ent := t.GetOrCreate(key)
 	if d, done := e.fromLocal(p, ent, n, now); done {
 		return d, nil
@@ -124,7 +111,7 @@ func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, t *local.Tab
 	}
 	lctx, cancel := e.door.Bound(ctx)
 	defer cancel()
-	d, taken, err := e.leaser.Lease(lctx, p, ent, n)
+	d, taken, err := e.leaser.Lease(lctx, ent, n)
 	if err != nil {
 		err = door.Classify(ctx, err)
 		if cause := e.door.Leave(pass, err); cause != nil {
@@ -154,9 +141,9 @@ func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, t *local.Tab
 // (then perhaps a prefetch), or a cached denial. Units held are used first,
 // even while Redis denies the key: a prefetch may have been denied while
 // some were left. done is false on a miss.
-func (e *Engine) fromLocal(p *remote.Policy, ent *local.Entry, n, now int64) (Decision, bool) {
+func (e *Engine) fromLocal(p *remote.Policy, ent *leasesync.Entry, n, now int64) (Decision, bool) {
 	if ent.Take(n, now) {
-		e.afterTake(p, ent)
+		e.afterTake(ent)
 		return e.localDecision(p, ent, now), true
 	}
 	if denied, left := ent.Denied(now, n); denied {
@@ -174,18 +161,18 @@ func (e *Engine) fromLocal(p *remote.Policy, ent *local.Entry, n, now int64) (De
 }
 
 // localDecision is the Decision of a hit on ent at now.
-func (e *Engine) localDecision(p *remote.Policy, ent *local.Entry, now int64) Decision {
-	return hitDecision(hitState(p, ent, now))
+func (e *Engine) localDecision(p *remote.Policy, ent *leasesync.Entry, now int64) Decision {
+	return hitDecision(hitState(p, ent.LastWord(), ent.Units(), now))
 }
 
-// hitState is what a hit on ent at now reports: the deciding limit; the
-// remaining estimate, what Redis had left at the last lease plus what this
-// instance holds; and the time until full replenishment, Redis's at the last
-// lease less what the units held would take to refill a token bucket (they
-// are charged in Redis, but not used).
-func hitState(p *remote.Policy, ent *local.Entry, now int64) (limit int, remaining int64, resetAfter time.Duration) {
-	w := ent.LastWord()
-	held := ent.Units()
+// hitState is what a hit reports, from w, Redis's last word on the entry,
+// and the units it holds at now: the deciding limit; the remaining
+// estimate, what Redis had left at the last lease plus what this instance
+// holds; and the time until full replenishment, Redis's at the last lease
+// less what the units held would take to refill a token bucket (they are
+// charged in Redis, but not used). Scalars in, scalars out: it is inlined
+// on the hit path.
+func hitState(p *remote.Policy, w local.Word, held, now int64) (limit int, remaining int64, resetAfter time.Duration) {
 	return w.Limit, w.Remaining + held, time.Duration(max(0, w.ResetAt-now-held*p.UnitRefill(w.Limit)))
 }
 

@@ -21,7 +21,8 @@
 // when the breaker closes.
 //
 // Files: engine.go (the types, New, Stats, Close), decide.go (the hit, the
-// miss, leased decisions), exact.go (exact decisions, Wait), fallback.go.
+// miss, leased decisions), tables.go (the local table of each policy, by
+// its ID), exact.go (exact decisions, Wait), fallback.go.
 //
 // It does not validate input (the root package does, once), build Redis keys
 // or scripts (remote does), call Redis but through its door, or read the

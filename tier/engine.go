@@ -2,7 +2,6 @@ package tier
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -115,7 +114,7 @@ type Engine struct {
 	door     *door.Door
 	fallback *fallback
 	leaser   *leasesync.Leaser
-	tables   sync.Map // *remote.Policy -> *local.Table
+	tables   tables
 	closed   atomic.Bool
 	stats    counters
 }
@@ -221,10 +220,7 @@ func (e *Engine) Close() error {
 	if e.leaser != nil {
 		e.leaser.Close() // refunds every unit held, within its own timeout
 	}
-	e.tables.Range(func(p, _ any) bool {
-		p.(*remote.Policy).Unclaim(e)
-		return true
-	})
+	e.tables.clear()
 	e.door.Close(ctx)
 	return nil
 }

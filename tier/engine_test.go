@@ -80,6 +80,26 @@ func TestDecisionSources(t *testing.T) {
 	}
 }
 
+// The local table of a policy is found by its ID; a policy numbered past
+// the engine's slots for that is found in a map: either leases once and
+// then hits.
+func TestTablesByPolicyID(t *testing.T) {
+	e, _ := newEngine(t, 4)
+	ctx := context.Background()
+	first := perHour(t, 8)
+	last := first
+	for last.ID() < first.ID()+1100 {
+		last = perHour(t, 8)
+	}
+	for _, p := range []*remote.Policy{first, last} {
+		for i, want := range []tier.Source{tier.Remote, tier.Local, tier.Local, tier.Local} {
+			if d, err := e.Allow(ctx, p, "k", 1); err != nil || d.Source != want {
+				t.Fatalf("policy %d, request %d: %+v, %v; want %v", p.ID(), i, d, err, want)
+			}
+		}
+	}
+}
+
 // A cached denial of n units holds for n or more, not for fewer: those may
 // still fit.
 func TestCachedDenialIsPerSize(t *testing.T) {
