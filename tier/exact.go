@@ -104,12 +104,17 @@ func (e *Engine) decided(d remote.Decision) Decision {
 	} else {
 		e.stats.denied.Add(1)
 	}
-	return Decision{
+	dec := Decision{
 		Allowed:    d.Granted > 0,
 		Source:     Remote,
 		Limit:      d.Decider,
 		Remaining:  d.Remaining,
-		RetryAfter: d.RetryAfter,
 		ResetAfter: d.ResetAfter,
 	}
+	if !dec.Allowed {
+		// (A lease granted under a fair share says when the member's next
+		// batch is due: the leaser's business, not the caller's.)
+		dec.RetryAfter = d.RetryAfter
+	}
+	return dec
 }
