@@ -404,7 +404,10 @@ func TestErrors(t *testing.T) {
 // with a real client, in lease mode on a real Redis.
 func TestRealServer(t *testing.T) {
 	client := redistest.Start(t).Client(t)
-	l, err := ratelease.New(client)
+	// A generous timeout: on a loaded machine a call past the default
+	// 100ms would be decided by the failure mode, which this test is not
+	// about.
+	l, err := ratelease.New(client, ratelease.WithRedisTimeout(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
