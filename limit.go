@@ -95,8 +95,5 @@ func (l Limit) resolved() remote.Limit {
 	if l.Burst == 0 {
 		r.Burst = r.Rate
 	}
-	if l.Algorithm < 0 || l.Algorithm > LeakyBucket {
-		r.Algorithm = 255 // out of range for remote too: Validate rejects it
-	}
 	return r
 }

@@ -3,6 +3,7 @@ package ratelease
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -68,6 +69,11 @@ type Stats = tier.Stats
 func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: nil redis client", ErrInvalidOption)
+	}
+	if v := reflect.ValueOf(client); v.Kind() == reflect.Pointer && v.IsNil() {
+		// A nil *redis.Client (or ClusterClient...) in the interface: not
+		// nil itself, and every method of it would panic.
+		return nil, fmt.Errorf("%w: nil redis client (%T)", ErrInvalidOption, client)
 	}
 	cfg := defaultConfig()
 	for _, o := range opts {
@@ -160,6 +166,8 @@ func check(p *Policy, key string, n int) error {
 	switch {
 	case p == nil:
 		return fmt.Errorf("%w: nil policy", ErrInvalidPolicy)
+	case p.compiled == nil:
+		return fmt.Errorf("%w: a zero Policy: make one with NewPolicy", ErrInvalidPolicy)
 	case key == "":
 		return fmt.Errorf("%w: empty key", ErrInvalidKey)
 	case len(key) > MaxKeyLen:

@@ -81,6 +81,7 @@ func TestBadInput(t *testing.T) {
 		want error
 	}{
 		{"nil policy", nil, "k", 1, ratelease.ErrInvalidPolicy},
+		{"zero policy", &ratelease.Policy{}, "k", 1, ratelease.ErrInvalidPolicy},
 		{"empty key", p, "", 1, ratelease.ErrInvalidKey},
 		{"key too long", p, long, 1, ratelease.ErrInvalidKey},
 		{"zero n", p, "k", 0, ratelease.ErrInvalidN},
@@ -137,6 +138,21 @@ func TestNewPolicyErrors(t *testing.T) {
 	}
 }
 
+// Errors say what is wrong once, in the user's words.
+func TestNewPolicyErrorMessages(t *testing.T) {
+	for _, c := range []struct {
+		limit ratelease.Limit
+		want  string
+	}{
+		{ratelease.Limit{Rate: 1, Period: time.Second, Algorithm: 42}, `ratelease: invalid limit: policy "p": limit 0: unknown algorithm 42 (TokenBucket to LeakyBucket: 0 to 4)`},
+		{ratelease.Limit{Rate: 0, Period: time.Second}, `ratelease: invalid limit: policy "p": limit 0: rate 0 is not positive`},
+	} {
+		if _, err := ratelease.NewPolicy("p", c.limit); err == nil || err.Error() != c.want {
+			t.Errorf("NewPolicy(%+v): %v, want %q", c.limit, err, c.want)
+		}
+	}
+}
+
 func TestNewErrors(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer c.Close()
@@ -146,6 +162,8 @@ func TestNewErrors(t *testing.T) {
 		opts   []ratelease.Option
 	}{
 		{"nil client", nil, nil},
+		{"nil *redis.Client", (*redis.Client)(nil), nil},
+		{"nil *redis.ClusterClient", (*redis.ClusterClient)(nil), nil},
 		{"nil option", c, []ratelease.Option{nil}},
 		{"nil clock", c, []ratelease.Option{ratelease.WithClock(nil)}},
 		{"zero timeout", c, []ratelease.Option{ratelease.WithRedisTimeout(0)}},

@@ -3,6 +3,7 @@ package ratelease
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/ratelease/ratelease/remote"
 )
@@ -34,6 +35,10 @@ type Policy struct {
 func NewPolicy(name string, limits ...Limit) (*Policy, error) {
 	rl := make([]remote.Limit, len(limits))
 	for i, l := range limits {
+		if l.Algorithm < TokenBucket || l.Algorithm > LeakyBucket {
+			return nil, fmt.Errorf("%w: policy %q: limit %d: unknown algorithm %d (TokenBucket to LeakyBucket: %d to %d)",
+				ErrInvalidLimit, name, i, int(l.Algorithm), int(TokenBucket), int(LeakyBucket))
+		}
 		rl[i] = l.resolved()
 	}
 	compiled, err := remote.NewPolicy(name, rl)
@@ -41,7 +46,10 @@ func NewPolicy(name string, limits ...Limit) (*Policy, error) {
 	case errors.Is(err, remote.ErrName):
 		return nil, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
 	case err != nil:
-		return nil, fmt.Errorf("%w: policy %q: %w", ErrInvalidLimit, name, err)
+		// remote's words, less its own "invalid limit: ": ErrInvalidLimit
+		// says it once.
+		detail := strings.Replace(err.Error(), remote.ErrLimit.Error()+": ", "", 1)
+		return nil, fmt.Errorf("%w: policy %q: %s", ErrInvalidLimit, name, detail)
 	}
 	p := &Policy{name: name, limits: make([]Limit, len(limits)), compiled: compiled}
 	for i, l := range limits {
