@@ -17,26 +17,27 @@ import (
 	_ "gonum.org/v1/plot/vg/vgsvg" // SVG
 )
 
-// panel is one quantity drawn against the lease size, with its legend in
-// the corner its curves tend to leave free.
+// panel is one quantity drawn against the lease size.
 type panel struct {
-	title                 string
-	value                 func(result) float64
-	legendTop, legendLeft bool
+	title string
+	value func(result) float64
 }
 
 var panels = []panel{
-	{"Redis calls/s (all instances)", func(r result) float64 { return r.CallsPerSec }, true, false},
-	{"worst window past Burst + Rate·w (units, 0: none)", func(r result) float64 { return max(r.Overshoot, 0) }, true, true},
-	{"units stranded (lapsed unused)", func(r result) float64 { return float64(r.Stranded) }, true, true},
-	{"served ÷ exact limiter", func(r result) float64 { return r.Served }, false, true},
+	{"Redis calls/s (all instances)", func(r result) float64 { return r.CallsPerSec }},
+	{"worst window past Burst + Rate·w (units)", func(r result) float64 { return max(r.Overshoot, 0) }},
+	{"units stranded (lapsed unused)", func(r result) float64 { return float64(r.Stranded) }},
+	{"served ÷ exact limiter", func(r result) float64 { return r.Served }},
 }
 
 // drawPlot draws each panel's quantity against Refresh, one line per TTL,
-// into path (.svg or .png).
+// into path (.svg or .png). One legend, in a strip of its own above the
+// panels, names the lines of all of them: a legend inside a panel sits on
+// whatever curve passes its corner.
 func drawPlot(path string, s scenario, ttls []time.Duration, results []result) error {
 	format := plotFormat(path) // checked by tune
 	row := make([]*plot.Plot, len(panels))
+	legend := plot.NewLegend()
 	for i, pn := range panels {
 		p := plot.New()
 		p.Title.Text = pn.title
@@ -44,7 +45,6 @@ func drawPlot(path string, s scenario, ttls []time.Duration, results []result) e
 		p.X.Scale = plot.LogScale{}
 		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 		p.Add(plotter.NewGrid())
-		p.Legend.Top, p.Legend.Left = pn.legendTop, pn.legendLeft
 		for j, ttl := range ttls {
 			var xys plotter.XYs
 			for _, r := range results {
@@ -60,7 +60,9 @@ func drawPlot(path string, s scenario, ttls []time.Duration, results []result) e
 			line.Dashes = plotutil.Dashes(j)
 			points.Shape = plotutil.Shape(j)
 			p.Add(line, points)
-			p.Legend.Add("TTL "+ttl.String(), line, points)
+			if i == 0 {
+				legend.Add("TTL "+ttl.String(), line, points)
+			}
 		}
 		row[i] = p
 	}
@@ -79,9 +81,14 @@ func drawPlot(path string, s scenario, ttls []time.Duration, results []result) e
 		s.Rate, s.Period, s.Burst, s.Instances, s.Profile, s.Load*100)
 	titleFont := plot.DefaultFont
 	titleFont.Size = vg.Points(14)
-	dc.FillText(draw.TextStyle{Color: color.Black, Font: titleFont, XAlign: draw.XCenter, YAlign: draw.YTop,
-		Handler: plot.DefaultTextHandler}, vg.Point{X: width / 2, Y: height - vg.Points(4)}, title)
-	tiles := draw.Tiles{Rows: len(grid), Cols: cols, PadTop: vg.Points(24), PadX: vg.Points(16), PadY: vg.Points(16),
+	dc.FillText(draw.TextStyle{Color: color.Black, Font: titleFont, XAlign: draw.XLeft, YAlign: draw.YTop,
+		Handler: plot.DefaultTextHandler}, vg.Point{X: vg.Points(8), Y: height - vg.Points(4)}, title)
+	// The legend: top right, in the strip above the panels (the title is
+	// on the left of it).
+	strip := vg.Points(14) * vg.Length(len(ttls)+1)
+	legend.Top = true
+	legend.Draw(draw.Crop(dc, 0, -vg.Points(8), height-strip, 0))
+	tiles := draw.Tiles{Rows: len(grid), Cols: cols, PadTop: strip + vg.Points(8), PadX: vg.Points(16), PadY: vg.Points(16),
 		PadLeft: vg.Points(4), PadRight: vg.Points(8), PadBottom: vg.Points(4)}
 	canvases := plot.Align(grid, tiles, dc)
 	for i := range grid {
