@@ -11,14 +11,19 @@
 //	go run ./examples/httpserver
 //	go run ./examples/httpserver -redis 127.0.0.1:6379 -addr 127.0.0.1:8080
 //
-//	curl -i localhost:8080/hello                          # limited by IP
-//	curl -i -H 'X-API-Key: free-alice' localhost:8080/hello
-//	for i in 1 2 3; do curl -s -o /dev/null -w '%{http_code} ' -H 'X-API-Key: free-alice' localhost:8080/hello; done; echo
-//	curl -i -H 'X-API-Key: pro-bob' localhost:8080/hello
-//	curl -s localhost:8080/debug/vars | grep -A3 '"ratelease"'  # the limiter's Stats, through expvar
+//	# the IP limit alone (5/s): the sixth request within a second is a 429
+//	for i in 1 2 3 4 5 6; do curl -s -o /dev/null -w '%{http_code} ' localhost:8080/hello; done; echo
+//	# a second later, the free plan (2/s): the third request is a 429
+//	sleep 1; for i in 1 2 3; do curl -s -o /dev/null -w '%{http_code} ' -H 'X-API-Key: free-alice' localhost:8080/hello; done; echo
+//	# a second later, the pro plan (20/s) with the headers: the IP limit
+//	# (5/s) is the tightest, so X-RateLimit-* show it; RateLimit shows both
+//	sleep 1; curl -i -H 'X-API-Key: pro-bob' localhost:8080/hello
+//	# the limiter's Stats, through expvar
+//	curl -s localhost:8080/debug/vars | grep -A3 '"ratelease"'
 //
 // Each response carries RateLimit-Policy, RateLimit and X-RateLimit-*; a
-// third request from free-alice within a second gets 429 with Retry-After.
+// 429 carries Retry-After. It stops on SIGINT (Ctrl-C) or SIGTERM
+// (`kill PID`, with the PID it prints), finishing the requests in flight.
 package main
 
 import (
@@ -35,6 +40,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -48,7 +54,7 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "address to serve on")
 	redisAddr := flag.String("redis", "", "Redis address (host:port); empty starts an embedded in-memory Redis")
 	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, *addr, *redisAddr); err != nil {
 		log.Fatal(err)
@@ -89,7 +95,7 @@ func run(ctx context.Context, addr, redisAddr string) error {
 		defer cancel()
 		_ = srv.Shutdown(shutdown)
 	}()
-	log.Printf("serving on http://%s (Redis %s)", addr, redisAddr)
+	log.Printf("serving on http://%s (Redis %s), pid %d; stop with Ctrl-C or kill %d", addr, redisAddr, os.Getpid(), os.Getpid())
 	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
