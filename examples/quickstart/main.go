@@ -114,6 +114,8 @@ func run(addr string, instances, workers, rate int, duration time.Duration, exac
 	for i := range limiters {
 		header += fmt.Sprintf("  inst%-2d", i+1)
 	}
+	// Admitted counts are per second; the Redis columns are running totals.
+	fmt.Println("admitted in each second, by instance and in all; the limit for that second; Redis calls so far")
 	fmt.Println(header + "   total   limit  redis calls  calls saved")
 	var prev []int64
 	tick := time.NewTicker(time.Second)
@@ -165,8 +167,11 @@ func run(addr string, instances, workers, rate int, duration time.Duration, exac
 	fmt.Printf("\nadmitted %d in %.1fs across %d instances; bound burst + rate·T = %.0f (%.1f%% used)\n",
 		total, elapsed.Seconds(), instances, bound, 100*float64(total)/bound)
 	calls, made := int64(roundTrips(limiters)), decisions.Load()
-	fmt.Printf("redis calls: %d for %d decisions (%.2f per decision; a per-request limiter makes 1), errors: %d\n",
+	fmt.Printf("redis calls: %d for %d decisions (%.2g per decision; a per-request limiter makes 1), errors: %d\n",
 		calls, made, float64(calls)/float64(max(made, 1)), failures.Load())
+	fmt.Println("(the first second's limit is the burst plus a second of refill; in a later second the")
+	fmt.Println(" instances may use units leased the second before, up to rate·TTL more: the bound above")
+	fmt.Println(" is over the whole run, burst + rate·T, which leasing never exceeds)")
 	if float64(total) > bound {
 		fmt.Println("the global limit was exceeded: this is a bug")
 		os.Exit(1)
