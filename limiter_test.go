@@ -405,6 +405,8 @@ func TestRedisDown(t *testing.T) {
 	mr.Close()
 	if _, err := l.Allow(context.Background(), p, "k"); !errors.Is(err, ratelease.ErrUnavailable) {
 		t.Fatalf("Allow with Redis gone: %v, want ErrUnavailable", err)
+	} else if msg := err.Error(); strings.Count(msg, "redis unavailable") != 1 || strings.Contains(msg, "\n") {
+		t.Fatalf("Allow with Redis gone: %q, want \"redis unavailable\" once, on one line", msg)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -1,6 +1,7 @@
 package tier
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -73,6 +74,9 @@ func newFallback(mode FailureMode, maxKeys int, instances func(*remote.Policy, s
 func (f *fallback) decide(p *remote.Policy, key string, n int64, now time.Time, cause error) (Decision, error) {
 	switch f.mode {
 	case FailClosed:
+		if errors.Is(cause, ErrUnavailable) {
+			return Decision{}, cause // it says so already
+		}
 		return Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, cause)
 	case FailOpen:
 		f.entry(p, key).admitted.Add(n)

@@ -3,6 +3,8 @@ package door
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,6 +52,17 @@ const (
 // because the breaker is open.
 var errBreakerOpen = errors.New("circuit breaker open")
 
+// openError is the error of a call the open breaker refused: it wraps
+// ErrUnavailable and errBreakerOpen, and says the failure that opened it,
+// on one line, naming ErrUnavailable once.
+func openError(last error) error {
+	if last == nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, errBreakerOpen)
+	}
+	cause := strings.TrimPrefix(last.Error(), ErrUnavailable.Error()+": ")
+	return fmt.Errorf("%w: %w after: %s", ErrUnavailable, errBreakerOpen, cause)
+}
+
 // breaker stops calls to a failing Redis. Callers ask allow before a call
 // and report its outcome with success, failure or abort (the Door does,
 // in Enter and Leave). The closed state is one atomic load; transitions
@@ -93,7 +106,7 @@ func (b *breaker) allow(now int64) (ok, probe bool, cause error) {
 			return true, true, nil
 		}
 	}
-	return false, false, errors.Join(errBreakerOpen, b.lastErr)
+	return false, false, openError(b.lastErr)
 }
 
 // success records a call that Redis answered.

@@ -98,6 +98,8 @@ func Classify(ctx context.Context, err error) error {
 		return err
 	case ctx.Err() != nil:
 		return ctx.Err()
+	case errors.Is(err, ErrUnavailable):
+		return err // classified already: say it once
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }

@@ -35,6 +35,35 @@ func closeDoor(d *door.Door) {
 	d.Close(ctx)
 }
 
+// The breaker's refusal says once that Redis is unavailable, and why, on
+// one line; a classified error is not classified again.
+func TestErrorsSayItOnce(t *testing.T) {
+	cause := door.Classify(context.Background(), errors.New("connection refused"))
+	if again := door.Classify(context.Background(), cause); again != cause {
+		t.Fatalf("Classify twice: %q, want %q", again, cause)
+	}
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	d := door.New(door.Config{Store: remote.NewStore(c, "t"), Clock: clock.System{}, Timeout: time.Second})
+	defer closeDoor(d)
+	p := perHour(t, 5)
+	var last error
+	for range 6 { // five failures open the breaker; the sixth is refused
+		pass, err := d.Enter(p, "k")
+		if err != nil {
+			last = err
+			break
+		}
+		d.Leave(pass, cause)
+	}
+	if last == nil || !errors.Is(last, door.ErrUnavailable) {
+		t.Fatalf("refused by the open breaker: %v, want ErrUnavailable", last)
+	}
+	if msg := last.Error(); msg != "ratelease: redis unavailable: circuit breaker open after: connection refused" {
+		t.Fatalf("refused by the open breaker: %q", msg)
+	}
+}
+
 func TestClassify(t *testing.T) {
 	live := context.Background()
 	done, cancel := context.WithCancel(context.Background())
