@@ -3,7 +3,6 @@ package door
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,14 +52,23 @@ const (
 var errBreakerOpen = errors.New("circuit breaker open")
 
 // openError is the error of a call the open breaker refused: it wraps
-// ErrUnavailable and errBreakerOpen, and says the failure that opened it,
-// on one line, naming ErrUnavailable once.
-func openError(last error) error {
-	if last == nil {
-		return fmt.Errorf("%w: %w", ErrUnavailable, errBreakerOpen)
+// ErrUnavailable, errBreakerOpen and the failure that opened the breaker
+// (last, itself wrapping ErrUnavailable), and says each once, on one line.
+type openError struct{ last error }
+
+func (e openError) Error() string {
+	if e.last == nil {
+		return ErrUnavailable.Error() + ": " + errBreakerOpen.Error()
 	}
-	cause := strings.TrimPrefix(last.Error(), ErrUnavailable.Error()+": ")
-	return fmt.Errorf("%w: %w after: %s", ErrUnavailable, errBreakerOpen, cause)
+	cause := strings.TrimPrefix(e.last.Error(), ErrUnavailable.Error()+": ")
+	return ErrUnavailable.Error() + ": " + errBreakerOpen.Error() + " after: " + cause
+}
+
+func (e openError) Unwrap() []error {
+	if e.last == nil {
+		return []error{ErrUnavailable, errBreakerOpen}
+	}
+	return []error{ErrUnavailable, errBreakerOpen, e.last}
 }
 
 // breaker stops calls to a failing Redis. Callers ask allow before a call
@@ -106,7 +114,7 @@ func (b *breaker) allow(now int64) (ok, probe bool, cause error) {
 			return true, true, nil
 		}
 	}
-	return false, false, openError(b.lastErr)
+	return false, false, openError{b.lastErr}
 }
 
 // success records a call that Redis answered.
