@@ -38,6 +38,10 @@ func (s BreakerState) String() string {
 	return "unknown"
 }
 
+// MarshalText makes the state a word in JSON, expvar and logs, as String
+// says it.
+func (s BreakerState) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
 // Breaker tuning: it opens after breakerFailures failed calls in a row, and
 // probes after a backoff that starts at breakerMinBackoff and doubles after
 // every failed probe, up to breakerMaxBackoff.
@@ -149,7 +153,6 @@ func (b *breaker) failure(now int64, probe bool, err error) {
 	case b.State() == BreakerClosed:
 		if b.fails.Add(1) >= breakerFailures {
 			b.probeAt = now + int64(b.backoff)
-			b.opens.Add(1)
 			b.setLocked(BreakerOpen)
 		}
 	}
@@ -166,9 +169,16 @@ func (b *breaker) abort(now int64) {
 	}
 }
 
-// setLocked changes the state and tells the observer. Requires mu held.
+// setLocked changes the state, counts an opening, and tells the observer:
+// opens counts what the observer hears as open. Requires mu held.
 func (b *breaker) setLocked(s BreakerState) {
-	if BreakerState(b.state.Swap(int32(s))) != s && b.onChange != nil {
+	if BreakerState(b.state.Swap(int32(s))) == s {
+		return
+	}
+	if s == BreakerOpen {
+		b.opens.Add(1)
+	}
+	if b.onChange != nil {
 		b.onChange(s)
 	}
 }

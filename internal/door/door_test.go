@@ -2,6 +2,7 @@ package door_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -183,6 +184,10 @@ func TestBreaker(t *testing.T) {
 	if fmt.Sprint(states) != fmt.Sprint(want) {
 		t.Fatalf("observed %v, want %v", states, want)
 	}
+	// Every opening the observer heard is counted.
+	if _, opens := d.Breakers(); opens != 3 {
+		t.Fatalf("%d openings counted, the observer heard 3", opens)
+	}
 }
 
 // Acquire, Refund, Charge and Batch are counted: single calls apart from
@@ -271,5 +276,14 @@ func TestLateGrantsAreRefunded(t *testing.T) {
 	}
 	if dec, err := direct.Acquire(context.Background(), remote.Request{Policy: p, Key: "k", Min: 100, Max: 100}); err != nil || dec.Granted != 100 {
 		t.Fatalf("after the late refunds: %+v, %v; want all 100 units", dec, err)
+	}
+}
+
+// A breaker state is a word in JSON.
+func TestBreakerStateJSON(t *testing.T) {
+	for s, want := range map[door.BreakerState]string{door.BreakerClosed: `"closed"`, door.BreakerOpen: `"open"`, door.BreakerHalfOpen: `"half-open"`} {
+		if b, err := json.Marshal(s); err != nil || string(b) != want {
+			t.Errorf("json.Marshal(%v) = %s, %v; want %s", s, b, err, want)
+		}
 	}
 }
