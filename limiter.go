@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"runtime"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -107,7 +108,13 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
-	return &Limiter{engine: engine}, nil
+	l := &Limiter{engine: engine}
+	// A Limiter dropped without Close: its goroutines (the lease batcher,
+	// the sweeper, the coarse clock) hold the engine, not l, so l becomes
+	// unreachable and the engine is closed then, giving its units back
+	// and leaving its keys' members.
+	runtime.AddCleanup(l, func(e *tier.Engine) { _ = e.Close() }, engine)
+	return l, nil
 }
 
 // Allow is AllowN(ctx, p, key, 1).
@@ -186,6 +193,8 @@ func (l *Limiter) Stats() Stats {
 }
 
 // Close stops the Limiter: it gives every leased unit it holds back to
-// Redis, leaves the membership count, and every later call returns
-// ErrClosed. It is idempotent. It does not close the Redis client.
+// Redis, leaves its keys' members, and every later call returns ErrClosed.
+// It is idempotent. It does not close the Redis client. A Limiter dropped
+// without Close is closed when the garbage collector finds it unreachable
+// (its goroutines do not keep it alive); Close says when.
 func (l *Limiter) Close() error { return l.engine.Close() }
