@@ -1,0 +1,75 @@
+package ratelease_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelease/ratelease"
+	"github.com/ratelease/ratelease/internal/redistest"
+)
+
+// The least-privilege ACL the README gives is enough: a user made with it,
+// word for word, decides every algorithm in exact and in lease mode, leases
+// and gives units back, and is refused a key outside the prefix.
+func TestReadmeACLSuffices(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var acl string
+	for _, line := range strings.Split(string(readme), "\n") {
+		if strings.HasPrefix(line, "ACL SETUSER ratelease ") {
+			acl = line
+		}
+	}
+	if acl == "" {
+		t.Fatal("README.md gives no ACL SETUSER line")
+	}
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	args := []any{}
+	for _, f := range strings.Fields(acl) {
+		args = append(args, f)
+	}
+	if err := admin.Do(ctx, args...).Err(); err != nil {
+		t.Fatalf("%s: %v", acl, err)
+	}
+	user := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "ratelease", Password: "secret", ContextTimeoutEnabled: true})
+	defer user.Close()
+	if err := user.Set(ctx, "other:key", "x", 0).Err(); err == nil {
+		t.Fatal("the ACL user wrote a key outside the prefix")
+	}
+	for _, exact := range []bool{true, false} {
+		opts := []ratelease.Option{ratelease.WithFailureMode(ratelease.FailClosed), ratelease.WithRedisTimeout(2 * time.Second)}
+		if exact {
+			opts = append(opts, ratelease.WithExact())
+		}
+		l, err := ratelease.New(user, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, alg := range []ratelease.Algorithm{ratelease.TokenBucket, ratelease.FixedWindow, ratelease.SlidingWindowLog,
+			ratelease.SlidingWindowCounter, ratelease.LeakyBucket} {
+			p := policy(t, "acl", ratelease.Limit{Rate: 50, Period: time.Second, Algorithm: alg})
+			for i := range 5 {
+				if res, err := l.Allow(ctx, p, "k"); err != nil {
+					t.Fatalf("exact=%v %v, decision %d: %v", exact, alg, i, err)
+				} else if !res.Allowed && alg != ratelease.LeakyBucket {
+					t.Fatalf("exact=%v %v, decision %d: denied", exact, alg, i)
+				}
+			}
+		}
+		if err := l.Close(); err != nil { // gives leased units back
+			t.Fatal(err)
+		}
+		if s := l.Stats(); s.Errors != 0 {
+			t.Fatalf("exact=%v: %d Redis calls failed as the ACL user", exact, s.Errors)
+		}
+	}
+}
