@@ -331,6 +331,20 @@ func (s *Store) Node(ctx context.Context, p *Policy, key string) string {
 	return m.Options().Addr
 }
 
+// Ping asks every server that holds limiter state whether it answers:
+// with a Redis Cluster every master, with a Ring every shard, else the one
+// server. It returns the first failure.
+func (s *Store) Ping(ctx context.Context) error {
+	ping := func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() }
+	switch c := s.client.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, ping)
+	case *redis.Ring:
+		return c.ForEachShard(ctx, ping)
+	}
+	return s.client.Ping(ctx).Err()
+}
+
 // Sharded reports whether Node can name more than one server.
 func (s *Store) Sharded() bool {
 	_, ok := s.client.(*redis.ClusterClient)

@@ -210,3 +210,27 @@ func allFailed(n int, err error) []error {
 	}
 	return errs
 }
+
+// Ping asks Redis whether it answers (every master, with a Cluster), within
+// the timeout and ctx, with the guard if the client needs one, and without
+// a breaker: it is how an owner learns that Redis is back, or not there.
+// Errors are Classify's.
+func (d *Door) Ping(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	rctx, cancel := d.Bound(ctx)
+	defer cancel()
+	var err error
+	if d.guard {
+		_, err = guard.Do(&d.guards, rctx,
+			func(ctx context.Context) (struct{}, error) { return struct{}{}, d.store.Ping(ctx) },
+			func(struct{}, error) {})
+		if errors.Is(err, guard.ErrClosed) {
+			return ErrClosed
+		}
+	} else {
+		err = d.store.Ping(rctx)
+	}
+	return Classify(ctx, err)
+}

@@ -1,0 +1,15 @@
+package ratelease
+
+import "context"
+
+// Ping reports whether Redis answers (with a Redis Cluster, every master;
+// with a Ring, every shard), within the Redis timeout and ctx: nil, or an
+// error wrapping ErrUnavailable and the cause. ErrClosed after Close; ctx's
+// own error is returned unwrapped.
+//
+// It is a readiness check, for a health probe: New succeeds while Redis is
+// down (a service must be able to start then), and decisions go to the
+// failure mode without an error (but with FailClosed), so a wrong address
+// or a Redis that is gone shows here. Ping charges nothing, and goes past
+// the circuit breaker: it asks Redis even while the breaker is open.
+func (l *Limiter) Ping(ctx context.Context) error { return l.engine.Ping(ctx) }
