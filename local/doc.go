@@ -24,4 +24,8 @@
 // It must not talk to Redis or decide policy: it keeps state, and the tier
 // and sync packages act on it. It imports only clock from this module.
 // Every type is safe for concurrent use unless its doc says otherwise.
+//
+// It is part of ratelease's implementation: its API may change in any
+// release, with no compatibility promise of its own. Programs use package
+// ratelease.
 package local

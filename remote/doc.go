@@ -19,4 +19,8 @@
 // handling: callers bound each call with a context and decide what a failure
 // means. It imports only clock from this module. A Store is safe for
 // concurrent use.
+//
+// It is part of ratelease's implementation: its API may change in any
+// release, with no compatibility promise of its own. Programs use package
+// ratelease.
 package remote

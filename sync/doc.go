@@ -36,4 +36,8 @@
 // (package remote does), or call Redis but through the door. It imports
 // local, remote, clock and internal/door from this module. A Leaser is
 // safe for concurrent use.
+//
+// It is part of ratelease's implementation: its API may change in any
+// release, with no compatibility promise of its own. Programs use package
+// ratelease.
 package sync

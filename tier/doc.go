@@ -28,4 +28,8 @@
 // or scripts (remote does), call Redis but through its door, or read the
 // time except through the injected clock.Clock. An Engine is safe for
 // concurrent use.
+//
+// It is part of ratelease's implementation: its API may change in any
+// release, with no compatibility promise of its own. Programs use package
+// ratelease.
 package tier
