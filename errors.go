@@ -20,7 +20,8 @@ var (
 	// ErrInvalidN: a number of units that is zero or negative.
 	ErrInvalidN = errors.New("ratelease: n must be positive")
 	// ErrExceedsCapacity: n is more than the policy's smallest capacity
-	// (Burst, or Rate for windows), so it could never be admitted.
+	// (Burst, or Rate for windows; at most MaxLogUnits with a
+	// SlidingWindowLog), so it could never be admitted.
 	ErrExceedsCapacity = errors.New("ratelease: n exceeds the policy's capacity")
 	// ErrInvalidOption: New was given a nil client or an option with an
 	// invalid value.

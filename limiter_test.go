@@ -106,6 +106,22 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// A request takes at most MaxLogUnits of a SlidingWindowLog, whatever its
+// rate: the log writes an entry per unit, and a large n would stall Redis.
+func TestLogUnitsPerRequest(t *testing.T) {
+	e := newEnv(t)
+	p := policy(t, "log", ratelease.Limit{Rate: 300_000, Period: time.Second, Algorithm: ratelease.SlidingWindowLog})
+	if p.Capacity() != ratelease.MaxLogUnits {
+		t.Fatalf("capacity %d, want MaxLogUnits %d", p.Capacity(), ratelease.MaxLogUnits)
+	}
+	if _, err := e.l.AllowN(context.Background(), p, "k", ratelease.MaxLogUnits+1); !errors.Is(err, ratelease.ErrExceedsCapacity) {
+		t.Fatalf("AllowN(MaxLogUnits+1): %v, want ErrExceedsCapacity", err)
+	}
+	if res, err := e.l.AllowN(context.Background(), p, "k", ratelease.MaxLogUnits); err != nil || !res.Allowed {
+		t.Fatalf("AllowN(MaxLogUnits): %+v, %v", res, err)
+	}
+}
+
 func TestNewPolicyErrors(t *testing.T) {
 	for _, c := range []struct {
 		name   string

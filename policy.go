@@ -12,6 +12,12 @@ import (
 // braces included.
 const MaxKeyLen = remote.MaxKeyLen
 
+// MaxLogUnits is the most units one request may take from a policy with a
+// SlidingWindowLog (its Capacity is at most this): the log writes one entry
+// per unit, about a microsecond of Redis's time each, while Redis serves no
+// other client, so a request's cost must not stall a shared Redis.
+const MaxLogUnits = remote.MaxLogUnits
+
 // MaxPolicyNameLen is the longest policy name, in bytes.
 const MaxPolicyNameLen = remote.MaxNameLen
 

@@ -356,3 +356,36 @@ func TestKeysExpire(t *testing.T) {
 		})
 	}
 }
+
+// A log whose members slide out together is trimmed at most 2000 members a
+// call (one call must not hold Redis for long), and the members left over
+// are not counted; a request takes at most MaxLogUnits units of a log.
+func TestLogTrimsInBoundedSteps(t *testing.T) {
+	f := newFake(t)
+	p := mustPolicy(t, "p", win(remote.SlidingWindowLog, 6000, time.Second))
+	if p.Capacity() != remote.MaxLogUnits {
+		t.Fatalf("capacity %d, want MaxLogUnits %d", p.Capacity(), remote.MaxLogUnits)
+	}
+	for range 5 {
+		if d := acquire(t, f.s, p, "k", 1000, 1000, false); d.Granted != 1000 {
+			t.Fatalf("filling the log: %+v", d)
+		}
+	}
+	key := p.Keys("test", "k")[0]
+	f.Advance(500 * time.Millisecond)
+	acquire(t, f.s, p, "k", 1, 1, false)               // keeps the key alive
+	f.Advance(500*time.Millisecond + time.Microsecond) // the first 5000 slide out
+	d := acquire(t, f.s, p, "k", 1000, 1000, false)
+	if d.Granted != 1000 || d.Remaining != 6000-1001 {
+		t.Fatalf("after the period: %+v, want 1000 granted and 4999 left (the leftover members not counted)", d)
+	}
+	if m, err := f.ZMembers(key); err != nil || len(m) != 5001-2000+1000 {
+		t.Fatalf("%d members (%v), want 4001: 2000 trimmed by the call", len(m), err)
+	}
+	for range 2 { // the rest go in later calls
+		acquire(t, f.s, p, "k", 1, 1, false)
+	}
+	if m, _ := f.ZMembers(key); len(m) != 1003 {
+		t.Fatalf("%d members after two more calls, want 1003 (the live ones)", len(m))
+	}
+}

@@ -99,7 +99,18 @@ func (l Limit) Validate() error {
 }
 
 // Capacity is the most units one request can ever be granted.
-func (l Limit) Capacity() int64 { return l.Burst }
+func (l Limit) Capacity() int64 {
+	if l.Algorithm == SlidingWindowLog {
+		return min(l.Burst, MaxLogUnits)
+	}
+	return l.Burst
+}
+
+// MaxLogUnits is the most units one request may take from a
+// SlidingWindowLog: the log writes a member per unit, about a microsecond
+// of Redis's time each, and Redis does nothing else meanwhile, for any
+// client. 1000 units are about 2ms.
+const MaxLogUnits = 1000
 
 // suffix names the limit inside its key: algorithm and period, so that a
 // changed rate keeps its state and a changed algorithm never reads another

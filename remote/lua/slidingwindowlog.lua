@@ -26,14 +26,28 @@ local function swl_add(key, seq, g)
   end
 end
 
+-- Members that slid out of the period are dropped at most TRIM at a time:
+-- a log of a million units that all slid out together would otherwise be
+-- one ZREMRANGEBYSCORE of a million members, a second of Redis's time. The
+-- rest go in later calls, or with the key, which expires a period after its
+-- newest member; until then they are not counted (ZCOUNT).
+local TRIM = 2000
+
 ALG[2] = {
-  -- Drop what slid out of the period, then count and note the newest.
+  -- Drop (some of) what slid out of the period, then count what is in it
+  -- and note the newest. c: the members left below the period, which
+  -- shift ranks.
   load = function(key, _, period)
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', int(NOW - period))
-    local n = redis.call('ZCARD', key)
-    if n == 0 then return 0, 0 end
+    local edge = int(NOW - period)
+    local old = redis.call('ZCOUNT', key, '-inf', edge)
+    if old > 0 then
+      redis.call('ZREMRANGEBYRANK', key, 0, math.min(old, TRIM) - 1)
+      old = old - math.min(old, TRIM)
+    end
+    local n = redis.call('ZCARD', key) - old
+    if n == 0 then return 0, 0, old end
     local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    return n, tonumber(newest[2]) or NOW
+    return n, tonumber(newest[2]) or NOW, old
   end,
 
   avail = function(n, _, _, rate) return math.max(0, rate - n) end,
@@ -41,17 +55,20 @@ ALG[2] = {
   -- n more fit once the (n + count - rate) oldest members leave: the last of
   -- them, at rank n + count - rate - 1, leaves one period after its score.
   -- If it is gone already (the key expired meanwhile), retry at once.
-  retry = function(key, count, _, _, rate, period, _, n)
-    local r = redis.call('ZRANGE', key, n + count - rate - 1, n + count - rate - 1, 'WITHSCORES')
+  retry = function(key, count, _, old, rate, period, _, n)
+    local rank = old + n + count - rate - 1
+    local r = redis.call('ZRANGE', key, rank, rank, 'WITHSCORES')
     local s = tonumber(r[2])
     if not s then return 1 end
     return s + period - NOW
   end,
 
-  commit = function(key, n, _, _, _, period, _, g)
-    swl_add(key, n, g)
+  commit = function(key, n, _, old, _, period, _, g)
+    -- (Names follow the members' count, old ones included: a name taken
+    -- already is skipped.)
+    swl_add(key, n + old, g)
     expire_in(key, period)
-    return n + g, NOW, 0, 0
+    return n + g, NOW, old, 0
   end,
 
   -- Empty once the newest member slides out.
