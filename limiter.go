@@ -159,8 +159,9 @@ func (l *Limiter) Wait(ctx context.Context, p *Policy, key string) error {
 // it reserves its slot (up to Burst units may wait) and sleeps until it.
 // It returns ctx's error, unwrapped, when ctx ends first, and
 // context.DeadlineExceeded at once when the deadline would pass before the
-// units could be admitted; a slot it reserved is then given back. Other
-// errors are AllowN's.
+// units could be admitted; a slot it reserved is then given back. Close
+// wakes it: it returns ErrClosed at once (giving back a reserved slot).
+// Other errors are AllowN's.
 func (l *Limiter) WaitN(ctx context.Context, p *Policy, key string, n int) error {
 	if err := check(p, key, n); err != nil {
 		return err
@@ -193,7 +194,8 @@ func (l *Limiter) Stats() Stats {
 }
 
 // Close stops the Limiter: it gives every leased unit it holds back to
-// Redis, leaves its keys' members, and every later call returns ErrClosed.
+// Redis, leaves its keys' members, wakes every Wait and WaitN in progress,
+// which return ErrClosed at once, and every later call returns ErrClosed.
 // It is idempotent. It does not close the Redis client. A Limiter dropped
 // without Close is closed when the garbage collector finds it unreachable
 // (its goroutines do not keep it alive); Close says when.

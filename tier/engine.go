@@ -116,7 +116,9 @@ type Engine struct {
 	leaser   *leasesync.Leaser
 	tables   tables
 	closed   atomic.Bool
-	stats    counters
+	// done is closed by Close: it wakes every Wait asleep (see sleep).
+	done  chan struct{}
+	stats counters
 }
 
 // counters are the engine's statistics of its decisions, updated
@@ -157,7 +159,7 @@ type Stats struct {
 // cfg.Lease is set, its Leaser. The only error is an invalid cfg.Lease,
 // wrapping leasesync.ErrConfig.
 func New(cfg Config) (*Engine, error) {
-	e := &Engine{clock: cfg.Clock}
+	e := &Engine{clock: cfg.Clock, done: make(chan struct{})}
 	e.door = door.New(door.Config{Store: cfg.Store, Clock: cfg.Clock, Timeout: cfg.Timeout, Guard: cfg.Guard,
 		Observer: cfg.Observer, Recovered: e.chargeOutage})
 	if cfg.Lease != nil {
@@ -203,8 +205,9 @@ func (e *Engine) Stats() Stats {
 	return st
 }
 
-// Close makes every later call fail with ErrClosed and closes the Leaser,
-// which refunds every unit held. It returns within about one Redis timeout,
+// Close makes every later call fail with ErrClosed, wakes every Wait in
+// progress, which returns ErrClosed at once, and closes the Leaser, which
+// refunds every unit held. It returns within about one Redis timeout,
 // even on a hung Redis with a client that does not honour deadlines: guarded
 // calls still running then are left to end at the client's own timeouts,
 // and refund what they are granted late themselves. It is idempotent and
@@ -213,6 +216,7 @@ func (e *Engine) Close() error {
 	if e.closed.Swap(true) {
 		return nil
 	}
+	close(e.done) // wakes the waits asleep
 	// One timeout for all of Close: the leaser's refunds, then what is left
 	// of it for guarded calls still running.
 	ctx, cancel := e.door.Bound(context.Background())

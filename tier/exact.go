@@ -19,9 +19,11 @@ func (e *Engine) allowExact(ctx context.Context, p *remote.Policy, key string, n
 	return e.decided(d), nil
 }
 
-// Wait blocks until n units of key are granted, or ctx ends. It sleeps on
-// the engine's clock for each denial's RetryAfter, and returns at once with
-// context.DeadlineExceeded when ctx's deadline comes before the units could.
+// Wait blocks until n units of key are granted, or ctx ends, or the engine
+// is closed. It sleeps on the engine's clock for each denial's RetryAfter,
+// and returns at once with context.DeadlineExceeded when ctx's deadline
+// comes before the units could, and with ErrClosed when Close is called
+// while it sleeps (or was called before).
 // A leaky bucket in the policy queues the request (reserving its slot)
 // instead of polling; a wait cancelled before its slot gives the slot back.
 func (e *Engine) Wait(ctx context.Context, p *remote.Policy, key string, n int64) error {
@@ -78,10 +80,13 @@ func (e *Engine) Wait(ctx context.Context, p *remote.Policy, key string, n int64
 }
 
 // sleep waits d on the engine's clock, or returns ctx's error; at once when
-// ctx's deadline is sooner than d.
+// ctx's deadline is sooner than d. Close wakes it: it returns ErrClosed.
 func (e *Engine) sleep(ctx context.Context, d time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if e.closed.Load() {
+		return ErrClosed
 	}
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
 		return context.DeadlineExceeded
@@ -91,6 +96,8 @@ func (e *Engine) sleep(ctx context.Context, d time.Duration) error {
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-e.done:
+		return ErrClosed
 	case <-t.C():
 		return nil
 	}
