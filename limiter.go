@@ -60,8 +60,17 @@ const (
 	Cached = tier.Cached
 )
 
-// Stats counts a Limiter's work since New; see its fields.
+// Stats counts a Limiter's work since New; see its fields. Stats.Policies
+// breaks its decisions down by policy name.
 type Stats = tier.Stats
+
+// PolicyStats counts a Limiter's decisions under one policy name since New
+// (see Stats.Policies and Limiter.PolicyStats): Allowed and Denied, each
+// attempt of a Wait included, and the same decisions by Source (Local,
+// Remote, Cached, Fallback). Allowed + Denied = Local + Remote + Cached +
+// Fallback. The counters only grow while the Limiter holds the policy; see
+// Stats.Policies for when it stops holding one.
+type PolicyStats = tier.PolicyStats
 
 // New returns a Limiter that keeps its limits in client: any
 // redis.UniversalClient (*redis.Client, *redis.ClusterClient, *redis.Ring,
@@ -188,9 +197,21 @@ func check(p *Policy, key string, n int) error {
 	return nil
 }
 
-// Stats returns a snapshot of the Limiter's counters.
+// Stats returns a snapshot of the Limiter's counters, with those of each
+// policy (Stats.Policies). It walks every key the Limiter holds: call it
+// when metrics are scraped, not per request.
 func (l *Limiter) Stats() Stats {
 	return l.engine.Stats()
+}
+
+// PolicyStats returns the counters of the policies named p.Name() that the
+// Limiter holds (Stats().Policies[p.Name()]); zero for a nil p. It walks
+// the keys of those policies only.
+func (l *Limiter) PolicyStats(p *Policy) PolicyStats {
+	if p == nil {
+		return PolicyStats{}
+	}
+	return l.engine.PolicyStats(p.name)
 }
 
 // Close stops the Limiter: it gives every leased unit it holds back to

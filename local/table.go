@@ -24,6 +24,8 @@ type Table[P any] struct {
 	rebuilding atomic.Bool
 	bound      *Bound[P]
 	policy     P
+	// goneHits counts the hits of the entries removed from the table.
+	goneHits atomic.Uint64
 }
 
 // Get returns the entry of key, if there is one.
@@ -77,8 +79,24 @@ func (t *Table[P]) GetOrCreate(key string) *Entry[P] {
 	return e
 }
 
-// remove drops e from the table (it is already marked evicted).
-func (t *Table[P]) remove(e *Entry[P]) { t.all.CompareAndDelete(e.key, e) }
+// remove drops e from the table (it is already marked evicted), keeping
+// its hits in goneHits.
+func (t *Table[P]) remove(e *Entry[P]) {
+	if t.all.CompareAndDelete(e.key, e) {
+		t.goneHits.Add(e.Hits())
+	}
+}
+
+// Policy returns the policy the table's entries name.
+func (t *Table[P]) Policy() P { return t.policy }
+
+// Hits returns the hits of the table's entries, removed ones included. It
+// walks the entries: for statistics, not for the hot path.
+func (t *Table[P]) Hits() uint64 {
+	n := t.goneHits.Load()
+	t.all.Range(func(_, v any) bool { n += v.(*Entry[P]).Hits(); return true })
+	return n
+}
 
 // Range calls f for every entry of the table, until f returns false.
 func (t *Table[P]) Range(f func(*Entry[P]) bool) {

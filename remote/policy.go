@@ -46,6 +46,9 @@ type Policy struct {
 // policies counts the policies NewPolicy has made (see Policy.ID).
 var policies atomic.Int64
 
+// Name returns the policy's name.
+func (p *Policy) Name() string { return p.name }
+
 // ID returns the policy's number: NewPolicy numbers the policies of a
 // process 0, 1, 2, … in the order it makes them, so that a user of
 // policies can keep its state of each in a slice, found by index without

@@ -14,8 +14,8 @@ import (
 // members Redis counted at the key's last lease, or, for a key not leased
 // yet, the most any key had lately.
 func (e *Engine) members(p *remote.Policy, key string) int64 {
-	if Leasable(p) {
-		if ent, ok := e.table(p).Get(key); ok {
+	if st := e.tables.find(p); st != nil && Leasable(p) {
+		if ent, ok := st.table.Get(key); ok {
 			if m := ent.Members(); m > 0 {
 				return m
 			}
@@ -47,9 +47,12 @@ func (e *Engine) Hit(p *remote.Policy, key string, n int64) (limit int, remainin
 	if e.closed.Load() || e.leaser == nil || !Leasable(p) {
 		return 0, 0, 0, false
 	}
-	t := e.table(p)
+	st := e.tables.find(p)
+	if st == nil { // no key of p is held
+		return 0, 0, 0, false
+	}
 	now := e.leaser.Now()
-	ent, found := t.Get(key)
+	ent, found := st.table.Get(key)
 	if !found || !ent.Take(n, now) {
 		return 0, 0, 0, false
 	}
@@ -73,7 +76,7 @@ func (e *Engine) Miss(ctx context.Context, p *remote.Policy, key string, n int64
 		return Decision{}, ErrClosed
 	}
 	if e.leaser != nil && Leasable(p) {
-		return e.allowLeased(ctx, p, e.table(p), key, n, e.leaser.Now())
+		return e.allowLeased(ctx, p, key, n, e.leaser.Now())
 	}
 	return e.allowExact(ctx, p, key, n)
 }
@@ -85,20 +88,22 @@ func Leasable(p *remote.Policy) bool {
 	return !p.Uses(remote.SlidingWindowLog) && !p.Uses(remote.LeakyBucket)
 }
 
-// table returns the local table of p, making it on first use.
-func (e *Engine) table(p *remote.Policy) *leasesync.Table {
-	if t := e.tables.lookup(p.ID()); t != nil {
-		return t
+// entry returns the entry of key in p's table, making the table and the
+// entry if needed.
+func (e *Engine) entry(p *remote.Policy, key string) *leasesync.Entry {
+	st := e.tables.find(p)
+	if st == nil {
+		st = e.tables.getOrMake(p, e.leaser)
 	}
-	return e.tables.getOrMake(p, e.leaser)
+	return st.table.GetOrCreate(key)
 }
 
 // allowLeased decides a request that missed the allowance at now: from a
 // cached denial, or units that came in meanwhile, or else by leasing (one
 // Redis call, coalesced with concurrent misses on the key), keeping n units
 // of the grant.
-func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, t *leasesync.Table, key string, n, now int64) (Decision, error) {
-	ent := t.GetOrCreate(key)
+func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, key string, n, now int64) (Decision, error) {
+	ent := e.entry(p, key)
 	if d, done := e.fromLocal(p, ent, n, now); done {
 		return d, nil
 	}
@@ -128,7 +133,7 @@ func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, t *leasesync
 			return dd, nil
 		}
 	}
-	dec := e.decided(d)
+	dec := e.decided(p, d)
 	// What Redis has left, and what this instance holds (charged in Redis,
 	// not used: see hitState).
 	held := ent.Units()
@@ -148,8 +153,7 @@ func (e *Engine) fromLocal(p *remote.Policy, ent *leasesync.Entry, n, now int64)
 	}
 	if denied, left := ent.Denied(now, n); denied {
 		ent.Wanted(n) // the demand counts it
-		e.stats.cached.Add(1)
-		e.stats.denied.Add(1)
+		e.count(p, Cached, false)
 		// Remaining: what Redis last said it had left, and what this
 		// instance holds (too few for n).
 		w := ent.LastWord()

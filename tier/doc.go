@@ -20,9 +20,14 @@
 // FailOpen, FailClosed), and what the fallback admitted is charged to Redis
 // when the breaker closes.
 //
+// It also counts each policy's decisions (PolicyStats), without a counter
+// on the hit path: a policy's local hits are the sum of its entries'. The
+// state of a policy decided exactly goes when the policy is collected.
+//
 // Files: engine.go (the types, New, Stats, Close), decide.go (the hit, the
-// miss, leased decisions), tables.go (the local table of each policy, by
-// its ID), exact.go (exact decisions, Wait), fallback.go.
+// miss, leased decisions), tables.go (the state of each policy, by its ID),
+// stats.go (the counters of each policy), exact.go
+// (exact decisions, Wait), fallback.go.
 //
 // It does not validate input (the root package does, once), build Redis keys
 // or scripts (remote does), call Redis but through its door, or read the

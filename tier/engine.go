@@ -153,6 +153,16 @@ type Stats struct {
 	Breaker      BreakerState
 	BreakerOpens uint64
 	UnitsCharged uint64
+	// Policies counts decisions by policy name, for the policies the
+	// engine holds (policies of one name summed). DroppedPolicies totals
+	// the decisions of the policies it no longer holds: a policy decided
+	// exactly when the program no longer refers to it (it is collected),
+	// and every policy at Close. The policies' counts and DroppedPolicies add up to
+	// Allowed, Denied, Local, Remote, Cached and Fallback (but for
+	// decisions counted while Stats reads, or in the moment a policy is
+	// dropped).
+	Policies        map[string]PolicyStats
+	DroppedPolicies PolicyStats
 }
 
 // New returns an Engine for cfg, with its door to Redis and, when
@@ -160,6 +170,7 @@ type Stats struct {
 // wrapping leasesync.ErrConfig.
 func New(cfg Config) (*Engine, error) {
 	e := &Engine{clock: cfg.Clock, done: make(chan struct{})}
+	e.tables.others = &others{}
 	e.door = door.New(door.Config{Store: cfg.Store, Clock: cfg.Clock, Timeout: cfg.Timeout, Guard: cfg.Guard,
 		Observer: cfg.Observer, Recovered: e.chargeOutage})
 	if cfg.Lease != nil {
@@ -184,7 +195,8 @@ func New(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// Stats returns a snapshot of the counters.
+// Stats returns a snapshot of the counters. It walks every entry and every
+// policy's state: for a scrape, not for the hot path.
 func (e *Engine) Stats() Stats {
 	s := &e.stats
 	single, batched := e.door.Stats()
@@ -195,6 +207,7 @@ func (e *Engine) Stats() Stats {
 		Instances: 1, UnitsCharged: s.charged.Load(),
 	}
 	st.Breaker, st.BreakerOpens = e.door.Breakers()
+	st.Policies, st.DroppedPolicies = e.policyStats()
 	if e.leaser != nil {
 		ls := e.leaser.Stats()
 		st.Local = e.leaser.LocalHits()

@@ -16,7 +16,7 @@ func (e *Engine) allowExact(ctx context.Context, p *remote.Policy, key string, n
 	if cause != nil {
 		return e.unavailable(p, key, n, cause)
 	}
-	return e.decided(d), nil
+	return e.decided(p, d), nil
 }
 
 // Wait blocks until n units of key are granted, or ctx ends, or the engine
@@ -60,7 +60,7 @@ func (e *Engine) Wait(ctx context.Context, p *remote.Policy, key string, n int64
 			}
 			continue
 		}
-		e.decided(d)
+		e.decided(p, d)
 		if d.Granted > 0 {
 			if d.Wait <= 0 {
 				return nil
@@ -103,14 +103,9 @@ func (e *Engine) sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// decided counts a Redis decision and converts it.
-func (e *Engine) decided(d remote.Decision) Decision {
-	e.stats.remote.Add(1)
-	if d.Granted > 0 {
-		e.stats.allowed.Add(1)
-	} else {
-		e.stats.denied.Add(1)
-	}
+// decided counts a Redis decision on p and converts it.
+func (e *Engine) decided(p *remote.Policy, d remote.Decision) Decision {
+	e.count(p, Remote, d.Granted > 0)
 	dec := Decision{
 		Allowed:    d.Granted > 0,
 		Source:     Remote,

@@ -171,12 +171,7 @@ func (e *Engine) unavailable(p *remote.Policy, key string, n int64, cause error)
 	if err != nil {
 		return Decision{}, err
 	}
-	e.stats.fallback.Add(1)
-	if d.Allowed {
-		e.stats.allowed.Add(1)
-	} else {
-		e.stats.denied.Add(1)
-	}
+	e.count(p, Fallback, d.Allowed)
 	return d, nil
 }
 

@@ -1,6 +1,7 @@
 package tier
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -14,44 +15,80 @@ import (
 // slice of a thousand is 8 KiB.
 const denseIDs = 1024
 
-// tables holds an engine's local tables, one per policy that leases. A
-// table is found on the hit path with one atomic load and an index, by the
-// policy's ID, without hashing; a policy numbered denseIDs or more is
-// found in a map. The engine's tables go with the engine: no policy points
-// to them.
+// policy is an engine's state of one policy: its local table, when it
+// leases, and the counters of its decisions.
+type policy struct {
+	table *leasesync.Table // nil for a policy decided exactly
+	name  string
+	// counts counts its decisions but its local hits, which the entries of
+	// its table count (see local.Table.Hits).
+	counts counts
+}
+
+// tables holds an engine's state of each policy it decided. The state of a
+// policy that leases (its table) is found on the hit path with one atomic
+// load and an index, by the policy's ID, without hashing; a policy
+// numbered denseIDs or more is found in a map.
+//
+// The state of a policy decided exactly goes when the policy is collected;
+// its counters are folded into the totals of dropped policies. The
+// engine's states go with the engine: no policy points to them.
 type tables struct {
 	// byID is indexed by policy ID (nil: no table yet). A published slice
 	// is never written: a new table publishes a copy.
-	byID atomic.Pointer[[]*leasesync.Table]
+	byID atomic.Pointer[[]*policy]
 	mu   sync.Mutex // serializes the copies of byID, and clear
-	// sparse holds the tables of policies numbered denseIDs or more:
-	// *remote.Policy -> *leasesync.Table.
+	// sparse holds the states of policies that lease numbered denseIDs or
+	// more: *remote.Policy -> *policy.
 	sparse sync.Map
 	closed bool // requires mu held: no table is kept after clear
+	// others is allocated on its own: the cleanups of exact policies refer
+	// to it, and must not keep the engine alive.
+	others *others
 }
 
-// lookup returns the table of the policy numbered id, if it is below
+// others holds the states of the policies decided exactly, and the totals
+// of the policies dropped.
+type others struct {
+	exact   sync.Map // int (policy ID) -> *policy
+	dropped counts
+}
+
+// lookup returns the state of the policy numbered id, if it is below
 // denseIDs and has one, else nil: one atomic load and an index, small
 // enough to be inlined on the hit path.
-func (ts *tables) lookup(id int) *leasesync.Table {
+func (ts *tables) lookup(id int) *policy {
 	if d := ts.byID.Load(); d != nil && id < len(*d) {
 		return (*d)[id]
 	}
 	return nil
 }
 
-// getOrMake returns p's table, when lookup has none: from sparse, or a new
-// one of l, kept (but after clear).
-func (ts *tables) getOrMake(p *remote.Policy, l *leasesync.Leaser) *leasesync.Table {
-	id := p.ID()
-	if id >= denseIDs {
-		if v, ok := ts.sparse.Load(p); ok {
-			return v.(*leasesync.Table)
-		}
+// find returns p's state, if p leases and has one: lookup, or the map for
+// a policy numbered denseIDs or more. It makes none. Inlined on the hit
+// path, as lookup is.
+func (ts *tables) find(p *remote.Policy) *policy {
+	if st := ts.lookup(p.ID()); st != nil || p.ID() < denseIDs {
+		return st
 	}
+	return ts.findSparse(p)
+}
+
+// findSparse is find for a policy numbered denseIDs or more.
+func (ts *tables) findSparse(p *remote.Policy) *policy {
+	if v, ok := ts.sparse.Load(p); ok {
+		return v.(*policy)
+	}
+	return nil
+}
+
+// getOrMake returns p's state, with a table of l, when find has none: one
+// made now, kept (but after clear).
+func (ts *tables) getOrMake(p *remote.Policy, l *leasesync.Leaser) *policy {
+	id := p.ID()
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	var old []*leasesync.Table
+	var old []*policy
 	if d := ts.byID.Load(); d != nil {
 		old = *d
 	}
@@ -60,28 +97,80 @@ func (ts *tables) getOrMake(p *remote.Policy, l *leasesync.Leaser) *leasesync.Ta
 		return old[id]
 	case id >= denseIDs:
 		if v, ok := ts.sparse.Load(p); ok {
-			return v.(*leasesync.Table)
+			return v.(*policy)
 		}
 	}
-	t := l.NewTable(p)
+	st := &policy{name: p.Name(), table: l.NewTable(p)}
 	switch {
 	case ts.closed:
 	case id >= denseIDs:
-		ts.sparse.Store(p, t)
+		ts.sparse.Store(p, st)
 	default:
-		d := make([]*leasesync.Table, max(len(old), id+1))
+		d := make([]*policy, max(len(old), id+1))
 		copy(d, old)
-		d[id] = t
+		d[id] = st
 		ts.byID.Store(&d)
 	}
-	return t
+	return st
 }
 
-// clear drops every table, for Close: the engine keeps none after it.
+// exact returns the state of p, a policy decided exactly, making it on
+// first use; it goes when p is collected.
+func (ts *tables) exact(p *remote.Policy) *policy {
+	o := ts.others
+	if v, ok := o.exact.Load(p.ID()); ok {
+		return v.(*policy)
+	}
+	v, loaded := o.exact.LoadOrStore(p.ID(), &policy{name: p.Name()})
+	if !loaded {
+		runtime.AddCleanup(p, o.drop, p.ID())
+	}
+	return v.(*policy)
+}
+
+// drop folds the state of the exact policy numbered id into the totals
+// of dropped policies: the policy was collected.
+func (o *others) drop(id int) {
+	if v, ok := o.exact.LoadAndDelete(id); ok {
+		o.dropped.fold(v.(*policy))
+	}
+}
+
+// each calls f with every state kept. It walks every map: for Stats.
+func (ts *tables) each(f func(*policy)) {
+	if d := ts.byID.Load(); d != nil {
+		for _, st := range *d {
+			if st != nil {
+				f(st)
+			}
+		}
+	}
+	for _, m := range []*sync.Map{&ts.sparse, &ts.others.exact} {
+		m.Range(func(_, v any) bool { f(v.(*policy)); return true })
+	}
+}
+
+// clear drops every state, for Close, folding their counters into the
+// totals of dropped policies: the engine keeps none after it.
 func (ts *tables) clear() {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	ts.closed = true
+	o := ts.others
+	if d := ts.byID.Load(); d != nil {
+		for _, st := range *d {
+			if st != nil {
+				o.dropped.fold(st)
+			}
+		}
+	}
 	ts.byID.Store(nil)
-	ts.sparse.Clear()
+	for _, m := range []*sync.Map{&ts.sparse, &o.exact} {
+		m.Range(func(k, _ any) bool {
+			if v, ok := m.LoadAndDelete(k); ok { // (an exact one's cleanup may have taken it)
+				o.dropped.fold(v.(*policy))
+			}
+			return true
+		})
+	}
 }

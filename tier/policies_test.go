@@ -1,0 +1,148 @@
+package tier_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ratelease/ratelease/remote"
+	"github.com/ratelease/ratelease/tier"
+)
+
+// named returns a policy of name with one limit of n per hour.
+func named(t testing.TB, name string, a remote.Algorithm, n int64) *remote.Policy {
+	t.Helper()
+	p, err := remote.NewPolicy(name, []remote.Limit{{Algorithm: a, Rate: n, Period: time.Hour, Burst: n}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// sparse makes policies until their IDs pass the dense slice's, so that
+// the next policies are kept in the engine's map (1024: tier.denseIDs).
+func sparse(t testing.TB) {
+	for {
+		if p := named(t, "filler", remote.TokenBucket, 1); p.ID() >= 1024 {
+			return
+		}
+	}
+}
+
+// sum adds up the policies' counters and those of dropped policies.
+func sum(s tier.Stats) tier.PolicyStats {
+	all := s.DroppedPolicies
+	for _, ps := range s.Policies {
+		all.Allowed += ps.Allowed
+		all.Denied += ps.Denied
+		all.Local += ps.Local
+		all.Remote += ps.Remote
+		all.Cached += ps.Cached
+		all.Fallback += ps.Fallback
+	}
+	return all
+}
+
+// total is the engine's counters that the policies' add up to.
+func total(s tier.Stats) tier.PolicyStats {
+	return tier.PolicyStats{Allowed: s.Allowed, Denied: s.Denied, Local: s.Local, Remote: s.Remote, Cached: s.Cached, Fallback: s.Fallback}
+}
+
+// Stats.Policies counts each policy's decisions by outcome and source, in
+// lease mode (a policy that leases, and one decided exactly, a sliding log)
+// and in exact mode; policies of one name are summed; they add up to the
+// engine's counters.
+func TestPolicyStats(t *testing.T) {
+	for _, lease := range []int64{4, 0} {
+		t.Run(fmt.Sprint("lease=", lease), func(t *testing.T) {
+			e, _ := newEngine(t, lease)
+			ctx := context.Background()
+			tb, log := named(t, "tb", remote.TokenBucket, 8), named(t, "log", remote.SlidingWindowLog, 3)
+			again := named(t, "log", remote.SlidingWindowLog, 3) // a second policy of one name
+			want := map[string]tier.PolicyStats{}
+			for _, c := range []struct {
+				p *remote.Policy
+				n int
+			}{{tb, 10}, {log, 2}, {again, 3}} {
+				w := want[c.p.Name()]
+				for range c.n {
+					d, err := e.Allow(ctx, c.p, "k", 1)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if d.Allowed {
+						w.Allowed++
+					} else {
+						w.Denied++
+					}
+					switch d.Source {
+					case tier.Local:
+						w.Local++
+					case tier.Remote:
+						w.Remote++
+					case tier.Cached:
+						w.Cached++
+					}
+				}
+				want[c.p.Name()] = w
+			}
+			if w := want["tb"]; w.Allowed != 8 || w.Denied != 2 || (lease > 0 && (w.Local < 6 || w.Cached == 0)) {
+				t.Fatalf("decisions of tb: %+v", w)
+			}
+			if w := want["log"]; w.Allowed != 3 || w.Denied != 2 || w.Remote != 5 {
+				t.Fatalf("decisions of log: %+v", w)
+			}
+			s := e.Stats()
+			if len(s.Policies) != 2 || s.Policies["tb"] != want["tb"] || s.Policies["log"] != want["log"] {
+				t.Fatalf("Policies %+v, want %+v", s.Policies, want)
+			}
+			if sum(s) != total(s) || s.DroppedPolicies != (tier.PolicyStats{}) {
+				t.Fatalf("policies add up to %+v, engine %+v", sum(s), total(s))
+			}
+			if got := e.PolicyStats("log"); got != want["log"] {
+				t.Fatalf("PolicyStats(log) = %+v", got)
+			}
+			if got := e.PolicyStats("none"); got != (tier.PolicyStats{}) {
+				t.Fatalf("PolicyStats(none) = %+v", got)
+			}
+		})
+	}
+}
+
+// Fallback decisions count too, under their policy.
+func TestPolicyStatsFallback(t *testing.T) {
+	e, mr, _, _ := newDegrading(t, tier.FailOpen, 1)
+	p := named(t, "down", remote.TokenBucket, 100)
+	mr.Close()
+	for i := range 3 {
+		if d, err := e.Allow(context.Background(), p, fmt.Sprint("k", i), 1); err != nil || d.Source != tier.Fallback {
+			t.Fatalf("%+v, %v", d, err)
+		}
+	}
+	s := e.Stats()
+	if got := s.Policies["down"]; got != (tier.PolicyStats{Allowed: 3, Fallback: 3}) || sum(s) != total(s) {
+		t.Fatalf("Policies %+v, engine %+v", s.Policies, total(s))
+	}
+}
+
+// The hit allocates nothing, for a policy in the dense slice and one in the
+// map.
+func TestHitAllocatesNothing(t *testing.T) {
+	e, _ := newEngine(t, 1000)
+	dense := named(t, "dense", remote.TokenBucket, 1_000_000)
+	sparse(t)
+	far := named(t, "far", remote.TokenBucket, 1_000_000)
+	for _, p := range []*remote.Policy{dense, far} {
+		if _, err := e.Allow(context.Background(), p, "k", 1); err != nil {
+			t.Fatal(err)
+		}
+		if a := testing.AllocsPerRun(100, func() {
+			if _, _, _, ok := e.Hit(p, "k", 1); !ok {
+				t.Fatal("miss")
+			}
+		}); a != 0 {
+			t.Fatalf("policy %d: a hit allocates %v times", p.ID(), a)
+		}
+	}
+}
