@@ -20,7 +20,9 @@
 //     [Bound], which caps how many allowances exist across all tables (an
 //     LRU from golang-lru/v2, touched only when a lease is made, never on the
 //     hit path) and hands back the unused units of the ones it evicts. A
-//     table keeps the hits of the entries it lost.
+//     table keeps the hits of the entries it lost, and tells its owner
+//     when its last entry leaves, so that the owner may retire it (Retire)
+//     and let the policy go.
 //
 // It must not talk to Redis or decide policy: it keeps state, and the tier
 // and sync packages act on it. It imports only clock from this module.

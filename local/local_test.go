@@ -183,7 +183,7 @@ func TestBoundEvictsLeastRecentlyLeasedAndHandsBackUnits(t *testing.T) {
 	}
 	var got []evicted
 	b := local.NewBound(2, func(e *local.Entry[string], units, at int64) { got = append(got, evicted{e.Key(), units, at}) })
-	p, q := b.NewTable("p"), b.NewTable("q")
+	p, q := b.NewTable("p", nil), b.NewTable("q", nil)
 	a := p.GetOrCreate("a")
 	a.Fill(local.Grant{Units: 5, Keep: 5, At: 77, Expires: math.MaxInt64}, 0)
 	c := q.GetOrCreate("c")
@@ -223,7 +223,7 @@ func TestBoundEvictsLeastRecentlyLeasedAndHandsBackUnits(t *testing.T) {
 func TestTableReadMapAndEviction(t *testing.T) {
 	var gone []string
 	b := local.NewBound(3, func(e *local.Entry[string], _, _ int64) { gone = append(gone, e.Key()) })
-	tab := b.NewTable("p")
+	tab := b.NewTable("p", nil)
 	x, y := tab.GetOrCreate("x"), tab.GetOrCreate("y")
 	for i := 0; i < 200; i++ { // enough misses to rebuild the snapshot
 		if e, ok := tab.Get("x"); !ok || e != x {
@@ -259,7 +259,7 @@ func TestTableReadMapAndEviction(t *testing.T) {
 // prefetch gives up); it measures the demand, takes along the units set
 // aside, and its grant fills the allowance; Redis's word is what hits read.
 func TestEntryLease(t *testing.T) {
-	e := local.NewBound[string](10, nil).NewTable("p").GetOrCreate("k")
+	e := local.NewBound[string](10, nil).NewTable("p", nil).GetOrCreate("k")
 	first, wait := e.StartLease(2, 0)
 	if wait != nil || first.Rate != 0 || !e.Leasing() {
 		t.Fatalf("first lease: %+v, %v", first, wait)
@@ -317,7 +317,7 @@ func TestEntryLease(t *testing.T) {
 // The hit path: one key, units to spare.
 func BenchmarkTake(b *testing.B) {
 	bound := local.NewBound[string](1000, nil)
-	tab := bound.NewTable("p")
+	tab := bound.NewTable("p", nil)
 	e := tab.GetOrCreate("user:42")
 	e.Fill(local.Grant{Units: math.MaxInt64 / 2, Keep: math.MaxInt64 / 2, At: 1, Expires: math.MaxInt64}, 0)
 	key := string([]byte("user:42"))
@@ -348,7 +348,7 @@ func BenchmarkIdleKeyMemory(b *testing.B) {
 		runtime.GC()
 		runtime.ReadMemStats(&before)
 		bound := local.NewBound[string](keys, nil)
-		tab := bound.NewTable("p")
+		tab := bound.NewTable("p", nil)
 		for i := 0; i < keys; i++ {
 			e := tab.GetOrCreate("user:" + strconv.Itoa(1_000_000+i)) // 12-byte keys
 			e.Fill(local.Grant{Units: 10, Keep: 10, At: 1, Expires: math.MaxInt64}, 0)
@@ -361,5 +361,38 @@ func BenchmarkIdleKeyMemory(b *testing.B) {
 		runtime.ReadMemStats(&after)
 		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/keys, "B/key")
 		runtime.KeepAlive(tab)
+	}
+}
+
+// A table tells its owner when its last entry leaves it; retired, it makes
+// no entry, and its hits outlive its entries.
+func TestTableEmptiesAndRetires(t *testing.T) {
+	var emptied []*local.Table[string]
+	onEmpty := func(tab *local.Table[string]) { emptied = append(emptied, tab) }
+	b := local.NewBound[string](1, nil)
+	p, q := b.NewTable("p", onEmpty), b.NewTable("q", onEmpty)
+	a := p.GetOrCreate("a")
+	a.Fill(local.Grant{Units: 5, Keep: 5, At: 1, Expires: math.MaxInt64}, 0)
+	a.Take(1, 0)
+	a.Take(2, 0)
+	if p.Retire() {
+		t.Fatal("a table with an entry retired")
+	}
+	q.GetOrCreate("b") // evicts a: p is empty
+	if len(emptied) != 1 || emptied[0] != p || p.Hits() != 2 || p.Policy() != "p" {
+		t.Fatalf("emptied %v, hits %d", emptied, p.Hits())
+	}
+	if !p.Retire() {
+		t.Fatal("an empty table did not retire")
+	}
+	if !p.Retire() {
+		t.Fatal("a retired table said it was not")
+	}
+	if e := p.GetOrCreate("a"); e != nil {
+		t.Fatal("a retired table made an entry")
+	}
+	b.Clear() // b leaves q
+	if len(emptied) != 2 || emptied[1] != q {
+		t.Fatalf("emptied %v", emptied)
 	}
 }

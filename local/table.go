@@ -24,8 +24,14 @@ type Table[P any] struct {
 	rebuilding atomic.Bool
 	bound      *Bound[P]
 	policy     P
+	// live counts the table's entries (those made by GetOrCreate and not
+	// removed yet), or is -1 once the table is retired (see Retire).
+	live atomic.Int64
 	// goneHits counts the hits of the entries removed from the table.
 	goneHits atomic.Uint64
+	// onEmpty, if not nil, is called when the table's last entry is
+	// removed (see Bound.NewTable).
+	onEmpty func(*Table[P])
 }
 
 // Get returns the entry of key, if there is one.
@@ -67,12 +73,24 @@ func (t *Table[P]) missed() {
 
 // GetOrCreate returns the entry of key, creating it if needed. Creating an
 // entry may evict the least recently leased entry of any table of the bound.
+// It returns nil when the table is retired and has no entry of key: its
+// owner makes a new table.
 func (t *Table[P]) GetOrCreate(key string) *Entry[P] {
 	if e, ok := t.Get(key); ok {
 		return e
 	}
+	for { // count the entry in live first, so that Retire sees it
+		n := t.live.Load()
+		if n < 0 {
+			return nil
+		}
+		if t.live.CompareAndSwap(n, n+1) {
+			break
+		}
+	}
 	e := &Entry[P]{key: key, policy: t.policy, table: t}
 	if v, loaded := t.all.LoadOrStore(key, e); loaded {
+		t.left() // (the entry found is counted)
 		return v.(*Entry[P])
 	}
 	t.bound.add(e)
@@ -84,7 +102,23 @@ func (t *Table[P]) GetOrCreate(key string) *Entry[P] {
 func (t *Table[P]) remove(e *Entry[P]) {
 	if t.all.CompareAndDelete(e.key, e) {
 		t.goneHits.Add(e.Hits())
+		t.left()
 	}
+}
+
+// left counts an entry out of live, and calls onEmpty if it was the last.
+func (t *Table[P]) left() {
+	if t.live.Add(-1) == 0 && t.onEmpty != nil {
+		t.onEmpty(t)
+	}
+}
+
+// Retire marks the table as retired if it has no entries, and reports
+// whether it did (or had before). A retired table stays empty: GetOrCreate
+// makes no entry in it. Its owner drops it, and makes a new table of the
+// policy when it needs one.
+func (t *Table[P]) Retire() bool {
+	return t.live.CompareAndSwap(0, -1) || t.live.Load() < 0
 }
 
 // Policy returns the policy the table's entries name.
@@ -124,9 +158,12 @@ func NewBound[P any](max int, onEvict func(e *Entry[P], units, at int64)) *Bound
 }
 
 // NewTable returns an empty table of this bound for policy, which its
-// entries name (Entry.Policy).
-func (b *Bound[P]) NewTable(policy P) *Table[P] {
-	return &Table[P]{bound: b, policy: policy}
+// entries name (Entry.Policy). onEmpty, if not nil, is called each time the
+// table's last entry leaves it (evicted, or at Clear), on the goroutine
+// that removed it, outside the bound's lock: its owner may Retire the table
+// and drop it.
+func (b *Bound[P]) NewTable(policy P, onEmpty func(*Table[P])) *Table[P] {
+	return &Table[P]{bound: b, policy: policy, onEmpty: onEmpty}
 }
 
 // Len returns the number of entries in the bound.

@@ -30,7 +30,7 @@ func TestIdleLanesAreDropped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tab := l.NewTable(p)
+	tab := l.NewTable(p, nil)
 	lease := func(key string) {
 		t.Helper()
 		if _, _, err := l.Lease(context.Background(), tab.GetOrCreate(key), 1); err != nil {

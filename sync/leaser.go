@@ -126,8 +126,11 @@ func (l *Leaser) Now() int64 {
 }
 
 // NewTable returns a table of entries for one policy, bounded with all the
-// Leaser's other tables.
-func (l *Leaser) NewTable(p *remote.Policy) *Table { return l.bound.NewTable(p) }
+// Leaser's other tables. onEmpty, if not nil, is called when the table's
+// last entry leaves it (see local.Bound.NewTable).
+func (l *Leaser) NewTable(p *remote.Policy, onEmpty func(*Table)) *Table {
+	return l.bound.NewTable(p, onEmpty)
+}
 
 // instancesFor is how long a member count is remembered by Instances.
 const instancesFor = time.Minute

@@ -99,7 +99,7 @@ func TestLeaseCoalesces(t *testing.T) {
 	conf.Min, conf.Max = 50, 50
 	l := newLeaser(t, c, clock.System{}, conf)
 	p := tokenBucket(t, 1000, 1000)
-	e := l.NewTable(p).GetOrCreate("k")
+	e := l.NewTable(p, nil).GetOrCreate("k")
 	proxy.SetDelay(50 * time.Millisecond) // all of them miss while the first lease is out
 	var wg stdsync.WaitGroup
 	results := make(chan string, 20)
@@ -134,7 +134,7 @@ func TestLeasesAreBatched(t *testing.T) {
 	proxy, c := proxied(t)
 	l := newLeaser(t, c, clock.System{}, cfg())
 	p := tokenBucket(t, 1000, 1000)
-	tab := l.NewTable(p)
+	tab := l.NewTable(p, nil)
 	time.Sleep(100 * time.Millisecond) // the first heartbeat is done
 	before := l.Stats().RoundTrips
 	proxy.SetDelay(100 * time.Millisecond)
@@ -163,7 +163,7 @@ func TestLeaseSizeFollowsDemand(t *testing.T) {
 	conf.Min, conf.Max, conf.Refresh = 2, 400, 100*time.Millisecond
 	l := newLeaser(t, mr.Client(t), clk, conf)
 	p := tokenBucket(t, 1_000_000, 1_000_000)
-	e := l.NewTable(p).GetOrCreate("k")
+	e := l.NewTable(p, nil).GetOrCreate("k")
 	d, _, err := l.Lease(context.Background(), e, 1)
 	if err != nil || d.Granted != 2 {
 		t.Fatalf("cold lease: %+v, %v; want Min = 2", d, err)
@@ -201,7 +201,7 @@ func TestPrefetchWaitsOutDenial(t *testing.T) {
 	d := newDoor(mr.Client(t), clk)
 	l := newLeaserThrough(t, d, clk, conf)
 	p := tokenBucket(t, 3600, 10) // one unit a second
-	e := l.NewTable(p).GetOrCreate("k")
+	e := l.NewTable(p, nil).GetOrCreate("k")
 	if d, _, err := l.Lease(context.Background(), e, 1); err != nil || d.Granted != 10 {
 		t.Fatalf("lease: %+v, %v; want the whole bucket, 10", d, err)
 	}
@@ -255,7 +255,7 @@ func TestExpiredUnitsAreRefunded(t *testing.T) {
 	conf.Min, conf.Max, conf.TTL, conf.Refresh = 10, 10, 100*time.Millisecond, 0
 	l := newLeaser(t, mr.Client(t), clk, conf)
 	p := tokenBucket(t, 1000, 1000)
-	tab := l.NewTable(p)
+	tab := l.NewTable(p, nil)
 	if _, _, err := l.Lease(context.Background(), tab.GetOrCreate("a"), 1); err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +286,7 @@ func TestEvictionRefunds(t *testing.T) {
 	conf.Min, conf.Max, conf.MaxKeys = 10, 10, 1
 	l := newLeaser(t, mr.Client(t), clock.NewManual(mr.Now()), conf)
 	p := tokenBucket(t, 1000, 1000)
-	tab := l.NewTable(p)
+	tab := l.NewTable(p, nil)
 	a := tab.GetOrCreate("a")
 	if _, _, err := l.Lease(context.Background(), a, 1); err != nil {
 		t.Fatal(err)
@@ -312,7 +312,7 @@ func TestMembersComeWithLeases(t *testing.T) {
 	for range 3 {
 		l := newLeaser(t, mr.Client(t), clk, conf)
 		ls = append(ls, l)
-		es = append(es, l.NewTable(p).GetOrCreate("k"))
+		es = append(es, l.NewTable(p, nil).GetOrCreate("k"))
 	}
 	lease := func(i int) remote.Decision {
 		d, _, err := ls[i].Lease(context.Background(), es[i], 1)
@@ -357,7 +357,7 @@ func TestCloseRefundsLeaseInFlight(t *testing.T) {
 	conf.Min, conf.Max = 10, 10
 	l := newLeaser(t, c, clock.System{}, conf)
 	p := tokenBucket(t, 1000, 1000)
-	e := l.NewTable(p).GetOrCreate("k")
+	e := l.NewTable(p, nil).GetOrCreate("k")
 	time.Sleep(50 * time.Millisecond) // the first heartbeat is done
 	proxy.SetDelay(200 * time.Millisecond)
 	done := make(chan remote.Decision)
@@ -398,7 +398,7 @@ func TestGuardedLeaser(t *testing.T) {
 	d := door.New(door.Config{Store: remote.NewStore(c, "t"), Clock: clock.System{}, Timeout: 50 * time.Millisecond, Guard: true})
 	l := newLeaserThrough(t, d, clock.System{}, conf)
 	p := tokenBucket(t, 1, 100) // 1 unit an hour: what the lease takes stays taken unless refunded
-	e := l.NewTable(p).GetOrCreate("k")
+	e := l.NewTable(p, nil).GetOrCreate("k")
 	time.Sleep(50 * time.Millisecond) // the first heartbeat is done
 	// Load the script: a late NOSCRIPT is retried with EVAL only while the
 	// deadline lasts, and then nothing is granted.
@@ -437,7 +437,7 @@ func TestGuardedLeaser(t *testing.T) {
 	})
 
 	t.Run("hung", func(t *testing.T) {
-		e := l.NewTable(p).GetOrCreate("k2")
+		e := l.NewTable(p, nil).GetOrCreate("k2")
 		proxy.SetDrop(true)
 		done := make(chan error, 1)
 		go func() {

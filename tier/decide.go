@@ -89,13 +89,18 @@ func Leasable(p *remote.Policy) bool {
 }
 
 // entry returns the entry of key in p's table, making the table and the
-// entry if needed.
+// entry if needed. A table found retired (its last entry left, and the
+// engine is dropping it) is made anew.
 func (e *Engine) entry(p *remote.Policy, key string) *leasesync.Entry {
-	st := e.tables.find(p)
-	if st == nil {
-		st = e.tables.getOrMake(p, e.leaser)
+	for {
+		st := e.tables.find(p)
+		if st == nil {
+			st = e.tables.getOrMake(p, e.leaser)
+		}
+		if ent := st.table.GetOrCreate(key); ent != nil {
+			return ent
+		}
 	}
-	return st.table.GetOrCreate(key)
 }
 
 // allowLeased decides a request that missed the allowance at now: from a

@@ -22,11 +22,14 @@
 //
 // It also counts each policy's decisions (PolicyStats), without a counter
 // on the hit path: a policy's local hits are the sum of its entries'. The
-// state of a policy decided exactly goes when the policy is collected.
+// state it keeps of each policy (its table, its counters) is bounded by the
+// key store, so that policies made at run time do not accumulate: a
+// policy's table goes with its last entry, a policy decided exactly goes
+// when it is collected.
 //
 // Files: engine.go (the types, New, Stats, Close), decide.go (the hit, the
-// miss, leased decisions), tables.go (the state of each policy, by its ID),
-// stats.go (the counters of each policy), exact.go
+// miss, leased decisions), tables.go (the state of each policy, by its ID,
+// and when it goes), stats.go (the counters of each policy), exact.go
 // (exact decisions, Wait), fallback.go.
 //
 // It does not validate input (the root package does, once), build Redis keys

@@ -155,9 +155,13 @@ type Stats struct {
 	UnitsCharged uint64
 	// Policies counts decisions by policy name, for the policies the
 	// engine holds (policies of one name summed). DroppedPolicies totals
-	// the decisions of the policies it no longer holds: a policy decided
+	// the decisions of the policies it no longer holds, so that policies
+	// made at run time do not accumulate: a policy that leases is dropped
+	// when its last key leaves the key store (MaxKeys bounds them; the
+	// first 1024 policies of the process are kept), a policy decided
 	// exactly when the program no longer refers to it (it is collected),
-	// and every policy at Close. The policies' counts and DroppedPolicies add up to
+	// and every policy at Close. A policy used again after it was dropped
+	// counts from zero. The policies' counts and DroppedPolicies add up to
 	// Allowed, Denied, Local, Remote, Cached and Fallback (but for
 	// decisions counted while Stats reads, or in the moment a policy is
 	// dropped).

@@ -3,6 +3,7 @@ package tier_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -124,6 +125,78 @@ func TestPolicyStatsFallback(t *testing.T) {
 	if got := s.Policies["down"]; got != (tier.PolicyStats{Allowed: 3, Fallback: 3}) || sum(s) != total(s) {
 		t.Fatalf("Policies %+v, engine %+v", s.Policies, total(s))
 	}
+}
+
+// The state of a policy numbered past the dense slice goes with its last
+// key (the engine's bound is 10 keys): its counters go to DroppedPolicies,
+// and the policy, used again, starts a new state.
+func TestPolicyStateGoesWithItsKeys(t *testing.T) {
+	sparse(t)
+	e, _ := newEngine(t, 4)
+	ctx := context.Background()
+	ps := make([]*remote.Policy, 30)
+	for i := range ps {
+		ps[i] = named(t, fmt.Sprint("run-", i), remote.TokenBucket, 8)
+		for range 2 { // a lease, then a hit
+			if d, err := e.Allow(ctx, ps[i], "k", 1); err != nil || !d.Allowed {
+				t.Fatalf("policy %d: %+v, %v", i, d, err)
+			}
+		}
+	}
+	s := e.Stats()
+	if len(s.Policies) != 10 || s.DroppedPolicies != (tier.PolicyStats{Allowed: 40, Local: 20, Remote: 20}) || sum(s) != total(s) {
+		t.Fatalf("%d policies held, dropped %+v; policies add up to %+v, engine %+v", len(s.Policies), s.DroppedPolicies, sum(s), total(s))
+	}
+	if got := e.PolicyStats("run-0"); got != (tier.PolicyStats{}) {
+		t.Fatalf("a dropped policy's stats: %+v", got)
+	}
+	if d, err := e.Allow(ctx, ps[0], "k", 1); err != nil || !d.Allowed || d.Source != tier.Remote {
+		t.Fatalf("a dropped policy used again: %+v, %v", d, err)
+	}
+	if got := e.PolicyStats("run-0"); got != (tier.PolicyStats{Allowed: 1, Remote: 1}) {
+		t.Fatalf("a dropped policy used again: %+v", got)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s := e.Stats(); len(s.Policies) != 0 || sum(s) != total(s) {
+		t.Fatalf("after Close: %d policies, adding up to %+v; engine %+v", len(s.Policies), sum(s), total(s))
+	}
+}
+
+// Policies dropped and made again while many goroutines use them: every
+// decision is counted once, and none is lost with a table (run with -race).
+func TestPolicyStatesUnderChurn(t *testing.T) {
+	sparse(t)
+	e, _ := newEngine(t, 2)
+	ps := make([]*remote.Policy, 16)
+	for i := range ps {
+		ps[i] = named(t, fmt.Sprint("churn-", i), remote.TokenBucket, 1_000_000)
+	}
+	const goroutines, each = 4, 300
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				p := ps[(g+i)%len(ps)]
+				if d, err := e.Allow(context.Background(), p, fmt.Sprint("k", i%7), 1); err != nil || !d.Allowed {
+					t.Errorf("%+v, %v", d, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	s := e.Stats()
+	if s.Allowed != goroutines*each || sum(s) != total(s) {
+		t.Fatalf("allowed %d of %d; policies add up to %+v, engine %+v", s.Allowed, goroutines*each, sum(s), total(s))
+	}
+	if s.DroppedPolicies.Allowed == 0 {
+		t.Fatal("no policy was dropped")
+	}
+	t.Logf("%d policies held, dropped ones' decisions %+v", len(s.Policies), s.DroppedPolicies)
 }
 
 // The hit allocates nothing, for a policy in the dense slice and one in the

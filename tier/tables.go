@@ -30,14 +30,19 @@ type policy struct {
 // load and an index, by the policy's ID, without hashing; a policy
 // numbered denseIDs or more is found in a map.
 //
-// The state of a policy decided exactly goes when the policy is collected;
-// its counters are folded into the totals of dropped policies. The
-// engine's states go with the engine: no policy points to them.
+// States are bounded by the key store, so that policies made at run time
+// do not accumulate: the table of a policy numbered denseIDs or more is
+// dropped when its last entry leaves it (evicted by the Leaser's bound),
+// and the state of a policy decided exactly goes when the policy is
+// collected; their counters are folded into the totals of dropped
+// policies. The first denseIDs policies of the process, made at start as
+// a rule, keep their state while the engine lives. The engine's states go
+// with the engine: no policy points to them.
 type tables struct {
 	// byID is indexed by policy ID (nil: no table yet). A published slice
 	// is never written: a new table publishes a copy.
 	byID atomic.Pointer[[]*policy]
-	mu   sync.Mutex // serializes the copies of byID, and clear
+	mu   sync.Mutex // serializes the copies of byID, the drops, and clear
 	// sparse holds the states of policies that lease numbered denseIDs or
 	// more: *remote.Policy -> *policy.
 	sparse sync.Map
@@ -100,18 +105,38 @@ func (ts *tables) getOrMake(p *remote.Policy, l *leasesync.Leaser) *policy {
 			return v.(*policy)
 		}
 	}
-	st := &policy{name: p.Name(), table: l.NewTable(p)}
+	st := &policy{name: p.Name()}
 	switch {
 	case ts.closed:
+		st.table = l.NewTable(p, nil)
 	case id >= denseIDs:
+		st.table = l.NewTable(p, ts.emptied)
 		ts.sparse.Store(p, st)
 	default:
+		st.table = l.NewTable(p, nil)
 		d := make([]*policy, max(len(old), id+1))
 		copy(d, old)
 		d[id] = st
 		ts.byID.Store(&d)
 	}
 	return st
+}
+
+// emptied drops t, the table of a policy numbered denseIDs or more, when
+// its last entry has left it and no entry came in since: the policy's
+// counters go to the totals of dropped policies, and nothing of the
+// engine's points to the policy any more. A request that finds the
+// table retired makes a new one (see Engine.entry).
+func (ts *tables) emptied(t *leasesync.Table) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	p := t.Policy()
+	v, ok := ts.sparse.Load(p)
+	if !ok || v.(*policy).table != t || !t.Retire() {
+		return // not kept, or not empty any more
+	}
+	ts.sparse.Delete(p)
+	ts.others.dropped.fold(v.(*policy))
 }
 
 // exact returns the state of p, a policy decided exactly, making it on

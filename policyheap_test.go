@@ -1,0 +1,77 @@
+package ratelease_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"testing"
+
+	"github.com/ratelease/ratelease"
+	"github.com/ratelease/ratelease/internal/redistest"
+)
+
+// Policies made at run time (one per request, from a plan or a claim) do
+// not accumulate: in lease mode a policy's state in the Limiter goes with
+// its last key, which WithMaxKeys bounds; in exact mode it goes when the
+// policy is collected. The policy can be collected, and its counters go to
+// Stats.DroppedPolicies.
+func TestPoliciesMadeAtRunTimeDoNotLeak(t *testing.T) {
+	if testing.Short() {
+		t.Skip("100k policies")
+	}
+	// A redis-server, not miniredis: miniredis would keep the keys in this
+	// heap.
+	srv := redistest.Start(t)
+	for _, c := range []struct {
+		name string
+		n    int
+		opt  ratelease.Option
+	}{
+		{"lease", 100_000, ratelease.WithLease(ratelease.LeaseConfig{})},
+		{"exact", 30_000, ratelease.WithExact()},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l, err := ratelease.New(srv.Client(t), c.opt, ratelease.WithMaxKeys(1000))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			ctx := context.Background()
+			const warm = 2000 // the first policies warm everything up
+			var before uint64
+			for i := range c.n {
+				if i == warm {
+					before = heap()
+				}
+				p, err := ratelease.NewPolicy(fmt.Sprintf("%s-%d", c.name, i), ratelease.PerSecond(10))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res, err := l.Allow(ctx, p, "k"); err != nil || !res.Allowed {
+					t.Fatalf("policy %d: %+v, %v", i, res, err)
+				}
+			}
+			after := heap()
+			growth := int64(after) - int64(before)
+			t.Logf("heap %.1f MB after %dk policies, %.1f MB after %dk: growth %.2f MB (%.0f B a policy)",
+				float64(before)/1e6, warm/1000, float64(after)/1e6, c.n/1000, float64(growth)/1e6, float64(growth)/float64(c.n-warm))
+			if growth > 20e6*int64(c.n)/100_000 {
+				t.Fatalf("the heap grew %.1f MB over %d policies", float64(growth)/1e6, c.n-warm)
+			}
+			s := l.Stats()
+			if d := s.DroppedPolicies.Allowed; d < uint64(c.n)/2 {
+				t.Errorf("%d policies' decisions dropped, %d policies held", d, len(s.Policies))
+			}
+			t.Logf("%d policies held; decisions of dropped ones: %d", len(s.Policies), s.DroppedPolicies.Allowed)
+		})
+	}
+}
+
+// heap returns the bytes of live objects, after a collection.
+func heap() uint64 {
+	runtime.GC()
+	runtime.GC() // what the cleanups of the first dropped may go now
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
