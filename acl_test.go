@@ -3,6 +3,8 @@ package ratelease_test
 import (
 	"context"
 	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +31,24 @@ func TestReadmeACLSuffices(t *testing.T) {
 	}
 	if acl == "" {
 		t.Fatal("README.md gives no ACL SETUSER line")
+	}
+	// Every command a script calls is in it.
+	scripts, err := filepath.Glob("remote/lua/*.lua")
+	if err != nil || len(scripts) == 0 {
+		t.Fatalf("the scripts: %v, %v", scripts, err)
+	}
+	// redis.call('CMD', ...), and argument lists built for unpack: { 'CMD', ...
+	call := regexp.MustCompile(`(?:redis\.call\(|= \{ )'([A-Z]+)'`)
+	for _, f := range scripts {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range call.FindAllStringSubmatch(string(src), -1) {
+			if !strings.Contains(acl+" ", " +"+strings.ToLower(m[1])+" ") {
+				t.Errorf("%s calls %s, which the README's ACL does not allow", f, m[1])
+			}
+		}
 	}
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
