@@ -38,7 +38,7 @@ func TestLeaseServesLocallyAndRefundsOnClose(t *testing.T) {
 	sources := map[ratelease.Source]int{}
 	for i := 0; i < 30; i++ {
 		res, err := l.Allow(ctx, p, "k")
-		if err != nil || !res.Allowed {
+		if err != nil || !res.Allowed || res.Granted != 1 {
 			t.Fatalf("request %d: %+v, %v", i, res, err)
 		}
 		sources[res.Source]++

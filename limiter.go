@@ -41,6 +41,10 @@ type Result struct {
 	ResetAfter time.Duration
 	// Source says where the decision came from.
 	Source Source
+	// Granted is the number of units admitted (and charged): n for an
+	// admitted Allow or AllowN, 0 when denied, 1 to n for AllowAtMost. For
+	// Peek, which charges nothing, it is the 1 unit Allow would admit, or 0.
+	Granted int
 }
 
 // Source says where a decision came from. The zero value means no decision
@@ -142,20 +146,16 @@ func (l *Limiter) AllowN(ctx context.Context, p *Policy, key string, n int) (Res
 		return Result{}, err
 	}
 	if limit, remaining, resetAfter, ok := l.engine.Hit(p.compiled, key, int64(n)); ok {
-		return Result{Allowed: true, Limit: p.limits[limit], Remaining: int(remaining), ResetAfter: resetAfter, Source: Local}, nil
+		return Result{Allowed: true, Limit: p.limits[limit], Remaining: int(remaining), ResetAfter: resetAfter, Source: Local, Granted: n}, nil
 	}
 	d, err := l.engine.Miss(ctx, p.compiled, key, int64(n))
 	if err != nil {
 		return Result{}, err
 	}
-	return Result{
-		Allowed:    d.Allowed,
-		Limit:      p.limits[d.Limit],
-		Remaining:  int(d.Remaining),
-		RetryAfter: d.RetryAfter,
-		ResetAfter: d.ResetAfter,
-		Source:     d.Source,
-	}, nil
+	if d.Allowed {
+		d.Granted = int64(n)
+	}
+	return p.result(d), nil
 }
 
 // Wait is WaitN(ctx, p, key, 1).

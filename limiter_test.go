@@ -205,7 +205,7 @@ func TestAllowResult(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := ratelease.Result{Allowed: true, Limit: second, Remaining: 1, ResetAfter: 400 * time.Millisecond, Source: ratelease.Remote}
+	want := ratelease.Result{Allowed: true, Limit: second, Remaining: 1, ResetAfter: 400 * time.Millisecond, Source: ratelease.Remote, Granted: 4}
 	if res != want {
 		t.Fatalf("AllowN(4):\n got %+v\nwant %+v", res, want)
 	}

@@ -76,6 +76,9 @@ type Decision struct {
 	Remaining  int64
 	RetryAfter time.Duration
 	ResetAfter time.Duration
+	// Granted is the units admitted: set by AllowAtMost (and Peek, 1 or
+	// 0); the root sets it for Allow, whose grant is n or nothing.
+	Granted int64
 }
 
 // Config configures an Engine. Every field but Lease and Observer is
