@@ -3,8 +3,109 @@ package ratelease
 import (
 	"context"
 	"fmt"
+
 	"github.com/ratelease/ratelease/tier"
 )
+
+// AllowAtMost admits as many units of key as every limit of p allows now,
+// from 1 up to n, and charges them; Result.Granted says how many (0 when
+// denied: not even one unit fits). It is for work that can be cut to what
+// is left: a batch, a download's chunk. n above p's Capacity asks for the
+// capacity, the most one request can be granted.
+//
+// A LeakyBucket admits only while its queue is empty, and then up to its
+// Burst. In lease mode the units this instance holds of key are taken
+// first, and Redis is asked for the rest in one call (not a lease); if
+// Redis denies them or cannot answer, the units held are the grant. With
+// none held, a Redis failure is decided by the failure mode, as AllowN's
+// (FailOpen grants n, FailLocal what this instance's share of the key
+// holds, at least one unit or a denial). Errors are AllowN's but
+// ErrExceedsCapacity.
+func (l *Limiter) AllowAtMost(ctx context.Context, p *Policy, key string, n int) (Result, error) {
+	if err := checkN(p, key, n); err != nil {
+		return Result{}, err
+	}
+	d, err := l.engine.AllowAtMost(ctx, p.compiled, key, int64(n))
+	if err != nil {
+		return Result{}, err
+	}
+	return p.result(d), nil
+}
+
+// Refund gives back n units of key admitted earlier under p whose work did
+// not happen, to every limit of p, never above a limit's capacity (n above
+// it is capped, not an error). Refund names no admission, so the units
+// count as admitted now:
+//
+//   - TokenBucket: n units go back into the bucket, up to full (Burst);
+//   - FixedWindow: the current window's count drops by n, not below 0. A
+//     window that has ended is gone: units admitted in it get nothing
+//     back, so refund within the window that admitted them;
+//   - SlidingWindowCounter: the current window's count drops by n, not
+//     below 0 (the previous window's weight fades by itself);
+//   - SlidingWindowLog: the n newest entries still in the period are
+//     removed (the log cannot tell whose they were);
+//   - LeakyBucket: the last n slots of the queue are freed, not below an
+//     empty queue.
+//
+// In lease mode the units go back to Redis, where any instance may use
+// them, not into this instance's allowance, and this instance's cached
+// denial of key is dropped. Errors: ErrInvalidPolicy, ErrInvalidKey,
+// ErrInvalidN, ErrClosed, ctx's error unwrapped, or, when Redis cannot
+// take the units (whatever the failure mode), an error wrapping
+// ErrUnavailable and the cause.
+func (l *Limiter) Refund(ctx context.Context, p *Policy, key string, n int) error {
+	if err := checkN(p, key, n); err != nil {
+		return err
+	}
+	return l.engine.Refund(ctx, p.compiled, key, int64(n))
+}
+
+// Peek reports what Allow would decide for one unit of key under p now,
+// charging nothing: Allowed and Granted (1, or 0), the deciding Limit, its
+// Remaining (before any charge: an admitting Allow's would be one less),
+// RetryAfter when denied, ResetAfter, and Source.
+//
+// In exact mode, and for a policy that does not lease, Peek reads Redis:
+// one call (Source Remote), current to that moment. In lease mode, when
+// this instance holds a unit of key, or a denial of it is cached, Peek
+// answers from them without a Redis call, as Allow would (Source Local or
+// Cached): Allowed is then exact for this instance, and Remaining and
+// ResetAfter are Redis's word at the key's last lease (at most a lease's
+// life old) plus the units held. Otherwise it reads Redis (Source Remote)
+// and adds the units this instance holds to Remaining. It does not apply
+// the fair share among instances: it tells whether the limits have room.
+//
+// Errors: ErrInvalidPolicy, ErrInvalidKey, ErrClosed, ctx's error
+// unwrapped, or, when Redis cannot answer (whatever the failure mode), an
+// error wrapping ErrUnavailable and the cause.
+func (l *Limiter) Peek(ctx context.Context, p *Policy, key string) (Result, error) {
+	if err := checkTarget(p, key); err != nil {
+		return Result{}, err
+	}
+	d, err := l.engine.Peek(ctx, p.compiled, key)
+	if err != nil {
+		return Result{}, err
+	}
+	return p.result(d), nil
+}
+
+// Reset forgets key's state under p, every limit's, so that its next
+// request meets full limits: one Redis call deletes the key's state and
+// its members. In lease mode it also drops what this instance holds of
+// key: its leased units, its cached denial, and what FailLocal admitted of
+// it during an outage. Other instances keep the units they leased of key
+// until those lapse, within the lease bound (LeaseConfig.TTL, or the end
+// of the window for window algorithms), and a denial they cached until its
+// RetryAfter: a Reset is global at once in exact mode, within the lease
+// bound in lease mode. Errors are Peek's; this instance's own state is
+// forgotten even when Redis cannot be reached.
+func (l *Limiter) Reset(ctx context.Context, p *Policy, key string) error {
+	if err := checkTarget(p, key); err != nil {
+		return err
+	}
+	return l.engine.Reset(ctx, p.compiled, key)
+}
 
 // result converts a decision of the engine on p into a Result.
 func (p *Policy) result(d tier.Decision) Result {
@@ -32,4 +133,14 @@ func checkTarget(p *Policy, key string) error {
 	return nil
 }
 
-var _ = context.Background
+// checkN validates the policy, key and n of a call that has no capacity
+// to exceed.
+func checkN(p *Policy, key string, n int) error {
+	if err := checkTarget(p, key); err != nil {
+		return err
+	}
+	if n <= 0 {
+		return fmt.Errorf("%w: %d", ErrInvalidN, n)
+	}
+	return nil
+}

@@ -6,7 +6,10 @@
 //   - one embedded, commented Lua file per algorithm (lua/), assembled with a
 //     shared prelude into two scripts: acquire (grant at least min and at most
 //     max units to every limit of a key, or none) and refund (give unused
-//     units back, never above capacity);
+//     units back, never above capacity); and, for the operators of a
+//     Limiter, peek (what one unit would meet, charging nothing) and
+//     giveback (units given back as granted now, never above capacity);
+//     Store.Reset deletes a key's state with one DEL;
 //   - the key layout <prefix>:{<policy>:<key>}:<limit>, whose hash tag puts
 //     every limit of one key in one Redis Cluster slot;
 //   - [Store], which runs the scripts on any redis.UniversalClient through

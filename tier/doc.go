@@ -30,7 +30,8 @@
 // Files: engine.go (the types, New, Stats, Close), decide.go (the hit, the
 // miss, leased decisions), tables.go (the state of each policy, by its ID,
 // and when it goes), stats.go (the counters of each policy), exact.go
-// (exact decisions, Wait), fallback.go.
+// (exact decisions, Wait), fallback.go, operator.go (AllowAtMost, Refund,
+// Peek, Reset).
 //
 // It does not validate input (the root package does, once), build Redis keys
 // or scripts (remote does), call Redis but through its door, or read the

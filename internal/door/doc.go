@@ -17,7 +17,9 @@
 //   - the counters of round trips and errors (Stats).
 //
 // Files: door.go (the type, New, Bound, Classify, Stats, Close), calls.go
-// (Acquire, Refund, Charge, Batch), breaker.go.
+// (Acquire, Refund, Charge, Batch), breaker.go, operator.go (Peek,
+// GiveBack, Reset: the operators' calls, whose caller waits for the
+// outcome).
 //
 // It must not decide requests or choose what a failure means to them
 // (package tier does, and charges what its fallback admitted through

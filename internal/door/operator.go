@@ -1,0 +1,84 @@
+package door
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/ratelease/ratelease/internal/guard"
+	"github.com/ratelease/ratelease/remote"
+)
+
+// Peek reads what one unit of key under p would meet now, charging
+// nothing (remote.Store.Peek), in one call through the breaker of the
+// key's server, bounded by the timeout and ctx. Errors: one wrapping
+// ErrUnavailable when Redis could not answer (the breaker is open, or the
+// call failed), ctx's error unwrapped, or ErrClosed.
+func (d *Door) Peek(ctx context.Context, p *remote.Policy, key string) (remote.Decision, error) {
+	return call(d, ctx, p, key, func(ctx context.Context) (remote.Decision, error) {
+		return d.store.Peek(ctx, p, key)
+	})
+}
+
+// GiveBack gives units of key under p back to Redis, as granted now
+// (remote.Store.GiveBack): for a caller that waits for the outcome, so
+// with the caller's context, unlike Refund. Errors are Peek's.
+func (d *Door) GiveBack(ctx context.Context, p *remote.Policy, key string, units int64) error {
+	_, err := call(d, ctx, p, key, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, d.store.GiveBack(ctx, p, key, units)
+	})
+	return err
+}
+
+// Reset deletes key's state under p in Redis (remote.Store.Reset). Errors
+// are Peek's.
+func (d *Door) Reset(ctx context.Context, p *remote.Policy, key string) error {
+	_, err := call(d, ctx, p, key, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, d.store.Reset(ctx, p, key)
+	})
+	return err
+}
+
+// call makes one call fn for key under p: asks the breaker, bounds it by
+// the timeout and ctx, guards it when the client ignores deadlines, counts
+// it, and tells the breaker its outcome. A failure of Redis is an error
+// wrapping ErrUnavailable; ctx's own error comes back unwrapped.
+func call[T any](d *Door, ctx context.Context, p *remote.Policy, key string, fn func(context.Context) (T, error)) (T, error) {
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	pass, cause := d.Enter(p, key)
+	if cause != nil {
+		return zero, unavailable(cause)
+	}
+	rctx, cancel := d.Bound(ctx)
+	defer cancel()
+	var v T
+	var err error
+	if d.guard {
+		v, err = guard.Do(&d.guards, rctx, fn, nil)
+		if errors.Is(err, guard.ErrClosed) {
+			err = ErrClosed
+		}
+	} else {
+		v, err = fn(rctx)
+	}
+	d.single.roundTrips.Add(1)
+	if err != nil {
+		d.single.errors.Add(1)
+		err = Classify(ctx, err)
+	}
+	if cause := d.Leave(pass, err); cause != nil {
+		return zero, unavailable(cause)
+	}
+	return v, err
+}
+
+// unavailable returns cause wrapping ErrUnavailable, if it does not yet.
+func unavailable(cause error) error {
+	if errors.Is(cause, ErrUnavailable) {
+		return cause
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, cause)
+}

@@ -1,0 +1,444 @@
+package ratelease_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelease/ratelease"
+	"github.com/ratelease/ratelease/internal/redistest"
+)
+
+// peekWant is what a Peek or an AllowAtMost is expected to report.
+type peekWant struct {
+	granted, remaining int
+	retry, reset       time.Duration
+}
+
+func checkResult(t *testing.T, what string, res ratelease.Result, err error, w peekWant) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	got := peekWant{granted: res.Granted, remaining: res.Remaining, retry: res.RetryAfter, reset: res.ResetAfter}
+	if got != w || res.Allowed != (w.granted > 0) {
+		t.Fatalf("%s:\n got %+v (allowed %v, source %v)\nwant %+v", what, got, res.Allowed, res.Source, w)
+	}
+}
+
+// Peek, AllowAtMost, Refund and Reset in exact mode, each algorithm, at
+// fixed times: 4 units per second (burst 4).
+func TestOperatorsPerAlgorithm(t *testing.T) {
+	ms := time.Millisecond
+	for _, c := range []struct {
+		alg ratelease.Algorithm
+		// after AllowAtMost(10) at +0: ResetAfter; at +100ms: RetryAfter
+		// of one unit; after Refund(2): Peek's remaining, retry and reset,
+		// and what AllowAtMost(10) grants then
+		fullReset, retry time.Duration
+		refunded         peekWant
+		regrant          int
+	}{
+		{ratelease.TokenBucket, 1000 * ms, 150 * ms, peekWant{1, 2, 0, 400 * ms}, 2},
+		{ratelease.FixedWindow, 1000 * ms, 900 * ms, peekWant{1, 2, 0, 900 * ms}, 2},
+		{ratelease.SlidingWindowCounter, 2000 * ms, 1150 * ms, peekWant{1, 2, 0, 1900 * ms}, 2},
+		{ratelease.SlidingWindowLog, 1000 * ms, 900 * ms, peekWant{1, 2, 0, 900 * ms}, 2},
+		// The refund frees the queue's last two slots: it still runs for
+		// 400ms, and a leaky bucket admits only into an empty queue.
+		{ratelease.LeakyBucket, 1000 * ms, 900 * ms, peekWant{0, 0, 400 * ms, 400 * ms}, 0},
+	} {
+		t.Run(c.alg.String(), func(t *testing.T) {
+			e := newEnv(t)
+			ctx := context.Background()
+			p := policy(t, "p", ratelease.Limit{Rate: 4, Period: time.Second, Algorithm: c.alg})
+			res, err := e.l.Peek(ctx, p, "k")
+			checkResult(t, "Peek of a new key", res, err, peekWant{granted: 1, remaining: 4})
+			if res.Source != ratelease.Remote || res.Limit != p.Limits()[0] {
+				t.Fatalf("Peek: %+v", res)
+			}
+			res, err = e.l.AllowAtMost(ctx, p, "k", 10) // capped at the capacity, 4
+			checkResult(t, "AllowAtMost(10)", res, err, peekWant{granted: 4, reset: c.fullReset})
+
+			e.advance(100 * ms)
+			want := peekWant{retry: c.retry, reset: c.fullReset - 100*ms}
+			res, err = e.l.Peek(ctx, p, "k")
+			checkResult(t, "Peek when empty", res, err, want)
+			allow, _ := e.l.Allow(ctx, p, "k")
+			if allow.Allowed || allow.RetryAfter != res.RetryAfter || allow.Granted != 0 {
+				t.Fatalf("Allow disagrees with Peek: %+v", allow)
+			}
+			res, err = e.l.AllowAtMost(ctx, p, "k", 3)
+			checkResult(t, "AllowAtMost(3) when empty", res, err, want)
+
+			if err := e.l.Refund(ctx, p, "k", 2); err != nil {
+				t.Fatal(err)
+			}
+			res, err = e.l.Peek(ctx, p, "k")
+			checkResult(t, "Peek after Refund(2)", res, err, c.refunded)
+			res, err = e.l.AllowAtMost(ctx, p, "k", 10)
+			if err != nil || res.Granted != c.regrant {
+				t.Fatalf("AllowAtMost(10) after Refund(2): %+v, %v; want %d granted", res, err, c.regrant)
+			}
+
+			if err := e.l.Reset(ctx, p, "k"); err != nil {
+				t.Fatal(err)
+			}
+			res, err = e.l.Peek(ctx, p, "k")
+			checkResult(t, "Peek after Reset", res, err, peekWant{granted: 1, remaining: 4})
+			res, err = e.l.AllowAtMost(ctx, p, "k", 10)
+			again := c.fullReset // from now, or to the window's end
+			if c.alg == ratelease.FixedWindow || c.alg == ratelease.SlidingWindowCounter {
+				again -= 100 * ms
+			}
+			checkResult(t, "AllowAtMost(10) after Reset", res, err, peekWant{granted: 4, reset: again})
+			if n := len(e.mr.Keys()); n != 1 {
+				t.Fatalf("%d keys in Redis: %v", n, e.mr.Keys())
+			}
+
+			// A refund above the capacity is capped: never above full.
+			for _, n := range []int{100, 1} {
+				if err := e.l.Refund(ctx, p, "k", n); err != nil {
+					t.Fatal(err)
+				}
+				res, err = e.l.Peek(ctx, p, "k")
+				if err != nil || !res.Allowed || res.Remaining != 4 {
+					t.Fatalf("Peek after Refund(%d) of a full limit: %+v, %v", n, res, err)
+				}
+			}
+			if res, _ := e.l.AllowN(ctx, p, "k", 4); !res.Allowed {
+				t.Fatalf("AllowN(4) after the refunds: %+v", res)
+			}
+			if res, _ := e.l.Allow(ctx, p, "k"); res.Allowed {
+				t.Fatal("a refund above the capacity gave back more than the capacity")
+			}
+		})
+	}
+}
+
+// A refund into a window that has ended gives nothing back.
+func TestRefundAfterTheWindowEnded(t *testing.T) {
+	for _, alg := range []ratelease.Algorithm{ratelease.FixedWindow, ratelease.SlidingWindowCounter} {
+		t.Run(alg.String(), func(t *testing.T) {
+			e := newEnv(t)
+			ctx := context.Background()
+			p := policy(t, "p", ratelease.Limit{Rate: 4, Period: time.Second, Algorithm: alg})
+			if res, _ := e.l.AllowN(ctx, p, "k", 4); !res.Allowed {
+				t.Fatal(res)
+			}
+			e.advance(time.Second)
+			before, _ := e.l.Peek(ctx, p, "k")
+			if err := e.l.Refund(ctx, p, "k", 4); err != nil {
+				t.Fatal(err)
+			}
+			after, _ := e.l.Peek(ctx, p, "k")
+			if after != before {
+				t.Fatalf("Peek before the refund %+v, after %+v", before, after)
+			}
+		})
+	}
+}
+
+// The sliding log's refund removes its newest entries.
+func TestRefundSlidingLogNewest(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	p := policy(t, "p", ratelease.Limit{Rate: 4, Period: time.Second, Algorithm: ratelease.SlidingWindowLog})
+	e.l.Allow(ctx, p, "k")
+	e.advance(300 * time.Millisecond)
+	e.l.AllowN(ctx, p, "k", 2)
+	if err := e.l.Refund(ctx, p, "k", 2); err != nil {
+		t.Fatal(err)
+	}
+	// Left: the entry of +0, which slides out at +1s.
+	res, err := e.l.Peek(ctx, p, "k")
+	checkResult(t, "Peek", res, err, peekWant{granted: 1, remaining: 3, reset: 700 * time.Millisecond})
+}
+
+// Several limits: AllowAtMost grants what the tightest has left, Refund
+// caps each limit at its own capacity, and Reset clears them all.
+func TestOperatorsSeveralLimits(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	second := ratelease.Limit{Rate: 5, Period: time.Second}
+	minute := ratelease.Limit{Rate: 8, Period: time.Minute, Algorithm: ratelease.FixedWindow}
+	p := policy(t, "p", second, minute)
+	res, _ := e.l.AllowAtMost(ctx, p, "k", 5)
+	e.advance(time.Second)
+	res2, _ := e.l.AllowAtMost(ctx, p, "k", 5)
+	if res.Granted != 5 || res2.Granted != 3 || res2.Limit != p.Limits()[1] || res2.Remaining != 0 {
+		t.Fatalf("AllowAtMost: %+v then %+v", res, res2)
+	}
+	// 8 units back: the minute takes all 8, the second (full) none.
+	if err := e.l.Refund(ctx, p, "k", 8); err != nil {
+		t.Fatal(err)
+	}
+	res, _ = e.l.Peek(ctx, p, "k")
+	if res.Remaining != 5 || res.Limit != p.Limits()[0] {
+		t.Fatalf("Peek after Refund(8): %+v", res)
+	}
+	res, _ = e.l.AllowAtMost(ctx, p, "k", 100)
+	if res.Granted != 5 {
+		t.Fatalf("AllowAtMost(100): %+v", res)
+	}
+	if err := e.l.Reset(ctx, p, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if keys := e.mr.Keys(); len(keys) != 0 {
+		t.Fatalf("keys left after Reset: %v", keys)
+	}
+}
+
+// Bad input is refused as AllowN refuses it.
+func TestOperatorsBadInput(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	p := policy(t, "p", ratelease.PerSecond(5))
+	long := strings.Repeat("k", ratelease.MaxKeyLen+1)
+	calls := map[string]func(*ratelease.Policy, string, int) error{
+		"Peek":  func(p *ratelease.Policy, k string, _ int) error { _, err := e.l.Peek(ctx, p, k); return err },
+		"Reset": func(p *ratelease.Policy, k string, _ int) error { return e.l.Reset(ctx, p, k) },
+		"AllowAtMost": func(p *ratelease.Policy, k string, n int) error {
+			_, err := e.l.AllowAtMost(ctx, p, k, n)
+			return err
+		},
+		"Refund": func(p *ratelease.Policy, k string, n int) error { return e.l.Refund(ctx, p, k, n) },
+	}
+	for name, call := range calls {
+		for _, c := range []struct {
+			p    *ratelease.Policy
+			key  string
+			n    int
+			want error
+		}{
+			{nil, "k", 1, ratelease.ErrInvalidPolicy},
+			{p, "", 1, ratelease.ErrInvalidKey},
+			{p, long, 1, ratelease.ErrInvalidKey},
+			{p, "k", 0, ratelease.ErrInvalidN},
+			{p, "k", -1, ratelease.ErrInvalidN},
+		} {
+			err := call(c.p, c.key, c.n)
+			if (name == "Peek" || name == "Reset") && c.n <= 0 {
+				if err != nil {
+					t.Errorf("%s takes no n: %v", name, err)
+				}
+				continue
+			}
+			if !errors.Is(err, c.want) {
+				t.Errorf("%s(%v, %d bytes, %d): %v, want %v", name, c.p != nil, len(c.key), c.n, err, c.want)
+			}
+		}
+	}
+	_ = e.l.Close()
+	for name, call := range calls {
+		if err := call(p, "k", 1); !errors.Is(err, ratelease.ErrClosed) {
+			t.Errorf("%s after Close: %v", name, err)
+		}
+	}
+}
+
+// With Redis gone, Peek, Reset and Refund fail with ErrUnavailable in
+// every failure mode; AllowAtMost follows the failure mode.
+func TestOperatorsRedisDown(t *testing.T) {
+	for _, mode := range []ratelease.FailureMode{ratelease.FailClosed, ratelease.FailOpen, ratelease.FailLocal} {
+		t.Run(mode.String(), func(t *testing.T) {
+			mr := miniredis.RunT(t)
+			c := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+			defer c.Close()
+			l, err := ratelease.New(c, ratelease.WithExact(), ratelease.WithFailureMode(mode), ratelease.WithRedisTimeout(time.Second), ratelease.WithInstances(1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			p := policy(t, "p", ratelease.PerMinute(3))
+			mr.Close()
+			ctx := context.Background()
+			if _, err := l.Peek(ctx, p, "k"); !errors.Is(err, ratelease.ErrUnavailable) {
+				t.Errorf("Peek: %v", err)
+			}
+			if err := l.Reset(ctx, p, "k"); !errors.Is(err, ratelease.ErrUnavailable) {
+				t.Errorf("Reset: %v", err)
+			}
+			if err := l.Refund(ctx, p, "k", 1); !errors.Is(err, ratelease.ErrUnavailable) {
+				t.Errorf("Refund: %v", err)
+			}
+			res, err := l.AllowAtMost(ctx, p, "k", 5)
+			switch mode {
+			case ratelease.FailClosed:
+				if !errors.Is(err, ratelease.ErrUnavailable) {
+					t.Errorf("AllowAtMost: %+v, %v", res, err)
+				}
+			case ratelease.FailOpen: // n capped at the capacity
+				if err != nil || res.Granted != 3 || res.Source != ratelease.Fallback {
+					t.Errorf("AllowAtMost: %+v, %v", res, err)
+				}
+			case ratelease.FailLocal: // this instance's share: all 3
+				res2, _ := l.AllowAtMost(ctx, p, "k", 5)
+				if err != nil || res.Granted != 3 || res.Source != ratelease.Fallback || res2.Allowed || res2.Granted != 0 {
+					t.Errorf("AllowAtMost: %+v, %v; then %+v", res, err, res2)
+				}
+			}
+		})
+	}
+}
+
+// Lease mode on one instance: AllowAtMost takes what is held first and
+// Redis the rest; Peek charges nothing; Refund drops the cached denial;
+// Reset drops the allowance.
+func TestOperatorsLeaseMode(t *testing.T) {
+	e := newEnv(t, ratelease.WithLease(ratelease.LeaseConfig{Min: 8, Max: 8}))
+	exact := newExactOn(t, e.mr)
+	ctx := context.Background()
+	p := policy(t, "p", ratelease.PerHour(20))
+	if res, _ := e.l.Allow(ctx, p, "k"); !res.Allowed || res.Granted != 1 {
+		t.Fatalf("Allow: %+v", res)
+	}
+	leased := int(e.l.Stats().UnitsLeased)
+	if leased < 2 {
+		t.Fatalf("leased %d units, want a lease to hold some", leased)
+	}
+	res, err := e.l.Peek(ctx, p, "k")
+	if err != nil || !res.Allowed || res.Granted != 1 || res.Source != ratelease.Local || res.Remaining != 20-1 {
+		t.Fatalf("Peek with units held: %+v, %v", res, err)
+	}
+	res, _ = exact.Peek(ctx, p, "k")
+	if res.Remaining != 20-leased {
+		t.Fatalf("Redis has %d, want %d: Peek charged", res.Remaining, 20-leased)
+	}
+	res, _ = e.l.AllowAtMost(ctx, p, "k", 1)
+	if res.Granted != 1 || res.Source != ratelease.Local {
+		t.Fatalf("AllowAtMost(1) with units held: %+v", res)
+	}
+	res, _ = e.l.AllowAtMost(ctx, p, "k", 100)
+	if res.Granted != 18 || res.Remaining != 0 {
+		t.Fatalf("AllowAtMost(100): %+v, want the 18 left (held first, then Redis's)", res)
+	}
+	res, _ = e.l.AllowAtMost(ctx, p, "k", 2)
+	if res.Allowed || res.Granted != 0 {
+		t.Fatalf("AllowAtMost(2) when empty: %+v", res)
+	}
+	e.l.Allow(ctx, p, "k") // a denial, cached
+	if res, _ := e.l.Peek(ctx, p, "k"); res.Allowed || res.Source != ratelease.Cached {
+		t.Fatalf("Peek with a cached denial: %+v", res)
+	}
+	if err := e.l.Refund(ctx, p, "k", 3); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := exact.Peek(ctx, p, "k"); res.Remaining != 3 {
+		t.Fatalf("Redis after Refund(3): %+v", res)
+	}
+	if res, _ := e.l.AllowN(ctx, p, "k", 2); !res.Allowed || res.Source != ratelease.Remote {
+		t.Fatalf("AllowN(2) after Refund(3): %+v, want the cached denial dropped", res)
+	}
+	if err := e.l.Reset(ctx, p, "k"); err != nil {
+		t.Fatal(err)
+	}
+	res, _ = e.l.Peek(ctx, p, "k")
+	if !res.Allowed || res.Source != ratelease.Remote || res.Remaining != 20 {
+		t.Fatalf("Peek after Reset: %+v, want Redis's full limit and nothing held", res)
+	}
+	res, _ = e.l.AllowAtMost(ctx, p, "k", 20)
+	if res.Granted != 20 {
+		t.Fatalf("AllowAtMost(20) after Reset: %+v", res)
+	}
+}
+
+// newExactOn is an exact Limiter on mr, to read Redis's state with Peek.
+func newExactOn(t *testing.T, mr *redistest.Mini) *ratelease.Limiter {
+	t.Helper()
+	l, err := ratelease.New(mr.Client(t), ratelease.WithExact())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// Two instances in lease mode on a real Redis: Reset on one restores the
+// full limit in Redis at once; the other's lease lapses within its TTL,
+// after which it meets Redis's state. Until then it may admit, beyond the
+// fresh limit, the units it held at the Reset: by using them, or by giving
+// them back, lapsed, into the fresh state.
+func TestOperatorsTwoInstancesRealRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	ttl := 300 * time.Millisecond
+	cfg := ratelease.LeaseConfig{Min: 10, Max: 10, TTL: ttl}
+	a, b := leased(t, srv.Client(t), cfg), leased(t, srv.Client(t), cfg)
+	defer a.Close()
+	defer b.Close()
+	exact, err := ratelease.New(srv.Client(t), ratelease.WithExact())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exact.Close()
+	ctx := context.Background()
+	p := policy(t, "two", ratelease.PerHour(40))
+	for _, l := range []*ratelease.Limiter{a, b} {
+		for i := 0; i < 3; i++ {
+			if res, err := l.Allow(ctx, p, "k"); err != nil || !res.Allowed {
+				t.Fatalf("Allow: %+v, %v", res, err)
+			}
+		}
+	}
+	leased := int(a.Stats().UnitsLeased + b.Stats().UnitsLeased)
+	for i := 0; i < 10; i++ { // Peek charges nothing
+		if _, err := a.Peek(ctx, p, "k"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Peek(ctx, p, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res, _ := exact.Peek(ctx, p, "k"); res.Remaining != 40-leased {
+		t.Fatalf("Redis has %d left, want %d", res.Remaining, 40-leased)
+	}
+	sb := b.Stats()
+	heldB := int(sb.UnitsLeased-sb.UnitsRefunded) - 3
+	if err := a.Reset(ctx, p, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := exact.Peek(ctx, p, "k"); res.Remaining != 40 {
+		t.Fatalf("after Reset Redis has %d, want 40", res.Remaining)
+	}
+	// b still holds units of its lease, for up to its TTL.
+	if res, _ := b.Allow(ctx, p, "k"); !res.Allowed || res.Source != ratelease.Local {
+		t.Fatalf("b after a's Reset: %+v, want a unit it holds", res)
+	}
+	// a takes the whole limit; once b's lease lapses, b meets Redis's word.
+	if res, _ := a.AllowAtMost(ctx, p, "k", 40); res.Granted != 40 {
+		t.Fatalf("a.AllowAtMost(40) after Reset: %+v", res)
+	}
+	time.Sleep(ttl + 50*time.Millisecond)
+	after := 1 // b's Allow above
+	for {
+		res, err := b.Allow(ctx, p, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Allowed {
+			break
+		}
+		if res.Source == ratelease.Local && after > heldB {
+			t.Fatalf("b after its TTL answers from a lease it held: %+v", res)
+		}
+		after++
+	}
+	if after > heldB {
+		t.Fatalf("b admitted %d after the Reset beyond the fresh limit, more than the %d it held", after, heldB)
+	}
+	// A refund goes to Redis, for every instance; b's cached denial
+	// stands until its RetryAfter.
+	if err := a.Refund(ctx, p, "k", 2); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := b.AllowAtMost(ctx, p, "k", 5); res.Granted != 0 || res.Source != ratelease.Cached {
+		t.Fatalf("b.AllowAtMost(5) after a's Refund(2): %+v, want its cached denial", res)
+	}
+	if res, _ := exact.AllowAtMost(ctx, p, "k", 5); res.Granted != 2 {
+		t.Fatalf("AllowAtMost(5) after a's Refund(2): %+v", res)
+	}
+}

@@ -1,0 +1,72 @@
+package remote
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// opScripts are the scripts of the operators' calls for one set of
+// algorithms: peek.lua and giveback.lua.
+type opScripts struct {
+	peek, giveBack *redis.Script
+}
+
+// opCache holds the operators' scripts of every algorithm set used so far,
+// by the set's bit mask, as scriptCache does.
+var opCache [1 << numAlgorithms]atomic.Pointer[opScripts]
+
+// ops returns p's operators' scripts, assembling them on first use.
+func (p *Policy) ops() *opScripts {
+	if s := opCache[p.uses].Load(); s != nil {
+		return s
+	}
+	s := &opScripts{
+		peek:     redis.NewScript(assemble(p.uses, "peek.lua")),
+		giveBack: redis.NewScript(assemble(p.uses, "giveback.lua")),
+	}
+	opCache[p.uses].CompareAndSwap(nil, s)
+	return opCache[p.uses].Load()
+}
+
+// Peek returns what Acquire would decide for one unit of key now (Min =
+// Max = 1, no Reserve, no Member), charging nothing: Granted is 1 or 0,
+// and Remaining is the decider's room before any charge (see peek.lua).
+// Wait, ValidFor and Members are 0.
+func (s *Store) Peek(ctx context.Context, p *Policy, key string) (Decision, error) {
+	v, err := p.ops().peek.Run(ctx, s.client, p.Keys(s.prefix, key), refundArgs(p, 0, 0, "")...).Slice()
+	if err != nil {
+		return Decision{}, err
+	}
+	d, err := parseDecision(p, v)
+	d.ValidFor = 0
+	return d, err
+}
+
+// GiveBack gives units back to every limit of key, as if they had been
+// granted now and not used (see giveback.lua for each algorithm), never
+// above a limit's capacity. units above MaxCapacity could give nothing
+// more back: the caller caps them.
+func (s *Store) GiveBack(ctx context.Context, p *Policy, key string, units int64) error {
+	if units <= 0 {
+		return nil
+	}
+	return p.ops().giveBack.Run(ctx, s.client, p.Keys(s.prefix, key), refundArgs(p, units, 0, "")...).Err()
+}
+
+// Reset deletes key's state under p, every limit's and the key's members
+// hash, with one DEL: the keys share one hash slot.
+func (s *Store) Reset(ctx context.Context, p *Policy, key string) error {
+	return s.client.Del(ctx, p.keys(s.prefix, key, true)...).Err()
+}
+
+// MaxCapacity is the largest capacity of the policy's limits: the most
+// units a refund can give back to any of them.
+func (p *Policy) MaxCapacity() int64 {
+	var c int64
+	for _, l := range p.limits {
+		c = max(c, l.Capacity())
+	}
+	return c
+}

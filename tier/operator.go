@@ -1,0 +1,206 @@
+package tier
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"github.com/ratelease/ratelease/remote"
+	leasesync "github.com/ratelease/ratelease/sync"
+)
+
+// The operators: AllowAtMost, Refund, Peek and Reset. None is on the hit
+// path; each makes at most one Redis call, through the door.
+
+// held returns the local entry of key under p when p leases and the entry
+// exists; it makes none.
+func (e *Engine) held(p *remote.Policy, key string) (*leasesync.Entry, bool) {
+	if e.leaser == nil || !Leasable(p) {
+		return nil, false
+	}
+	st := e.tables.find(p)
+	if st == nil {
+		return nil, false
+	}
+	return st.table.Get(key)
+}
+
+// AllowAtMost admits between 1 and n units of key now, as many as p allows
+// (n above p's capacity asks for the capacity), and charges them; the
+// Decision's Granted says how many, 0 when denied. In lease mode the units
+// held locally are taken first, and Redis is asked for the rest (one
+// call, not a lease): if it denies them or cannot answer, the local units
+// are the grant. With none held, a denial cached locally stands, and a
+// Redis failure is decided by the failure mode, as Allow's.
+func (e *Engine) AllowAtMost(ctx context.Context, p *remote.Policy, key string, n int64) (Decision, error) {
+	if e.closed.Load() {
+		return Decision{}, ErrClosed
+	}
+	n = min(n, p.Capacity())
+	var got int64
+	ent, found := e.held(p, key)
+	if found {
+		now := e.leaser.Now()
+		got = ent.TakeUpTo(n, now)
+		if got > 0 {
+			e.afterTake(ent)
+		}
+		if got == n {
+			return e.heldDecision(p, ent, got, now), nil
+		}
+		if denied, _ := ent.Denied(now, 1); denied { // Redis has not one unit
+			if got > 0 {
+				return e.heldDecision(p, ent, got, now), nil
+			}
+			if d, done := e.fromLocal(p, ent, 1, now); done {
+				if d.Allowed { // a lease came in meanwhile
+					d.Granted = 1
+				}
+				return d, nil
+			}
+		}
+	}
+	d, cause, err := e.door.Acquire(ctx, remote.Request{Policy: p, Key: key, Min: 1, Max: n - got})
+	switch {
+	case got > 0 && (err != nil || cause != nil || d.Granted == 0):
+		// The local units are admitted already: they are the grant.
+		return e.heldDecision(p, ent, got, e.leaser.Now()), nil
+	case err != nil:
+		return Decision{}, err
+	case cause != nil:
+		return e.unavailableAtMost(p, key, n, cause)
+	}
+	dec := e.decided(p, d)
+	dec.Granted = got + d.Granted
+	if found { // what this instance holds is charged in Redis, not used
+		held := ent.Units()
+		dec.Remaining += held
+		dec.ResetAfter = max(0, dec.ResetAfter-time.Duration(held*p.UnitRefill(dec.Limit)))
+	}
+	return dec, nil
+}
+
+// heldDecision is the Decision of got units taken from ent's allowance at
+// now: a hit.
+func (e *Engine) heldDecision(p *remote.Policy, ent *leasesync.Entry, got, now int64) Decision {
+	ent.CountHit()
+	d := e.localDecision(p, ent, now)
+	d.Granted = got
+	return d
+}
+
+// unavailableAtMost decides an AllowAtMost of up to n units while Redis
+// cannot (cause says why), by the failure mode: FailOpen admits n,
+// FailClosed fails, FailLocal admits what this instance's share of the
+// key's limits holds now, at least 1, or denies.
+func (e *Engine) unavailableAtMost(p *remote.Policy, key string, n int64, cause error) (Decision, error) {
+	now := e.clock.Now()
+	if e.fallback.mode == FailLocal {
+		n = max(1, min(n, e.fallback.avail(p, key, now)))
+	}
+	d, err := e.unavailable(p, key, n, cause)
+	if d.Allowed {
+		d.Granted = n
+	}
+	return d, err
+}
+
+// avail returns the units key's local limits (FailLocal) hold at now.
+func (f *fallback) avail(p *remote.Policy, key string, now time.Time) int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	least := int64(math.MaxInt64)
+	for _, l := range f.entryLocked(p, key).limits {
+		least = min(least, int64(l.TokensAt(now)))
+	}
+	return least
+}
+
+// Refund gives n units of key back to every limit of p, as if granted now
+// and not used, never above a limit's capacity (n above the largest
+// capacity gives no more back): see remote.Store.GiveBack. In lease mode
+// the units go to Redis, not into the local allowance (other instances may
+// use them), and a denial cached locally is dropped. A failure of Redis is
+// an error wrapping ErrUnavailable, whatever the failure mode.
+func (e *Engine) Refund(ctx context.Context, p *remote.Policy, key string, n int64) error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	if ent, ok := e.held(p, key); ok {
+		ent.ClearDenial()
+	}
+	return e.door.GiveBack(ctx, p, key, min(n, p.MaxCapacity()))
+}
+
+// Peek reports what Allow would decide for one unit of key now, charging
+// nothing (Granted 1 or 0). In lease mode, when this instance holds a unit
+// of key, or a denial of it is cached, that is the answer (Source Local or
+// Cached), without a Redis call, as Allow's would be: its Remaining and
+// ResetAfter are Redis's last word at the key's last lease, with the units
+// held. Otherwise Redis is read (Source Remote), the units held added to
+// its Remaining. The fair share of a key among instances is not applied.
+// A failure of Redis is an error wrapping ErrUnavailable, whatever the
+// failure mode.
+func (e *Engine) Peek(ctx context.Context, p *remote.Policy, key string) (Decision, error) {
+	if e.closed.Load() {
+		return Decision{}, ErrClosed
+	}
+	ent, found := e.held(p, key)
+	if found {
+		now := e.leaser.Now()
+		if ent.Holds(1, now) {
+			d := e.localDecision(p, ent, now)
+			d.Granted = 1
+			return d, nil
+		}
+		if denied, left := ent.Denied(now, 1); denied {
+			w := ent.LastWord()
+			return Decision{Source: Cached, Limit: w.Limit, RetryAfter: time.Duration(left),
+				Remaining:  w.Remaining + ent.Units(),
+				ResetAfter: time.Duration(max(0, w.ResetAt-now))}, nil
+		}
+	}
+	r, err := e.door.Peek(ctx, p, key)
+	if err != nil {
+		return Decision{}, err
+	}
+	d := Decision{Allowed: r.Granted > 0, Granted: r.Granted, Source: Remote, Limit: r.Decider,
+		Remaining: r.Remaining, ResetAfter: r.ResetAfter}
+	if !d.Allowed {
+		d.RetryAfter = r.RetryAfter
+	}
+	if found {
+		d.Remaining += ent.Units()
+	}
+	return d, nil
+}
+
+// Reset forgets key's state under p: in Redis, every limit's and the key's
+// members (one call); here, the units this instance holds of it, those set
+// aside to go back, its cached denial, and what FailLocal admitted of it
+// during an outage. Other instances keep what they leased of the key until
+// it lapses (the lease TTL, or the end of its window) and their cached
+// denials until their RetryAfter. A failure of Redis is an error wrapping
+// ErrUnavailable; the local state is forgotten all the same.
+func (e *Engine) Reset(ctx context.Context, p *remote.Policy, key string) error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	ent, found := e.held(p, key)
+	if found {
+		ent.Forget()
+	}
+	e.fallback.forget(p, key)
+	err := e.door.Reset(ctx, p, key)
+	if found {
+		ent.Forget() // what a lease in flight put in meanwhile
+	}
+	return err
+}
+
+// forget drops key's local limits and what they admitted.
+func (f *fallback) forget(p *remote.Policy, key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.keys.Remove(fallbackKey{p, key})
+}
