@@ -159,3 +159,89 @@ func Example_httpMiddleware() {
 	// 429 RateLimit: "api-1s";r=0;t=1 Retry-After: "1"
 	// "api-1s";q=2;w=1, "api-1h";q=100;w=3600
 }
+
+// AllowAtMost takes what is left, up to n: a batch cut to the budget.
+func ExampleLimiter_AllowAtMost() {
+	client, done := exampleRedis()
+	defer done()
+	limiter, _ := ratelease.New(client, ratelease.WithExact())
+	defer limiter.Close()
+	emails, _ := ratelease.NewPolicy("emails", ratelease.PerMinute(100))
+
+	ctx := context.Background()
+	for _, batch := range []int{70, 70, 70} {
+		res, err := limiter.AllowAtMost(ctx, emails, "tenant:7", batch)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("asked %d, granted %d, retry-after=%v\n", batch, res.Granted, res.RetryAfter)
+	}
+	// Output:
+	// asked 70, granted 70, retry-after=0s
+	// asked 70, granted 30, retry-after=0s
+	// asked 70, granted 0, retry-after=600ms
+}
+
+// Refund gives back units whose work did not happen.
+func ExampleLimiter_Refund() {
+	client, done := exampleRedis()
+	defer done()
+	limiter, _ := ratelease.New(client, ratelease.WithExact())
+	defer limiter.Close()
+	uploads, _ := ratelease.NewPolicy("uploads", ratelease.PerHour(10))
+
+	ctx := context.Background()
+	res, _ := limiter.AllowN(ctx, uploads, "user:42", 4)
+	fmt.Println("admitted 4, remaining", res.Remaining)
+	// The upload failed before it started: its units go back.
+	if err := limiter.Refund(ctx, uploads, "user:42", 4); err != nil {
+		panic(err)
+	}
+	res, _ = limiter.Peek(ctx, uploads, "user:42")
+	fmt.Println("after the refund, remaining", res.Remaining)
+	// Output:
+	// admitted 4, remaining 6
+	// after the refund, remaining 10
+}
+
+// Peek tells where a key stands, charging nothing.
+func ExampleLimiter_Peek() {
+	client, done := exampleRedis()
+	defer done()
+	limiter, _ := ratelease.New(client, ratelease.WithExact())
+	defer limiter.Close()
+	api, _ := ratelease.NewPolicy("api", ratelease.PerSecond(2))
+
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		res, _ := limiter.Peek(ctx, api, "user:42")
+		fmt.Printf("peek: allowed=%v remaining=%d retry-after=%v\n", res.Allowed, res.Remaining, res.RetryAfter)
+		limiter.Allow(ctx, api, "user:42")
+	}
+	// Output:
+	// peek: allowed=true remaining=2 retry-after=0s
+	// peek: allowed=true remaining=1 retry-after=0s
+	// peek: allowed=false remaining=0 retry-after=500ms
+}
+
+// Reset gives a key its full limits back: after a support ticket, say.
+func ExampleLimiter_Reset() {
+	client, done := exampleRedis()
+	defer done()
+	limiter, _ := ratelease.New(client, ratelease.WithExact())
+	defer limiter.Close()
+	logins, _ := ratelease.NewPolicy("logins", ratelease.PerHour(3))
+
+	ctx := context.Background()
+	limiter.AllowN(ctx, logins, "user:42", 3)
+	res, _ := limiter.Allow(ctx, logins, "user:42")
+	fmt.Println("before Reset: allowed", res.Allowed)
+	if err := limiter.Reset(ctx, logins, "user:42"); err != nil {
+		panic(err)
+	}
+	res, _ = limiter.Allow(ctx, logins, "user:42")
+	fmt.Println("after Reset: allowed", res.Allowed, "remaining", res.Remaining)
+	// Output:
+	// before Reset: allowed false
+	// after Reset: allowed true remaining 2
+}
