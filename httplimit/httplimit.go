@@ -39,8 +39,10 @@ func WithKey(key KeyFunc) Option { return func(c *config) { c.dims[0].key = key 
 // it; the most restrictive one (a denying one, or else the one with the
 // fewest units left) fills the X-RateLimit headers. Dimensions are asked in
 // order (the Middleware's own policy first) and the first denial ends the
-// request: the units that earlier dimensions admitted stay spent, as with
-// separate limiters. Put the dimension most likely to deny first.
+// request; the units that earlier dimensions charged for it are given back
+// (Limiter.Refund), so a denied request costs no dimension anything and the
+// order of dimensions does not change who pays. (A refund Redis cannot take
+// is dropped: those units stay spent.)
 //
 // Keys of different dimensions never meet, as long as the dimensions have
 // different policies.
@@ -168,8 +170,9 @@ func (c *config) serve(l *ratelease.Limiter, next http.Handler, w http.ResponseW
 			c.onError(w, r, err)
 			return
 		}
-		ds = append(ds, decision{dim: d, res: res})
+		ds = append(ds, decision{dim: d, res: res, key: key})
 		if !res.Allowed {
+			refund(r.Context(), l, ds[:len(ds)-1], cost)
 			break
 		}
 	}
@@ -192,10 +195,22 @@ func (c *config) serve(l *ratelease.Limiter, next http.Handler, w http.ResponseW
 	next.ServeHTTP(w, r)
 }
 
-// decision is what one dimension decided.
+// decision is what one dimension decided, for key.
 type decision struct {
 	dim *dimension
 	res ratelease.Result
+	key string
+}
+
+// refund gives back the cost that the dimensions ds admitted for a request
+// that a later dimension denied. A refund that fails is dropped: its units
+// stay spent, as they would without it.
+func refund(ctx context.Context, l *ratelease.Limiter, ds []decision, cost int) {
+	for _, d := range ds {
+		if d.res.Allowed {
+			_ = l.Refund(ctx, d.dim.policy, d.key, cost)
+		}
+	}
 }
 
 type resultKey struct{}

@@ -246,8 +246,9 @@ func TestDimensions(t *testing.T) {
 			if got := res.Header.Get("RateLimit-Policy"); got != `"ip";q=5;w=60, "key";q=2;w=60` {
 				t.Errorf("RateLimit-Policy %q", got)
 			}
-			// Without an API key only the IP limit applies: 5 - 3 = 2 left.
-			for i := 0; i < 2; i++ {
+			// Without an API key only the IP limit applies: 5 - 2 = 3 left,
+			// the unit of alice's denied request refunded.
+			for i := 0; i < 3; i++ {
 				res := do(h, "192.0.2.1:1")
 				if res.StatusCode != http.StatusOK || res.Header.Get("X-RateLimit-Limit") != "5" {
 					t.Fatalf("anonymous %d: %d, X-RateLimit-Limit %q", i, res.StatusCode, res.Header.Get("X-RateLimit-Limit"))
@@ -466,5 +467,10 @@ func TestDenialDecides(t *testing.T) {
 		if res.StatusCode != c.status || res.Header.Get("X-RateLimit-Limit") != c.limit {
 			t.Errorf("request %d: %d, X-RateLimit-Limit %q; want %d, %s", i, res.StatusCode, res.Header.Get("X-RateLimit-Limit"), c.status, c.limit)
 		}
+	}
+	// The ip's 2 units of the denied request were refunded: another key
+	// from that ip is admitted, down to 0.
+	if res := do(h, "192.0.2.2:1", "X-API-Key", "other"); res.StatusCode != 200 || res.Header.Get("X-RateLimit-Remaining") != "0" {
+		t.Errorf("after the refund: %d, X-RateLimit-Remaining %q", res.StatusCode, res.Header.Get("X-RateLimit-Remaining"))
 	}
 }
