@@ -290,10 +290,16 @@ func TestOperatorsRedisDown(t *testing.T) {
 // Redis the rest; Peek charges nothing; Refund drops the cached denial;
 // Reset drops the allowance.
 func TestOperatorsLeaseMode(t *testing.T) {
+	for _, alg := range []ratelease.Algorithm{ratelease.TokenBucket, ratelease.FixedWindow, ratelease.SlidingWindowCounter} {
+		t.Run(alg.String(), func(t *testing.T) { testOperatorsLeaseMode(t, alg) })
+	}
+}
+
+func testOperatorsLeaseMode(t *testing.T, alg ratelease.Algorithm) {
 	e := newEnv(t, ratelease.WithLease(ratelease.LeaseConfig{Min: 8, Max: 8}))
 	exact := newExactOn(t, e.mr)
 	ctx := context.Background()
-	p := policy(t, "p", ratelease.PerHour(20))
+	p := policy(t, "p", ratelease.Limit{Rate: 20, Period: time.Hour, Algorithm: alg})
 	if res, _ := e.l.Allow(ctx, p, "k"); !res.Allowed || res.Granted != 1 {
 		t.Fatalf("Allow: %+v", res)
 	}
@@ -336,6 +342,9 @@ func TestOperatorsLeaseMode(t *testing.T) {
 	}
 	if err := e.l.Reset(ctx, p, "k"); err != nil {
 		t.Fatal(err)
+	}
+	if keys := e.mr.Keys(); len(keys) != 0 {
+		t.Fatalf("keys left after Reset: %v", keys)
 	}
 	res, _ = e.l.Peek(ctx, p, "k")
 	if !res.Allowed || res.Source != ratelease.Remote || res.Remaining != 20 {
