@@ -120,18 +120,9 @@ func (p *Policy) result(d tier.Decision) Result {
 	}
 }
 
-// checkTarget validates the policy and key of a call.
-func checkTarget(p *Policy, key string) error {
-	switch {
-	case p == nil:
-		return fmt.Errorf("%w: nil policy", ErrInvalidPolicy)
-	case key == "":
-		return fmt.Errorf("%w: empty key", ErrInvalidKey)
-	case len(key) > MaxKeyLen:
-		return fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidKey, len(key), MaxKeyLen)
-	}
-	return nil
-}
+// checkTarget validates the policy and key of a call, as AllowN does
+// (one unit always fits a policy).
+func checkTarget(p *Policy, key string) error { return check(p, key, 1) }
 
 // checkN validates the policy, key and n of a call that has no capacity
 // to exceed.
