@@ -126,10 +126,17 @@ func (e *Engine) Refund(ctx context.Context, p *remote.Policy, key string, n int
 	if e.closed.Load() {
 		return ErrClosed
 	}
-	if ent, ok := e.held(p, key); ok {
+	ent, found := e.held(p, key)
+	if found {
 		ent.ClearDenial()
 	}
-	return e.door.GiveBack(ctx, p, key, min(n, p.MaxCapacity()))
+	err := e.door.GiveBack(ctx, p, key, min(n, p.MaxCapacity()))
+	if found {
+		// Again: a lease in flight may have been denied before the units
+		// were back, and recorded it meanwhile.
+		ent.ClearDenial()
+	}
+	return err
 }
 
 // Peek reports what Allow would decide for one unit of key now, charging
