@@ -15,7 +15,8 @@ import (
 //
 // A LeakyBucket admits only while its queue is empty, and then up to its
 // Burst. In lease mode the units this instance holds of key are taken
-// first, and Redis is asked for the rest in one call (not a lease); if
+// first, and Redis is asked for the rest in one call (not a lease; with
+// what a lease in flight brings meanwhile); if
 // Redis denies them or cannot answer, the units held are the grant. With
 // none held, a Redis failure is decided by the failure mode, as AllowN's
 // (FailOpen grants n, FailLocal what this instance's share of the key

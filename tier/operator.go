@@ -63,14 +63,21 @@ func (e *Engine) AllowAtMost(ctx context.Context, p *remote.Policy, key string, 
 	d, cause, err := e.door.Acquire(ctx, remote.Request{Policy: p, Key: key, Min: 1, Max: n - got})
 	switch {
 	case got > 0 && (err != nil || cause != nil || d.Granted == 0):
-		// The local units are admitted already: they are the grant.
-		return e.heldDecision(p, ent, got, e.leaser.Now()), nil
+		// The local units are admitted already: they are the grant, with
+		// what a lease in flight put in meanwhile.
+		now := e.leaser.Now()
+		return e.heldDecision(p, ent, got+ent.TakeUpTo(n-got, now), now), nil
 	case err != nil:
 		return Decision{}, err
 	case cause != nil:
 		return e.unavailableAtMost(p, key, n, cause)
 	}
 	dec := e.decided(p, d)
+	if found && got+d.Granted < n {
+		// A lease in flight (a prefetch) may have taken what Redis lacked
+		// meanwhile, into the allowance.
+		got += ent.TakeUpTo(n-got-d.Granted, e.leaser.Now())
+	}
 	dec.Granted = got + d.Granted
 	if found { // what this instance holds is charged in Redis, not used
 		held := ent.Units()
