@@ -21,7 +21,8 @@ for i = 1, #KEYS do
   local alg, rate, period, burst = limit(i)
   if alg == 2 then
     -- The log: which entries were the caller's is not known; the newest go.
-    redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', int(NOW - period))
+    -- (load trims what slid out, at most TRIM members a call.)
+    ALG[2].load(KEYS[i], rate, period)
     redis.call('ZPOPMAX', KEYS[i], int(g))
   else
     -- Refunds of a grant made now: each algorithm's own rule and caps.
