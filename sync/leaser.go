@@ -344,9 +344,10 @@ func (l *Leaser) apply(c *call, n int64) {
 		}
 		e.SetLowWater(min(int64(math.Ceil(lw)), c.req.Max))
 	}
-	if d.RetryAfter > 0 {
+	if d.RetryAfter > 0 && d.Members > 1 {
 		// Held to its fair share: no lease before the share holds the next
-		// batch; the units held are used meanwhile.
+		// batch; the units held are used meanwhile. (The script says so only
+		// with other members; a member alone is held by the limits alone.)
 		e.Deny(now+int64(d.RetryAfter), 1)
 	}
 	l.bound.Touch(e)

@@ -288,8 +288,12 @@ for i = 1, n do
 end
 -- Under the fair share, the grant says when this member's bucket holds its
 -- next batch (in retry_after): asking sooner would only be denied.
+-- (Only with other members: a member alone has nobody to leave room for,
+-- and the limits deny it themselves. Less than a millionth of a unit short
+-- is rounding, not a wait.)
 local next = 0
-if refill > 0 then
-  next = math.max(0, cdiv((need - math.max(0, tokens) - math.max(0, spare)) * 1000000, refill))
+if refill > 0 and members > 1 then
+  local short_by = need - math.max(0, tokens) - math.max(0, spare)
+  if short_by > 0.000001 then next = cdiv(short_by * 1000000, refill) end
 end
 return { grant, NOW, decider, wait, left, next, reset, math.max(0, valid), members }
