@@ -16,17 +16,24 @@ type HeaderStyle uint8
 const (
 	// DraftHeaders are RateLimit-Policy and RateLimit, as in
 	// draft-ietf-httpapi-ratelimit-headers-11. RateLimit-Policy lists every
-	// limit of every dimension that applied to the request, as
+	// limit of every dimension that applies to the request (the same on
+	// every response to one client, denials included), as
 	// `"name";q=quota;w=window-seconds`; RateLimit has one member per
-	// dimension, for its deciding limit, as `"name";r=remaining;t=seconds`
-	// (t: until the limit is fully replenished). A policy with one limit is
-	// named by its name; a limit of a policy with several is named by the
-	// policy's name and its period ("api-1s", "api-1m").
+	// dimension decided, for its deciding limit, as
+	// `"name";r=remaining;t=seconds`, t being the seconds until more quota
+	// is made available: on a denial, Retry-After; when admitted, until
+	// the next unit comes back (0 at full quota; for a fixed window, its
+	// end; for the sliding algorithms an estimate, as if their units came
+	// back evenly). A policy with one limit is named by its name; a limit
+	// of a policy with several is named by the policy's name and its
+	// period ("api-1s", "api-1m").
 	DraftHeaders HeaderStyle = 1 << iota
 	// XRateLimitHeaders are X-RateLimit-Limit (the deciding limit's Rate),
-	// X-RateLimit-Remaining and X-RateLimit-Reset (when the limit is fully
-	// replenished, in Unix seconds, as GitHub and ulule/limiter send it),
-	// for the most restrictive dimension.
+	// X-RateLimit-Remaining and X-RateLimit-Reset (in Unix seconds, as
+	// GitHub and ulule/limiter send it: when the limit is fully
+	// replenished, and on a denial when Retry-After ends, so that a client
+	// waiting for it waits no longer than it must), for the most
+	// restrictive dimension.
 	XRateLimitHeaders
 
 	// NoHeaders sends no rate-limit header (Retry-After still goes with
@@ -93,17 +100,17 @@ var (
 // write sets the headers of styles for the decisions ds, of which tightest
 // is the most restrictive. All values share one slice, and each is built
 // in one buffer.
-func (s HeaderStyle) write(h http.Header, ds []decision, tightest decision) {
+func (s HeaderStyle) write(h http.Header, as []applies, ds []decision, tightest decision) {
 	if s == NoHeaders {
 		return
 	}
 	vals := make([]string, 5)
 	var buf [256]byte
 	if s&DraftHeaders != 0 {
-		policy := ds[0].dim.policyHeader
-		if len(ds) > 1 {
+		policy := as[0].dim.policyHeader
+		if len(as) > 1 {
 			b := buf[:0]
-			for i, d := range ds {
+			for i, d := range as {
 				if i > 0 {
 					b = append(b, ", "...)
 				}
@@ -120,7 +127,11 @@ func (s HeaderStyle) write(h http.Header, ds []decision, tightest decision) {
 			b = append(b, ";r="...)
 			b = strconv.AppendInt(b, int64(max(0, d.res.Remaining)), 10)
 			b = append(b, ";t="...)
-			b = appendSeconds(b, d.res.ResetAfter, 0)
+			if d.res.Allowed {
+				b = appendSeconds(b, moreIn(d.res), 0)
+			} else {
+				b = appendSeconds(b, d.res.RetryAfter, 1) // as Retry-After
+			}
 		}
 		vals[0], vals[1] = policy, string(b)
 		h[hdrPolicy], h[hdrRateLimit] = vals[0:1:1], vals[1:2:2]
@@ -129,10 +140,32 @@ func (s HeaderStyle) write(h http.Header, ds []decision, tightest decision) {
 		res := tightest.res
 		b := strconv.AppendInt(buf[:0], int64(max(0, res.Remaining)), 10)
 		n := len(b)
-		b = strconv.AppendInt(b, time.Now().Add(res.ResetAfter+time.Second-1).Unix(), 10)
+		reset := res.ResetAfter
+		if !res.Allowed {
+			reset = max(time.Second, res.RetryAfter) // as Retry-After
+		}
+		b = strconv.AppendInt(b, time.Now().Add(reset+time.Second-1).Unix(), 10)
 		vals[2], vals[3], vals[4] = tightest.dim.rate(res.Limit), string(b[:n]), string(b[n:])
 		h[hdrLimit], h[hdrRemaining], h[hdrReset] = vals[2:3:3], vals[3:4:4], vals[4:5:5]
 	}
+}
+
+// moreIn is how long until more quota is made available after res, which
+// admitted: none at full quota; a fixed window's end; otherwise until the
+// next unit comes back, units coming back every Period/Rate (exact for the
+// buckets, an estimate for the sliding algorithms), the last of the
+// missing ones at ResetAfter.
+func moreIn(res ratelease.Result) time.Duration {
+	l := res.Limit
+	missing := int64(l.Burst) - int64(res.Remaining)
+	switch {
+	case missing <= 0 || l.Rate <= 0:
+		return 0
+	case l.Algorithm == ratelease.FixedWindow:
+		return res.ResetAfter
+	}
+	unit := l.Period / time.Duration(l.Rate)
+	return max(0, res.ResetAfter-time.Duration(missing-1)*unit)
 }
 
 // appendSeconds appends d in whole seconds, rounded up, at least least.

@@ -3,14 +3,20 @@ package httplimit
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log"
 	"net/http"
 
 	"github.com/ratelease/ratelease"
 )
 
 // ErrNoLimiter is the error a middleware made with a nil Limiter hands its
-// error handler for every request.
+// error handler for every request; New returns it at once.
 var ErrNoLimiter = errors.New("httplimit: nil Limiter")
+
+// ErrNoPolicy: a nil policy, for Middleware or a WithDimension; New
+// returns it at once.
+var ErrNoPolicy = errors.New("httplimit: nil policy")
 
 // KeyFunc returns the key that a request is limited by under one policy.
 // An empty key means that the policy does not apply to the request (an
@@ -90,6 +96,9 @@ func DefaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, ratelease.ErrInvalidKey), errors.Is(err, ratelease.ErrExceedsCapacity):
 		http.Error(w, "request cannot be rate limited: "+err.Error(), http.StatusBadRequest)
 	default:
+		// A mistake in the program (a nil Limiter or policy, a cost below
+		// 1): said in the log, since the client only sees 500.
+		log.Printf("httplimit: %s %s: %v", r.Method, r.URL.Path, err)
 		http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
 	}
 }
@@ -119,12 +128,58 @@ type dimension struct {
 	policyHeader string
 }
 
-// Middleware returns middleware that limits each request under p, keyed by
+// New returns middleware that limits each request under p, keyed by
 // WithKey's function (the client IP by default), and under any further
 // WithDimension. An admitted request goes on to the next handler; a denied
 // one gets 429 (WithDeniedHandler); a limiter error goes to the error
-// handler (WithErrorHandler).
+// handler (WithErrorHandler). A nil Limiter or policy is an error here,
+// where the middleware is built (ErrNoLimiter, ErrNoPolicy).
+func New(l *ratelease.Limiter, p *ratelease.Policy, opts ...Option) (func(http.Handler) http.Handler, error) {
+	c := build(p, opts)
+	if err := c.check(l); err != nil {
+		return nil, err
+	}
+	return c.middleware(l), nil
+}
+
+// Middleware is New for a configuration known to be right: a nil Limiter
+// or policy is logged once, here, and every request then goes to the error
+// handler with the error (500 with DefaultErrorHandler).
 func Middleware(l *ratelease.Limiter, p *ratelease.Policy, opts ...Option) func(http.Handler) http.Handler {
+	c := build(p, opts)
+	if err := c.check(l); err != nil {
+		log.Printf("%v: every request will get the error handler; httplimit.New reports this as an error", err)
+	}
+	return c.middleware(l)
+}
+
+// check reports what makes c unusable with l.
+func (c *config) check(l *ratelease.Limiter) error {
+	if l == nil {
+		return ErrNoLimiter
+	}
+	for i, d := range c.dims {
+		if d.policy == nil {
+			if i == 0 {
+				return fmt.Errorf("%w: the Middleware's own", ErrNoPolicy)
+			}
+			return fmt.Errorf("%w: WithDimension %d", ErrNoPolicy, i)
+		}
+	}
+	return nil
+}
+
+// middleware returns the handler wrapper of c on l.
+func (c *config) middleware(l *ratelease.Limiter) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			c.serve(l, next, w, r)
+		})
+	}
+}
+
+// build makes the configuration of p and opts.
+func build(p *ratelease.Policy, opts []Option) *config {
 	c := &config{
 		dims:    []dimension{{policy: p, key: ClientIP()}},
 		styles:  AllHeaders,
@@ -140,11 +195,7 @@ func Middleware(l *ratelease.Limiter, p *ratelease.Policy, opts ...Option) func(
 		}
 		c.dims[i].describe()
 	}
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			c.serve(l, next, w, r)
-		})
-	}
+	return c
 }
 
 // serve decides r under every dimension that applies to it.
@@ -155,16 +206,25 @@ func (c *config) serve(l *ratelease.Limiter, next http.Handler, w http.ResponseW
 	}
 	cost := 1
 	if c.cost != nil {
-		cost = c.cost(r)
-	}
-	var decisions [4]decision // no allocation for up to four dimensions
-	ds := decisions[:0]
-	for i := range c.dims {
-		d := &c.dims[i]
-		key := d.key(r)
-		if key == "" {
-			continue
+		if cost = c.cost(r); cost < 1 {
+			c.onError(w, r, fmt.Errorf("%w: WithCost's function returned %d for %s %s", ratelease.ErrInvalidN, cost, r.Method, r.URL.Path))
+			return
 		}
+	}
+	// The dimensions that apply (a key), all of them named in
+	// RateLimit-Policy on every response, decided in order until one
+	// denies. No allocation for up to four.
+	var applying [4]applies
+	as := applying[:0]
+	for i := range c.dims {
+		if key := c.dims[i].key(r); key != "" {
+			as = append(as, applies{&c.dims[i], key})
+		}
+	}
+	var decisions [4]decision
+	ds := decisions[:0]
+	for _, a := range as {
+		d, key := a.dim, a.key
 		res, err := l.AllowN(r.Context(), d.policy, key, cost)
 		if err != nil {
 			c.onError(w, r, err)
@@ -186,13 +246,19 @@ func (c *config) serve(l *ratelease.Limiter, next http.Handler, w http.ResponseW
 			tightest = d
 		}
 	}
-	c.styles.write(w.Header(), ds, tightest)
+	c.styles.write(w.Header(), as, ds, tightest)
 	if !tightest.res.Allowed {
 		w.Header().Set("Retry-After", seconds(tightest.res.RetryAfter, 1))
 		c.denied.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), resultKey{}, tightest.res)))
 		return
 	}
 	next.ServeHTTP(w, r)
+}
+
+// applies is a dimension that applies to a request, with its key.
+type applies struct {
+	dim *dimension
+	key string
 }
 
 // decision is what one dimension decided, for key.

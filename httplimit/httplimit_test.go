@@ -82,7 +82,9 @@ func TestHeadersAndStatus(t *testing.T) {
 				}
 				want := map[string]string{
 					"RateLimit-Policy":      `"api";q=3;w=60`,
-					"RateLimit":             fmt.Sprintf(`"api";r=%d;t=%d`, 3-i, 20*i),
+					// t: until the next unit comes back, 20s at 3/min;
+					// X-RateLimit-Reset: until the bucket is full.
+					"RateLimit":             fmt.Sprintf(`"api";r=%d;t=20`, 3-i),
 					"X-RateLimit-Limit":     "3",
 					"X-RateLimit-Remaining": strconv.Itoa(3 - i),
 				}
@@ -107,8 +109,13 @@ func TestHeadersAndStatus(t *testing.T) {
 			if got := res.Header.Get("Retry-After"); got != "20" {
 				t.Errorf("Retry-After = %q, want 20 (one token of 3/min)", got)
 			}
-			if got := res.Header.Get("RateLimit"); got != `"api";r=0;t=60` {
-				t.Errorf("RateLimit on a 429 = %q", got)
+			// On a denial t and X-RateLimit-Reset say what Retry-After says.
+			if got := res.Header.Get("RateLimit"); got != `"api";r=0;t=20` {
+				t.Errorf("RateLimit on a 429 = %q, want t=20, as Retry-After", got)
+			}
+			reset, err := strconv.ParseInt(res.Header.Get("X-RateLimit-Reset"), 10, 64)
+			if d := time.Until(time.Unix(reset, 0)); err != nil || d < 18*time.Second || d > 21*time.Second {
+				t.Errorf("X-RateLimit-Reset on a 429 is %v from now, want about 20s, as Retry-After", d)
 			}
 			// Another client has its own budget.
 			if res := do(h, "192.0.2.2:1234"); res.StatusCode != http.StatusOK {
@@ -235,7 +242,7 @@ func TestDimensions(t *testing.T) {
 				if res.StatusCode != http.StatusOK || res.Header.Get("X-RateLimit-Limit") != "2" {
 					t.Fatalf("request %d: %d, X-RateLimit-Limit %q", i, res.StatusCode, res.Header.Get("X-RateLimit-Limit"))
 				}
-				if got, want := res.Header.Get("RateLimit"), fmt.Sprintf(`"ip";r=%d;t=%d, "key";r=%d;t=%d`, 4-i, 12*(i+1), 1-i, 30*(i+1)); got != want {
+				if got, want := res.Header.Get("RateLimit"), fmt.Sprintf(`"ip";r=%d;t=12, "key";r=%d;t=30`, 4-i, 1-i); got != want {
 					t.Errorf("request %d: RateLimit %q, want %q", i, got, want)
 				}
 			}
@@ -435,7 +442,7 @@ func TestRealServer(t *testing.T) {
 		case 429:
 			denied++
 			if ra, err := strconv.Atoi(res.Header.Get("Retry-After")); err != nil || ra < 170 || ra > 180 {
-				t.Errorf("request %d: Retry-After %q, want about 180 (one token of 20/h)", i, res.Header.Get("Retry-After"))
+				t.Errorf("request %d: Retry-After %q, want about 180 (one token of 20/h); %v", i, res.Header.Get("Retry-After"), res.Header)
 			}
 		default:
 			t.Fatalf("request %d: %d", i, res.StatusCode)
