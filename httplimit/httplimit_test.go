@@ -81,7 +81,7 @@ func TestHeadersAndStatus(t *testing.T) {
 					t.Fatalf("request %d: %d", i, res.StatusCode)
 				}
 				want := map[string]string{
-					"RateLimit-Policy":      `"api";q=3;w=60`,
+					"RateLimit-Policy": `"api";q=3;w=60`,
 					// t: until the next unit comes back, 20s at 3/min;
 					// X-RateLimit-Reset: until the bucket is full.
 					"RateLimit":             fmt.Sprintf(`"api";r=%d;t=20`, 3-i),
