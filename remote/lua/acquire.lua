@@ -239,18 +239,7 @@ end
 if grant < need then
   -- The decider is the denying limit whose retry_after is longest: need
   -- units fit only once every limit has room.
-  local decider, retry, reset = 1, -1, 0
-  for i = 1, n do
-    if AV[i] < need then
-      local alg, rate, period, burst = limit(i)
-      local A = ALG[alg]
-      local r = A.retry(KEYS[i], S1[i], S2[i], S3[i], rate, period, burst, need, reserve)
-      if r > retry then
-        decider, retry = i, r
-        reset = A.reset(S1[i], S2[i], S3[i], rate, period, burst)
-      end
-    end
-  end
+  local decider, retry, reset = denier(n, S1, S2, S3, AV, need, reserve)
   if need > min and grant >= min and valid >= 0 and retry >= valid then
     -- A batch would come only after the grant's window has ended: take
     -- what the window has left, rather than strand it.

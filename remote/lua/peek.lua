@@ -36,18 +36,7 @@ end
 if least < 1 then
   -- As acquire.lua denies: the decider is the denying limit whose wait for
   -- one unit is longest.
-  local decider, retry, reset = 1, -1, 0
-  for i = 1, n do
-    if AV[i] < 1 then
-      local alg, rate, period, burst = limit(i)
-      local A = ALG[alg]
-      local r = A.retry(KEYS[i], S1[i], S2[i], S3[i], rate, period, burst, 1, 0)
-      if r > retry then
-        decider, retry = i, r
-        reset = A.reset(S1[i], S2[i], S3[i], rate, period, burst)
-      end
-    end
-  end
+  local decider, retry, reset = denier(n, S1, S2, S3, AV, 1, 0)
   return { 0, NOW, decider, 0, AV[decider], math.max(1, retry), reset, 0, 0 }
 end
 

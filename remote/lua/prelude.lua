@@ -66,6 +66,25 @@ local ALG = {}
 
 -- Give back g units of a grant made at time `at` (us) to limits 1..n, each
 -- by its algorithm's refund.
+-- The limit that denies need units and frees up last, of the n limits whose
+-- states (S1..S3) and room (AV) a script read: its index, the us until need
+-- units fit (retry_after) and until it is full again (reset_after).
+local function denier(n, S1, S2, S3, AV, need, reserve)
+  local decider, retry, reset = 1, -1, 0
+  for i = 1, n do
+    if AV[i] < need then
+      local alg, rate, period, burst = limit(i)
+      local A = ALG[alg]
+      local r = A.retry(KEYS[i], S1[i], S2[i], S3[i], rate, period, burst, need, reserve)
+      if r > retry then
+        decider, retry = i, r
+        reset = A.reset(S1[i], S2[i], S3[i], rate, period, burst)
+      end
+    end
+  end
+  return decider, retry, reset
+end
+
 local function refund_all(n, g, at)
   for i = 1, n do
     local alg, rate, period, burst = limit(i)
