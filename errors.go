@@ -26,6 +26,9 @@ var (
 	// ErrInvalidOption: New was given a nil client or an option with an
 	// invalid value.
 	ErrInvalidOption = errors.New("ratelease: invalid option")
+	// ErrInvalidDuration: a duration out of its range, such as a Block's
+	// (1ms to MaxBlock).
+	ErrInvalidDuration = errors.New("ratelease: invalid duration")
 	// ErrUnavailable: with WithFailureMode(FailClosed), Redis did not answer
 	// within the Redis timeout, failed, or the circuit breaker is open. The
 	// error wraps the cause as well. The other failure modes decide instead

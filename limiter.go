@@ -24,7 +24,8 @@ type Limiter struct {
 
 // Result is the decision on one request.
 type Result struct {
-	// Allowed reports whether the request was admitted (and charged).
+	// Allowed reports whether the request was admitted (and charged, but
+	// when Shadowed).
 	Allowed bool
 	// Limit is the limit that decided: when denied, the denying limit that
 	// frees up last; when allowed, the one with the fewest units left.
@@ -34,7 +35,10 @@ type Result struct {
 	// the queue is busy.
 	Remaining int
 	// RetryAfter is 0 when allowed; when denied, how long until the same n
-	// could next be admitted (if nobody else takes the units first).
+	// could next be admitted (if nobody else takes the units first). When
+	// Shadowed it is the would-be denial's; when Blocked, the time left of
+	// the block (as far as this instance knows: within the lease TTL in
+	// lease mode).
 	RetryAfter time.Duration
 	// ResetAfter is how long until the deciding limit is fully
 	// replenished, as if nothing more were admitted.
@@ -44,7 +48,16 @@ type Result struct {
 	// Granted is the number of units admitted (and charged): n for an
 	// admitted Allow or AllowN, 0 when denied, 1 to n for AllowAtMost. For
 	// Peek, which charges nothing, it is the 1 unit Allow would admit, or 0.
+	// When Shadowed it is n, none of them charged.
 	Granted int
+	// Shadowed reports a would-be denial admitted because the policy is in
+	// shadow mode (Policy.Shadow): Allowed is true, nothing was charged,
+	// and the other fields are the denial's. False otherwise.
+	Shadowed bool
+	// Blocked reports a denial because the key is blocked under the policy
+	// (Limiter.Block): RetryAfter and ResetAfter are the block's time left,
+	// Remaining is 0 and Limit is the policy's first limit. False otherwise.
+	Blocked bool
 }
 
 // Source says where a decision came from. The zero value means no decision
@@ -155,7 +168,18 @@ func (l *Limiter) AllowN(ctx context.Context, p *Policy, key string, n int) (Res
 	if d.Allowed {
 		d.Granted = int64(n)
 	}
-	return p.result(d), nil
+	return l.shadowed(p, p.result(d), n), nil
+}
+
+// shadowed returns r, a decision on p, admitted for n units when it is a
+// denial and p is in shadow mode, charging nothing, and counts it so.
+func (l *Limiter) shadowed(p *Policy, r Result, n int) Result {
+	if r.Allowed || !p.shadow {
+		return r
+	}
+	l.engine.CountShadowDenied(p.compiled)
+	r.Allowed, r.Granted, r.Shadowed = true, n, true
+	return r
 }
 
 // Wait is WaitN(ctx, p, key, 1).
@@ -170,9 +194,14 @@ func (l *Limiter) Wait(ctx context.Context, p *Policy, key string) error {
 // context.DeadlineExceeded at once when the deadline would pass before the
 // units could be admitted; a slot it reserved is then given back. Close
 // wakes it: it returns ErrClosed at once (giving back a reserved slot).
-// Other errors are AllowN's.
+// Other errors are AllowN's. Under a policy in shadow mode it never waits:
+// it is AllowN, and a would-be denial returns nil at once (Policy.Shadow).
 func (l *Limiter) WaitN(ctx context.Context, p *Policy, key string, n int) error {
 	if err := check(p, key, n); err != nil {
+		return err
+	}
+	if p.shadow {
+		_, err := l.AllowN(ctx, p, key, n)
 		return err
 	}
 	return l.engine.Wait(ctx, p.compiled, key, int64(n))

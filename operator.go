@@ -3,6 +3,7 @@ package ratelease
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/ratelease/ratelease/tier"
 )
@@ -30,7 +31,7 @@ func (l *Limiter) AllowAtMost(ctx context.Context, p *Policy, key string, n int)
 	if err != nil {
 		return Result{}, err
 	}
-	return p.result(d), nil
+	return l.shadowed(p, p.result(d), min(n, p.Capacity())), nil
 }
 
 // Refund gives back n units of key admitted earlier under p whose work did
@@ -77,6 +78,9 @@ func (l *Limiter) Refund(ctx context.Context, p *Policy, key string, n int) erro
 // and adds the units this instance holds to Remaining. It does not apply
 // the fair share among instances: it tells whether the limits have room.
 //
+// Under a policy in shadow mode a would-be denial is reported as Allow
+// would report it (Allowed, Shadowed), without counting it.
+//
 // Errors: ErrInvalidPolicy, ErrInvalidKey, ErrClosed, ctx's error
 // unwrapped, or, when Redis cannot answer (whatever the failure mode), an
 // error wrapping ErrUnavailable and the cause.
@@ -88,7 +92,11 @@ func (l *Limiter) Peek(ctx context.Context, p *Policy, key string) (Result, erro
 	if err != nil {
 		return Result{}, err
 	}
-	return p.result(d), nil
+	r := p.result(d)
+	if !r.Allowed && p.shadow { // as Allow would, but not counted
+		r.Allowed, r.Granted, r.Shadowed = true, 1, true
+	}
+	return r, nil
 }
 
 // Reset forgets key's state under p, every limit's, so that its next
@@ -108,6 +116,57 @@ func (l *Limiter) Reset(ctx context.Context, p *Policy, key string) error {
 	return l.engine.Reset(ctx, p.compiled, key)
 }
 
+// MaxBlock is the longest a Block may last.
+const MaxBlock = 366 * 24 * time.Hour
+
+// Block denies key under p, on every instance that shares the Redis, for
+// d (to the millisecond, rounded up; 1ms to MaxBlock): a penalty box, a
+// deny list. Until the block lapses or Unblock lifts it, every decision on
+// key under p is a denial with Result.Blocked set and RetryAfter the
+// block's time left, and nothing is charged; Peek reports it the same way.
+// Blocking again replaces the time left. The block is one Redis key,
+// <prefix>:{<policy>:<key>}:b, with a TTL of d, which the scripts read
+// before granting anything. It applies to the policy's name, so a policy
+// of the same name and its Shadow (which admits a blocked key, Shadowed
+// and Blocked) share it. Reset does not lift it: Reset forgets usage,
+// Unblock lifts a block.
+//
+// In exact mode (and for policies that do not lease) it holds from the
+// next decision on, on every instance. In lease mode this instance gives
+// its units of key back and denies key at once (a cached denial, Source
+// Cached); other instances use the units of key they already hold until
+// those lapse, within the lease bound (LeaseConfig.TTL, or the end of the
+// window for window algorithms), and are denied by Redis from their next
+// lease on. Every instance caches the block, as any denial, for its time
+// left or the lease TTL, whichever ends first. While Redis is unavailable
+// no block is known: the failure mode decides as for any key.
+//
+// Errors: ErrInvalidPolicy, ErrInvalidKey, ErrClosed, ErrInvalidDuration
+// for d outside 1ms to MaxBlock, ctx's error unwrapped, or, when Redis
+// cannot take the block (whatever the failure mode), an error wrapping
+// ErrUnavailable and the cause; then nothing is blocked.
+func (l *Limiter) Block(ctx context.Context, p *Policy, key string, d time.Duration) error {
+	if err := checkTarget(p, key); err != nil {
+		return err
+	}
+	if d < time.Millisecond || d > MaxBlock {
+		return fmt.Errorf("%w: block of %v (1ms to %v)", ErrInvalidDuration, d, MaxBlock)
+	}
+	return l.engine.Block(ctx, p.compiled, key, d)
+}
+
+// Unblock lifts a block of key under p (see Block); a key not blocked is
+// no error. This instance decides key by its limits again at once; other
+// instances in lease mode may repeat the block they cached for up to the
+// lease TTL (LeaseConfig.TTL). Errors are Peek's; this instance's cached
+// block is dropped even when Redis cannot be reached.
+func (l *Limiter) Unblock(ctx context.Context, p *Policy, key string) error {
+	if err := checkTarget(p, key); err != nil {
+		return err
+	}
+	return l.engine.Unblock(ctx, p.compiled, key)
+}
+
 // result converts a decision of the engine on p into a Result.
 func (p *Policy) result(d tier.Decision) Result {
 	return Result{
@@ -118,6 +177,7 @@ func (p *Policy) result(d tier.Decision) Result {
 		ResetAfter: d.ResetAfter,
 		Source:     d.Source,
 		Granted:    int(d.Granted),
+		Blocked:    d.Blocked,
 	}
 }
 

@@ -29,6 +29,8 @@ type Policy struct {
 	name     string
 	limits   []Limit
 	compiled *remote.Policy
+	// shadow: a would-be denial is admitted (see Shadow).
+	shadow bool
 }
 
 // NewPolicy validates and compiles a policy. The name is part of every Redis
@@ -74,3 +76,29 @@ func (p *Policy) Limits() []Limit { return append([]Limit(nil), p.limits...) }
 // Capacity returns the most units one request can ever be admitted: the
 // smallest Burst (Rate for windows) of the policy's limits.
 func (p *Policy) Capacity() int { return int(p.compiled.Capacity()) }
+
+// Shadow returns a policy with p's name and limits in shadow mode, to roll
+// a new limit out safely: it shares p's state in Redis and in the Limiter
+// (the same keys, the same counters; p itself is unchanged), and its
+// decisions are made and counted as p's, but a would-be denial is admitted:
+// its Result has Allowed true, Shadowed true, Granted n (AllowAtMost: n,
+// at most the capacity), and the rest of the denial's fields (Limit, Remaining,
+// RetryAfter, ResetAfter, Source, Blocked) as they were; nothing is charged
+// for it, in Redis or from a local allowance, and it counts in
+// PolicyStats.ShadowDenied (as well as in Denied). What would be admitted
+// is admitted and charged as usual. A shadow policy never makes WaitN wait:
+// WaitN is AllowN (a LeakyBucket does not queue), and a would-be denial
+// returns nil at once. A blocked key (Block) is a would-be denial too.
+// Errors are not decisions: they are returned as usual. Shadow of a shadow
+// policy returns it.
+func (p *Policy) Shadow() *Policy {
+	if p.shadow {
+		return p
+	}
+	s := *p
+	s.shadow = true
+	return &s
+}
+
+// Shadowed reports whether p is in shadow mode (see Shadow).
+func (p *Policy) Shadowed() bool { return p.shadow }

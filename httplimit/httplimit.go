@@ -269,11 +269,12 @@ type decision struct {
 }
 
 // refund gives back the cost that the dimensions ds admitted for a request
-// that a later dimension denied. A refund that fails is dropped: its units
-// stay spent, as they would without it.
+// that a later dimension denied (not those a dimension in shadow mode
+// admitted: nothing was charged for them). A refund that fails is
+// dropped: its units stay spent, as they would without it.
 func refund(ctx context.Context, l *ratelease.Limiter, ds []decision, cost int) {
 	for _, d := range ds {
-		if d.res.Allowed {
+		if d.res.Allowed && !d.res.Shadowed {
 			_ = l.Refund(ctx, d.dim.policy, d.key, cost)
 		}
 	}

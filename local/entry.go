@@ -61,6 +61,8 @@ type Entry[P any] struct {
 	// shared: at the last lease other members wanted the key too, and
 	// Redis held this one to its share or denied it.
 	shared atomic.Bool
+	// blocked: the recorded denial is a block of the key (see Blocked).
+	blocked atomic.Bool
 	// lowWater: when fewer units than this are held, a lease is made ahead
 	// of need (prefetch). Written at each lease.
 	lowWater atomic.Int64

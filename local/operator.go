@@ -67,3 +67,11 @@ func (e *Entry[P]) Forget() int64 {
 	e.ClearDenial()
 	return units
 }
+
+// SetBlocked records whether the entry's recorded denial (Deny) is a block
+// of its key, set at each answer from Redis and by a Block.
+func (e *Entry[P]) SetBlocked(b bool) { e.blocked.Store(b) }
+
+// Blocked reports whether the recorded denial, while it holds, is a block
+// of the key.
+func (e *Entry[P]) Blocked() bool { return e.blocked.Load() }

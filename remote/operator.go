@@ -3,6 +3,7 @@ package remote
 import (
 	"context"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -35,7 +36,7 @@ func (p *Policy) ops() *opScripts {
 // and Remaining is the decider's room before any charge (see peek.lua).
 // Wait, ValidFor and Members are 0.
 func (s *Store) Peek(ctx context.Context, p *Policy, key string) (Decision, error) {
-	v, err := p.ops().peek.Run(ctx, s.client, p.Keys(s.prefix, key), refundArgs(p, 0, 0, "")...).Slice()
+	v, err := p.ops().peek.Run(ctx, s.client, p.keys(s.prefix, key, false, true), refundArgs(p, 0, 0, "")...).Slice()
 	if err != nil {
 		return Decision{}, err
 	}
@@ -56,9 +57,30 @@ func (s *Store) GiveBack(ctx context.Context, p *Policy, key string, units int64
 }
 
 // Reset deletes key's state under p, every limit's and the key's members
-// hash, with one DEL: the keys share one hash slot.
+// hash, with one DEL: the keys share one hash slot. It leaves a block of
+// the key in place (Unblock lifts it).
 func (s *Store) Reset(ctx context.Context, p *Policy, key string) error {
-	return s.client.Del(ctx, p.keys(s.prefix, key, true)...).Err()
+	return s.client.Del(ctx, p.keys(s.prefix, key, true, false)...).Err()
+}
+
+// Block blocks key under p for d (whole milliseconds, at least one): until
+// it lapses, or Unblock, acquire.lua and peek.lua deny the key, charging
+// nothing, with the block's time left as retry_after. A block set again
+// replaces the time left. The block is one key, <prefix>:{<policy>:<key>}:b,
+// with a TTL of d (SET PX), in the key's hash slot.
+func (s *Store) Block(ctx context.Context, p *Policy, key string, d time.Duration) error {
+	ms := max(1, (d+time.Millisecond-1)/time.Millisecond) // rounded up
+	return s.client.Do(ctx, "SET", p.blockKey(s.prefix, key), "1", "PX", int64(ms)).Err()
+}
+
+// Unblock lifts a block of key under p (a DEL); none is no error.
+func (s *Store) Unblock(ctx context.Context, p *Policy, key string) error {
+	return s.client.Del(ctx, p.blockKey(s.prefix, key)).Err()
+}
+
+// blockKey is the key of key's block under p.
+func (p *Policy) blockKey(prefix, key string) string {
+	return prefix + ":{" + p.name + ":" + key + blockTail
 }
 
 // MaxCapacity is the largest capacity of the policy's limits: the most

@@ -32,7 +32,8 @@ type Policy struct {
 	// args are the scripts' per-limit ARGV, converted to strings once.
 	args []any
 	// tails are the part of each key after the caller's key: "}:" + suffix
-	// per limit, then membersTail; tailsLen is the limits' tails' length.
+	// per limit, then membersTail and blockTail; tailsLen is the limits'
+	// tails' length.
 	tails    []string
 	tailsLen int
 	// uses has bit a set for each Algorithm a of the policy's limits.
@@ -100,7 +101,7 @@ func NewPolicy(name string, limits []Limit) (*Policy, error) {
 		p.tails = append(p.tails, tail)
 		p.tailsLen += len(tail)
 	}
-	p.tails = append(p.tails, membersTail) // once here, not per lease
+	p.tails = append(p.tails, membersTail, blockTail) // once here, not per lease
 	p.uses = mask
 	p.scripts = scriptsFor(mask)
 	p.id = int(policies.Add(1) - 1)
@@ -133,18 +134,28 @@ func (p *Policy) Rate() float64 { return p.rate }
 // and every tail starts with '}', which no tail contains twice.
 //
 // The keys are substrings of one string: one allocation for the text.
-func (p *Policy) Keys(prefix, key string) []string { return p.keys(prefix, key, false) }
+func (p *Policy) Keys(prefix, key string) []string { return p.keys(prefix, key, false, false) }
 
 // membersTail ends the key of the members hash of a (policy, key) (see
 // acquire.lua): like the limits' tails it starts with '}', and no limit's
 // tail is "}:m".
 const membersTail = "}:m"
 
-// keys is Keys, with the members hash's key last when members is set.
-func (p *Policy) keys(prefix, key string, members bool) []string {
-	tails, tailsLen := p.tails, p.tailsLen+len(membersTail)
-	if !members {
-		tails, tailsLen = tails[:len(p.limits)], p.tailsLen
+// blockTail ends the key of a (policy, key)'s block (see Store.Block): no
+// other tail is "}:b".
+const blockTail = "}:b"
+
+// keys is Keys, with the members hash's key after the limits' when members
+// is set, and the block's key last when block is set.
+func (p *Policy) keys(prefix, key string, members, block bool) []string {
+	n := len(p.limits)
+	var buf [MaxLimits + 2]string // on the stack: no allocation of its own
+	tails, tailsLen := append(buf[:0], p.tails[:n]...), p.tailsLen
+	if members {
+		tails, tailsLen = append(tails, membersTail), tailsLen+len(membersTail)
+	}
+	if block {
+		tails, tailsLen = append(tails, blockTail), tailsLen+len(blockTail)
 	}
 	head := len(prefix) + 2 + len(p.name) + 1 + len(key) // prefix ":{" name ":" key
 	var b strings.Builder

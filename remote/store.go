@@ -132,6 +132,10 @@ type Decision struct {
 	// Members is the number of live members of the key, the caller
 	// included, when the request named a Member with demand; else 0.
 	Members int64
+	// Blocked reports a denial because the key is blocked (Store.Block):
+	// RetryAfter and ResetAfter are then the block's time left (to the
+	// millisecond), Decider 0, Remaining 0 and Members 0.
+	Blocked bool
 }
 
 // Acquire grants between r.Min and r.Max units to every limit of r.Key, or
@@ -162,7 +166,7 @@ func (s *Store) Batch(ctx context.Context, rs []Request, gs []Grant) ([]Decision
 	cmds := s.pipeline(ctx, len(gs)+len(rs), func(i int) (*redis.Script, []string, []any) {
 		if i < len(gs) {
 			g := gs[i]
-			return g.Policy.scripts.refund, g.Policy.keys(s.prefix, g.Key, g.Member != ""), refundArgs(g.Policy, g.Units, g.At, g.Member)
+			return g.Policy.scripts.refund, g.Policy.keys(s.prefix, g.Key, g.Member != "", false), refundArgs(g.Policy, g.Units, g.At, g.Member)
 		}
 		r := rs[i-len(gs)]
 		return r.Policy.scripts.acquire, s.acquireKeys(r), acquireArgs(r)
@@ -227,10 +231,10 @@ func (s *Store) pipeline(ctx context.Context, n int, call func(i int) (*redis.Sc
 	return cmds
 }
 
-// acquireKeys returns the keys of r: its limits' state, and the members
-// hash when r names a member with demand.
+// acquireKeys returns the keys of r: its limits' state, the members hash
+// when r names a member with demand, and the key's block.
 func (s *Store) acquireKeys(r Request) []string {
-	return r.Policy.keys(s.prefix, r.Key, r.member() != "")
+	return r.Policy.keys(s.prefix, r.Key, r.member() != "", true)
 }
 
 // member is the member r names to the script: none without a demand.
@@ -261,9 +265,9 @@ func refundArgs(p *Policy, units, at int64, member string) []any {
 	return append(args, p.args...)
 }
 
-// parseDecision reads acquire.lua's nine integers.
+// parseDecision reads acquire.lua's ten integers.
 func parseDecision(p *Policy, v []any) (Decision, error) {
-	var n [9]int64
+	var n [10]int64
 	if len(v) != len(n) {
 		return Decision{}, fmt.Errorf("remote: acquire replied %d values, want %d", len(v), len(n))
 	}
@@ -283,6 +287,7 @@ func parseDecision(p *Policy, v []any) (Decision, error) {
 		ResetAfter: time.Duration(n[6]) * time.Microsecond,
 		ValidFor:   time.Duration(n[7]) * time.Microsecond,
 		Members:    n[8],
+		Blocked:    n[9] != 0,
 	}
 	if n[7] == 0 && d.Granted > 0 { // the script's 0: no limit of its own
 		d.ValidFor = -1

@@ -307,11 +307,13 @@ func (l *Leaser) apply(c *call, n int64) {
 	}
 	e.Answered(local.Word{Limit: d.Decider, Remaining: d.Remaining, ResetAt: now + int64(d.ResetAfter)},
 		d.Members, d.Members > 1 && (d.Granted == 0 || d.RetryAfter > 0))
+	e.SetBlocked(d.Blocked)
 	if d.Granted == 0 {
 		wait := int64(d.RetryAfter)
-		if d.Members > 1 {
+		if d.Blocked || d.Members > 1 {
 			// Other members hold units of this key, which come back when
 			// they lapse, within TTL: the denial may not hold that long.
+			// Nor a block, which any instance may lift (Unblock).
 			wait = min(wait, int64(l.cfg.TTL))
 		}
 		// From the reply, not the request: the wait counts from Redis's

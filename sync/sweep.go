@@ -133,3 +133,16 @@ func (l *Leaser) Stats() Stats {
 		Instances: l.Instances(),
 	}
 }
+
+// Block applies a block of e's key, just set in Redis for left, to e: its
+// units are given back (queued for the batcher; the block denies the key,
+// but not the key's other instances' use of them once it lapses), and its
+// denial is recorded as a block, for left or TTL, whichever ends first (any
+// instance may lift a block: Unblock). A lease in flight may still put
+// units in, used until they lapse, within TTL.
+func (l *Leaser) Block(e *Entry, left time.Duration) {
+	units, at := e.Drain()
+	l.giveBack(e, units, at)
+	e.SetBlocked(true)
+	e.Deny(l.Now()+int64(min(left, l.cfg.TTL)), 1)
+}

@@ -164,7 +164,7 @@ func (e *Engine) fromLocal(p *remote.Policy, ent *leasesync.Entry, n, now int64)
 		w := ent.LastWord()
 		return Decision{Source: Cached, Limit: w.Limit, RetryAfter: time.Duration(left),
 			Remaining:  w.Remaining + ent.Units(),
-			ResetAfter: time.Duration(max(0, w.ResetAt-now))}, true
+			ResetAfter: time.Duration(max(0, w.ResetAt-now)), Blocked: ent.Blocked()}, true
 	}
 	return Decision{}, false
 }

@@ -79,6 +79,9 @@ type Decision struct {
 	// Granted is the units admitted: set by AllowAtMost (and Peek, 1 or
 	// 0); the root sets it for Allow, whose grant is n or nothing.
 	Granted int64
+	// Blocked: denied because the key is blocked (Block); RetryAfter is
+	// the block's time left, as far as this instance knows it.
+	Blocked bool
 }
 
 // Config configures an Engine. Every field but Lease and Observer is

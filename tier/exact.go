@@ -112,6 +112,7 @@ func (e *Engine) decided(p *remote.Policy, d remote.Decision) Decision {
 		Limit:      d.Decider,
 		Remaining:  d.Remaining,
 		ResetAfter: d.ResetAfter,
+		Blocked:    d.Blocked,
 	}
 	if !dec.Allowed {
 		// (A lease granted under a fair share says when the member's next

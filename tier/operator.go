@@ -9,8 +9,8 @@ import (
 	leasesync "github.com/ratelease/ratelease/sync"
 )
 
-// The operators: AllowAtMost, Refund, Peek and Reset. None is on the hit
-// path; each makes at most one Redis call, through the door.
+// The operators: AllowAtMost, Refund, Peek, Reset, Block and Unblock. None
+// is on the hit path; each makes at most one Redis call, through the door.
 
 // held returns the local entry of key under p when p leases and the entry
 // exists; it makes none.
@@ -171,7 +171,7 @@ func (e *Engine) Peek(ctx context.Context, p *remote.Policy, key string) (Decisi
 			w := ent.LastWord()
 			return Decision{Source: Cached, Limit: w.Limit, RetryAfter: time.Duration(left),
 				Remaining:  w.Remaining + ent.Units(),
-				ResetAfter: time.Duration(max(0, w.ResetAt-now))}, nil
+				ResetAfter: time.Duration(max(0, w.ResetAt-now)), Blocked: ent.Blocked()}, nil
 		}
 	}
 	r, err := e.door.Peek(ctx, p, key)
@@ -179,7 +179,7 @@ func (e *Engine) Peek(ctx context.Context, p *remote.Policy, key string) (Decisi
 		return Decision{}, err
 	}
 	d := Decision{Allowed: r.Granted > 0, Granted: r.Granted, Source: Remote, Limit: r.Decider,
-		Remaining: r.Remaining, ResetAfter: r.ResetAfter}
+		Remaining: r.Remaining, ResetAfter: r.ResetAfter, Blocked: r.Blocked}
 	if !d.Allowed {
 		d.RetryAfter = r.RetryAfter
 	}
@@ -217,4 +217,46 @@ func (f *fallback) forget(p *remote.Policy, key string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.keys.Remove(fallbackKey{p, key})
+}
+
+// Block blocks key under p in Redis for d (one call): every instance's
+// next call to Redis about the key is denied, charging nothing, with the
+// block's time left, until it lapses or Unblock. In lease mode this
+// instance's units of the key are given back, and the denial is cached as
+// a block (for d, or the lease TTL, whichever ends first): other instances
+// use the units they hold until those lapse, within the lease bound. A
+// failure of Redis is an error wrapping ErrUnavailable, and blocks nothing.
+func (e *Engine) Block(ctx context.Context, p *remote.Policy, key string, d time.Duration) error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	if err := e.door.Block(ctx, p, key, d); err != nil {
+		return err
+	}
+	if e.leaser != nil && Leasable(p) {
+		e.leaser.Block(e.entry(p, key), d)
+	}
+	return nil
+}
+
+// Unblock lifts a block of key under p in Redis (one call), and drops this
+// instance's cached block of it. Other instances' cached blocks last until
+// they lapse, within the lease TTL. A failure of Redis is an error
+// wrapping ErrUnavailable; the local block is dropped all the same.
+func (e *Engine) Unblock(ctx context.Context, p *remote.Policy, key string) error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	err := e.door.Unblock(ctx, p, key)
+	if ent, found := e.held(p, key); found && ent.Blocked() {
+		ent.ClearDenial()
+		ent.SetBlocked(false)
+	}
+	return err
+}
+
+// CountShadowDenied counts a denial of p that was admitted because p is
+// in shadow mode (the denial itself is counted where it was decided).
+func (e *Engine) CountShadowDenied(p *remote.Policy) {
+	e.counts(p).shadowDenied.Add(1)
 }

@@ -9,10 +9,13 @@ import (
 // PolicyStats counts an Engine's decisions under one policy name since
 // New, each attempt of a Wait included, like Stats: Allowed and Denied by
 // outcome, Local, Remote, Cached and Fallback by Source. Allowed + Denied =
-// Local + Remote + Cached + Fallback.
+// Local + Remote + Cached + Fallback. ShadowDenied counts those of the
+// denials that were admitted all the same, the policy being in shadow mode
+// (each is in Denied as well).
 type PolicyStats struct {
 	Allowed, Denied                 uint64
 	Local, Remote, Cached, Fallback uint64
+	ShadowDenied                    uint64
 }
 
 // add adds o to s.
@@ -23,6 +26,7 @@ func (s *PolicyStats) add(o PolicyStats) {
 	s.Remote += o.Remote
 	s.Cached += o.Cached
 	s.Fallback += o.Fallback
+	s.ShadowDenied += o.ShadowDenied
 }
 
 // counts are the counters of one policy's decisions, updated atomically.
@@ -32,6 +36,7 @@ type counts struct {
 	allowed, denied          atomic.Uint64 // of Remote, Cached and Fallback decisions
 	remote, cached, fallback atomic.Uint64
 	local                    atomic.Uint64
+	shadowDenied             atomic.Uint64 // (a subset of denied)
 }
 
 // add counts one decision from s.
@@ -57,6 +62,7 @@ func (c *counts) load() PolicyStats {
 	return PolicyStats{
 		Allowed: c.allowed.Load() + local, Denied: c.denied.Load(),
 		Local: local, Remote: c.remote.Load(), Cached: c.cached.Load(), Fallback: c.fallback.Load(),
+		ShadowDenied: c.shadowDenied.Load(),
 	}
 }
 
@@ -69,6 +75,7 @@ func (c *counts) fold(st *policy) {
 	c.remote.Add(s.Remote)
 	c.cached.Add(s.Cached)
 	c.fallback.Add(s.Fallback)
+	c.shadowDenied.Add(s.ShadowDenied)
 }
 
 // stats returns a snapshot of st's counters, walking its table's entries

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/ratelease/ratelease/internal/guard"
 	"github.com/ratelease/ratelease/remote"
@@ -35,6 +36,24 @@ func (d *Door) GiveBack(ctx context.Context, p *remote.Policy, key string, units
 func (d *Door) Reset(ctx context.Context, p *remote.Policy, key string) error {
 	_, err := call(d, ctx, p, key, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, d.store.Reset(ctx, p, key)
+	})
+	return err
+}
+
+// Block blocks key under p in Redis for d (remote.Store.Block). Errors
+// are Peek's.
+func (d *Door) Block(ctx context.Context, p *remote.Policy, key string, dur time.Duration) error {
+	_, err := call(d, ctx, p, key, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, d.store.Block(ctx, p, key, dur)
+	})
+	return err
+}
+
+// Unblock lifts a block of key under p in Redis (remote.Store.Unblock).
+// Errors are Peek's.
+func (d *Door) Unblock(ctx context.Context, p *remote.Policy, key string) error {
+	_, err := call(d, ctx, p, key, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, d.store.Unblock(ctx, p, key)
 	})
 	return err
 }

@@ -3,6 +3,8 @@
 --
 -- KEYS[i]   state key of limit i; all KEYS share one hash tag (one slot)
 -- KEYS[n+1] with a member id only: the key's members hash (see below)
+-- KEYS[#KEYS] the key's block (Store.Block): while it exists, nothing is
+--           granted
 -- ARGV[1]   min: grant at least this many units, or nothing
 -- ARGV[2]   max: grant at most this many units (min <= max)
 -- ARGV[3]   reserve: 1 lets leaky buckets queue the request (WaitN), 0 admits
@@ -38,7 +40,7 @@
 -- has left), not for every unit as it frees up. While the demand fits in R
 -- the member buckets stay full and change nothing.
 --
--- Returns nine integers:
+-- Returns ten integers:
 --   granted      units charged to every limit; 0 means denied, nothing charged
 --   now          the Redis time of the decision, us (a refund names it)
 --   decider      1-based index of the limit that decided: when denied, the
@@ -57,20 +59,31 @@
 --                box an integer reply outside 0..255, on every call.)
 --   members      the live members of the key, this one included; 0 when the
 --                call names no member
+--   blocked      1 when denied because the key is blocked (then decider 1,
+--                remaining 0, retry_after and reset_after the block's time
+--                left, members 0), else 0
 local min, max, reserve = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local member, demand = ARGV[4], tonumber(ARGV[5])
 local back, back_at, horizon = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local n = #KEYS
+local bkey = KEYS[#KEYS]
+local n = #KEYS - 1
 local mkey
 if member ~= '' then
   n = n - 1
   -- A member with no demand has no share to claim: it is left out.
-  if demand > 0 then mkey = KEYS[#KEYS] end
+  if demand > 0 then mkey = KEYS[n + 1] end
 end
 
 -- Phase 0: what this member leased earlier and did not use goes back first,
 -- in the same call (a refund of its own would cost a round trip).
 if back > 0 then refund_all(n, back, back_at) end
+
+-- A blocked key is denied before anything is read or charged, the members
+-- left alone.
+do
+  local left = blocked_for(bkey)
+  if left > 0 then return { 0, NOW, 1, 0, 0, left, left, 0, 0, 1 } end
+end
 
 -- Phase 1: read every limit, writing nothing that counts; the grant is the
 -- least any limit can give. S1..S3 hold each limit's state, AV its room.
@@ -225,7 +238,7 @@ if mkey then
     save(0)
     local alg, rate, period, burst = limit(tight)
     local reset = ALG[alg].reset(S1[tight], S2[tight], S3[tight], rate, period, burst)
-    return { 0, NOW, tight, 0, AV[tight], retry, reset, 0, members }
+    return { 0, NOW, tight, 0, AV[tight], retry, reset, 0, members, 0 }
   end
 end
 
@@ -257,7 +270,7 @@ if grant < need then
       retry = math.max(retry, wait)
     end
     save(0)
-    return { 0, NOW, decider, 0, AV[decider], math.max(1, retry), reset, 0, members }
+    return { 0, NOW, decider, 0, AV[decider], math.max(1, retry), reset, 0, members, 0 }
   end
 end
 
@@ -285,4 +298,4 @@ if refill > 0 and members > 1 then
   local short_by = need - math.max(0, tokens) - math.max(0, spare)
   if short_by > 0.000001 then next = cdiv(short_by * 1000000, refill) end
 end
-return { grant, NOW, decider, wait, left, next, reset, math.max(0, valid), members }
+return { grant, NOW, decider, wait, left, next, reset, math.max(0, valid), members, 0 }

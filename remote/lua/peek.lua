@@ -2,6 +2,7 @@
 -- min = max = 1 and reserve 0, charging nothing (Limiter.Peek).
 --
 -- KEYS[i]   state key of limit i, as in acquire.lua
+-- KEYS[#KEYS] the key's block, as in acquire.lua
 -- ARGV[1-8] unused (keep the limits at the same place as in acquire.lua)
 -- ARGV[9..] the limits, as in acquire.lua
 --
@@ -10,7 +11,7 @@
 -- fair share among leasing members is not applied: Peek asks whether the
 -- limits have room, not whether one member's share has.
 --
--- Returns acquire.lua's nine integers, as if for a request of one unit:
+-- Returns acquire.lua's ten integers, as if for a request of one unit:
 --   granted      1 when one unit would be granted, else 0 (nothing charged)
 --   now          the Redis time, us
 --   decider      when denied, the denying limit that frees up last; else the
@@ -22,7 +23,12 @@
 --   reset_after  us until the decider is fully replenished
 --   valid_for    0
 --   members      0
-local n = #KEYS
+--   blocked      1 when the key is blocked (as acquire.lua), else 0
+local n = #KEYS - 1
+do
+  local left = blocked_for(KEYS[#KEYS])
+  if left > 0 then return { 0, NOW, 1, 0, 0, left, left, 0, 0, 1 } end
+end
 local S1, S2, S3, AV = {}, {}, {}, {}
 local least = -1
 for i = 1, n do
@@ -37,7 +43,7 @@ if least < 1 then
   -- As acquire.lua denies: the decider is the denying limit whose wait for
   -- one unit is longest.
   local decider, retry, reset = denier(n, S1, S2, S3, AV, 1, 0)
-  return { 0, NOW, decider, 0, AV[decider], math.max(1, retry), reset, 0, 0 }
+  return { 0, NOW, decider, 0, AV[decider], math.max(1, retry), reset, 0, 0, 0 }
 end
 
 local decider, left, reset = 1, -1, 0
@@ -48,4 +54,4 @@ for i = 1, n do
     decider, left, reset = i, AV[i], r
   end
 end
-return { 1, NOW, decider, 0, left, 0, reset, 0, 0 }
+return { 1, NOW, decider, 0, left, 0, reset, 0, 0, 0 }

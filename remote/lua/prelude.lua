@@ -39,6 +39,16 @@ do
   NOW = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
+-- The time left (us) of a block of a key (Store.Block: a key with a PX
+-- TTL), or 0 when the key is not blocked. A block key without a TTL (not
+-- one ratelease wrote) blocks until it is deleted: 1s at a time.
+local function blocked_for(bkey)
+  local ms = redis.call('PTTL', bkey)
+  if ms == -2 then return 0 end
+  if ms < 0 then return 1000000 end
+  return math.max(1, ms) * 1000
+end
+
 -- The parameters of limit i (1-based), four ARGV values from ARGV[4i+5]
 -- (after the eight header values of acquire.lua and refund.lua):
 -- algorithm id, rate (units per period), period (us), burst (capacity).
