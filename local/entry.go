@@ -61,8 +61,9 @@ type Entry[P any] struct {
 	// shared: at the last lease other members wanted the key too, and
 	// Redis held this one to its share or denied it.
 	shared atomic.Bool
-	// blocked: the recorded denial is a block of the key (see Blocked).
-	blocked atomic.Bool
+	// blockedUntil: when (ns) the key's block ends, as far as known, while
+	// the recorded denial is a block; 0 otherwise (see BlockedUntil).
+	blockedUntil atomic.Int64
 	// lowWater: when fewer units than this are held, a lease is made ahead
 	// of need (prefetch). Written at each lease.
 	lowWater atomic.Int64

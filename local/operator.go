@@ -68,10 +68,11 @@ func (e *Entry[P]) Forget() int64 {
 	return units
 }
 
-// SetBlocked records whether the entry's recorded denial (Deny) is a block
-// of its key, set at each answer from Redis and by a Block.
-func (e *Entry[P]) SetBlocked(b bool) { e.blocked.Store(b) }
+// SetBlocked records that the entry's recorded denial (Deny) is a block of
+// its key that ends at until (ns), or, with 0, that it is not a block: set
+// at each answer from Redis and by a Block.
+func (e *Entry[P]) SetBlocked(until int64) { e.blockedUntil.Store(until) }
 
-// Blocked reports whether the recorded denial, while it holds, is a block
-// of the key.
-func (e *Entry[P]) Blocked() bool { return e.blocked.Load() }
+// BlockedUntil returns when (ns) the key's block ends, if the recorded
+// denial is a block, or 0.
+func (e *Entry[P]) BlockedUntil() int64 { return e.blockedUntil.Load() }

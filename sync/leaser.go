@@ -307,7 +307,10 @@ func (l *Leaser) apply(c *call, n int64) {
 	}
 	e.Answered(local.Word{Limit: d.Decider, Remaining: d.Remaining, ResetAt: now + int64(d.ResetAfter)},
 		d.Members, d.Members > 1 && (d.Granted == 0 || d.RetryAfter > 0))
-	e.SetBlocked(d.Blocked)
+	e.SetBlocked(0)
+	if d.Blocked {
+		e.SetBlocked(now + int64(d.RetryAfter))
+	}
 	if d.Granted == 0 {
 		wait := int64(d.RetryAfter)
 		if d.Blocked || d.Members > 1 {

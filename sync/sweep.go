@@ -143,6 +143,7 @@ func (l *Leaser) Stats() Stats {
 func (l *Leaser) Block(e *Entry, left time.Duration) {
 	units, at := e.Drain()
 	l.giveBack(e, units, at)
-	e.SetBlocked(true)
-	e.Deny(l.Now()+int64(min(left, l.cfg.TTL)), 1)
+	now := l.Now()
+	e.SetBlocked(now + int64(left))
+	e.Deny(now+int64(min(left, l.cfg.TTL)), 1)
 }

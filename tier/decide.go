@@ -159,14 +159,25 @@ func (e *Engine) fromLocal(p *remote.Policy, ent *leasesync.Entry, n, now int64)
 	if denied, left := ent.Denied(now, n); denied {
 		ent.Wanted(n) // the demand counts it
 		e.count(p, Cached, false)
-		// Remaining: what Redis last said it had left, and what this
-		// instance holds (too few for n).
-		w := ent.LastWord()
-		return Decision{Source: Cached, Limit: w.Limit, RetryAfter: time.Duration(left),
-			Remaining:  w.Remaining + ent.Units(),
-			ResetAfter: time.Duration(max(0, w.ResetAt-now)), Blocked: ent.Blocked()}, true
+		return cachedDenial(ent, left, now), true
 	}
 	return Decision{}, false
+}
+
+// cachedDenial is the Decision of ent's denial cached at now, left before
+// it lapses. Remaining: what Redis last said it had left, and what this
+// instance holds (too few). A block reports its own time left instead
+// (longer than the cache's, capped at the lease TTL), and nothing
+// remaining.
+func cachedDenial(ent *leasesync.Entry, left, now int64) Decision {
+	if until := ent.BlockedUntil(); until > now {
+		return Decision{Source: Cached, Blocked: true,
+			RetryAfter: time.Duration(until - now), ResetAfter: time.Duration(until - now)}
+	}
+	w := ent.LastWord()
+	return Decision{Source: Cached, Limit: w.Limit, RetryAfter: time.Duration(left),
+		Remaining:  w.Remaining + ent.Units(),
+		ResetAfter: time.Duration(max(0, w.ResetAt-now))}
 }
 
 // localDecision is the Decision of a hit on ent at now.

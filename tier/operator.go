@@ -168,10 +168,7 @@ func (e *Engine) Peek(ctx context.Context, p *remote.Policy, key string) (Decisi
 			return d, nil
 		}
 		if denied, left := ent.Denied(now, 1); denied {
-			w := ent.LastWord()
-			return Decision{Source: Cached, Limit: w.Limit, RetryAfter: time.Duration(left),
-				Remaining:  w.Remaining + ent.Units(),
-				ResetAfter: time.Duration(max(0, w.ResetAt-now)), Blocked: ent.Blocked()}, nil
+			return cachedDenial(ent, left, now), nil
 		}
 	}
 	r, err := e.door.Peek(ctx, p, key)
@@ -248,9 +245,9 @@ func (e *Engine) Unblock(ctx context.Context, p *remote.Policy, key string) erro
 		return ErrClosed
 	}
 	err := e.door.Unblock(ctx, p, key)
-	if ent, found := e.held(p, key); found && ent.Blocked() {
+	if ent, found := e.held(p, key); found && ent.BlockedUntil() != 0 {
 		ent.ClearDenial()
-		ent.SetBlocked(false)
+		ent.SetBlocked(0)
 	}
 	return err
 }
