@@ -132,8 +132,13 @@ type dimension struct {
 // WithKey's function (the client IP by default), and under any further
 // WithDimension. An admitted request goes on to the next handler; a denied
 // one gets 429 (WithDeniedHandler); a limiter error goes to the error
-// handler (WithErrorHandler). A nil Limiter or policy is an error here,
-// where the middleware is built (ErrNoLimiter, ErrNoPolicy).
+// handler (WithErrorHandler). A policy in shadow mode (Policy.Shadow) never
+// denies a request: its would-be denial is admitted (Result.Shadowed), and
+// the headers report it as they report any admission, with what the policy
+// would decide (Remaining 0, say); it charged nothing, so nothing is
+// refunded for it when a later dimension denies. A nil Limiter or policy
+// is an error here, where the middleware is built (ErrNoLimiter,
+// ErrNoPolicy).
 func New(l *ratelease.Limiter, p *ratelease.Policy, opts ...Option) (func(http.Handler) http.Handler, error) {
 	c := build(p, opts)
 	if err := c.check(l); err != nil {

@@ -481,3 +481,33 @@ func TestDenialDecides(t *testing.T) {
 		t.Errorf("after the refund: %d, X-RateLimit-Remaining %q", res.StatusCode, res.Header.Get("X-RateLimit-Remaining"))
 	}
 }
+
+// TestShadowDimension: a dimension in shadow mode never denies (no 429),
+// though its headers say what it would decide, and its shadow admissions
+// are not refunded when a later dimension denies: they charged nothing.
+func TestShadowDimension(t *testing.T) {
+	l := newLimiter(t, ratelease.WithExact())
+	perIP := newPolicy(t, "ip", ratelease.PerMinute(1))
+	perKey := newPolicy(t, "key", ratelease.PerMinute(2))
+	h := httplimit.Middleware(l, perIP.Shadow(), httplimit.WithKey(httplimit.Header("X-Ip")),
+		httplimit.WithDimension(perKey, httplimit.Header("X-API-Key")))(ok)
+	for i, c := range []struct {
+		status    int
+		remaining string
+	}{
+		{200, "0"}, // ip 0 left, key 1
+		{200, "0"}, // ip shadow-denied (0 left), key 0
+		{429, "0"}, // ip shadow-denied, key denies
+	} {
+		res := do(h, "192.0.2.1:1", "X-Ip", "ip1", "X-API-Key", "k")
+		if res.StatusCode != c.status || res.Header.Get("X-RateLimit-Remaining") != c.remaining {
+			t.Errorf("request %d: %d, X-RateLimit-Remaining %q; want %d, %s", i, res.StatusCode, res.Header.Get("X-RateLimit-Remaining"), c.status, c.remaining)
+		}
+	}
+	if res, _ := l.Peek(context.Background(), perIP, "ip1"); res.Allowed || res.Remaining != 0 {
+		t.Errorf("ip after the denial: %+v, want nothing refunded", res)
+	}
+	if st := l.PolicyStats(perIP); st.ShadowDenied != 2 {
+		t.Errorf("ip's stats: %+v, want 2 shadow-denied", st)
+	}
+}
