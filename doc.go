@@ -22,6 +22,12 @@
 // lives under <prefix>:{<policy>:<key>}:<limit>; the hash tag keeps all limits
 // of one key in one Redis Cluster slot.
 //
+// For operators: Peek, Reset, AllowAtMost and Refund; Policy.Shadow, a
+// policy whose would-be denials are admitted, marked (Result.Shadowed) and
+// counted (PolicyStats.ShadowDenied), to roll a limit out safely; and
+// Block and Unblock, which deny a key on every instance for a while
+// (Result.Blocked).
+//
 // A denial is a Result, not an error. Errors are the sentinels in this
 // package (ErrInvalidKey, ErrUnavailable, …), matched with errors.Is, or the
 // caller's context error, unwrapped.

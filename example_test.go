@@ -245,3 +245,51 @@ func ExampleLimiter_Reset() {
 	// before Reset: allowed false
 	// after Reset: allowed true remaining 2
 }
+
+// Shadow mode rolls a new limit out safely: its would-be denials are
+// admitted, marked and counted, and charge nothing.
+func ExamplePolicy_Shadow() {
+	client, done := exampleRedis()
+	defer done()
+	limiter, _ := ratelease.New(client, ratelease.WithExact())
+	defer limiter.Close()
+	strict, _ := ratelease.NewPolicy("search", ratelease.PerMinute(2))
+	trial := strict.Shadow() // same name, limits and state; never denies
+
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		res, _ := limiter.Allow(ctx, trial, "user:42")
+		fmt.Printf("allowed=%v shadowed=%v retry-after=%v\n", res.Allowed, res.Shadowed, res.RetryAfter)
+	}
+	fmt.Println("would have denied:", limiter.PolicyStats(trial).ShadowDenied)
+	// Output:
+	// allowed=true shadowed=false retry-after=0s
+	// allowed=true shadowed=false retry-after=0s
+	// allowed=true shadowed=true retry-after=30s
+	// would have denied: 1
+}
+
+// Block puts a key in a penalty box on every instance, until it lapses or
+// Unblock lifts it.
+func ExampleLimiter_Block() {
+	client, done := exampleRedis()
+	defer done()
+	limiter, _ := ratelease.New(client, ratelease.WithExact())
+	defer limiter.Close()
+	logins, _ := ratelease.NewPolicy("logins", ratelease.PerHour(10))
+
+	ctx := context.Background()
+	if err := limiter.Block(ctx, logins, "user:42", 15*time.Minute); err != nil {
+		panic(err)
+	}
+	res, _ := limiter.Allow(ctx, logins, "user:42")
+	fmt.Println("blocked:", res.Blocked, "allowed:", res.Allowed, "retry-after:", res.RetryAfter)
+	if err := limiter.Unblock(ctx, logins, "user:42"); err != nil {
+		panic(err)
+	}
+	res, _ = limiter.Allow(ctx, logins, "user:42")
+	fmt.Println("after Unblock: allowed", res.Allowed, "remaining", res.Remaining)
+	// Output:
+	// blocked: true allowed: false retry-after: 15m0s
+	// after Unblock: allowed true remaining 9
+}

@@ -9,9 +9,12 @@
 //     units back, never above capacity); and, for the operators of a
 //     Limiter, peek (what one unit would meet, charging nothing) and
 //     giveback (units given back as granted now, never above capacity);
-//     Store.Reset deletes a key's state with one DEL;
-//   - the key layout <prefix>:{<policy>:<key>}:<limit>, whose hash tag puts
-//     every limit of one key in one Redis Cluster slot;
+//     Store.Reset deletes a key's state with one DEL; Store.Block and
+//     Unblock set and delete a key's block, which acquire and peek read
+//     before anything else (a blocked key is denied, charging nothing);
+//   - the key layout <prefix>:{<policy>:<key>}:<limit> (and :m for the
+//     key's members, :b for its block), whose hash tag puts every limit of
+//     one key in one Redis Cluster slot;
 //   - [Store], which runs the scripts on any redis.UniversalClient through
 //     redis.NewScript (EVALSHA, falling back to EVAL after NOSCRIPT).
 //

@@ -31,7 +31,8 @@
 // miss, leased decisions), tables.go (the state of each policy, by its ID,
 // and when it goes), stats.go (the counters of each policy), exact.go
 // (exact decisions, Wait), fallback.go, operator.go (AllowAtMost, Refund,
-// Peek, Reset).
+// Peek, Reset, Block, Unblock, and the count of shadow mode's would-be
+// denials, which the root admits).
 //
 // It does not validate input (the root package does, once), build Redis keys
 // or scripts (remote does), call Redis but through its door, or read the
