@@ -33,33 +33,45 @@ func (d *Door) acquire(ctx context.Context, r remote.Request) (remote.Decision, 
 	if err := ctx.Err(); err != nil {
 		return remote.Decision{}, err
 	}
-	rctx, cancel := d.Bound(ctx)
-	defer cancel()
-	var dec remote.Decision
-	var err error
-	if d.guard {
-		dec, err = guard.Do(&d.guards, rctx,
-			func(ctx context.Context) (remote.Decision, error) { return d.store.Acquire(ctx, r) },
-			func(late remote.Decision, err error) {
-				if err == nil && late.Granted > 0 {
-					d.single.lateGranted.Add(uint64(late.Granted))
-					if d.refund(r.Policy, r.Key, late.Granted, late.At) { // already on a tracked goroutine
-						d.single.lateRefunded.Add(uint64(late.Granted))
-					}
+	dec, err := bounded(d, ctx,
+		func(ctx context.Context) (remote.Decision, error) { return d.store.Acquire(ctx, r) },
+		func(late remote.Decision, err error) {
+			if err == nil && late.Granted > 0 {
+				d.single.lateGranted.Add(uint64(late.Granted))
+				if d.refund(r.Policy, r.Key, late.Granted, late.At) { // already on a tracked goroutine
+					d.single.lateRefunded.Add(uint64(late.Granted))
 				}
-			})
-		if errors.Is(err, guard.ErrClosed) {
-			return remote.Decision{}, ErrClosed
-		}
-	} else {
-		dec, err = d.store.Acquire(rctx, r)
+			}
+		})
+	if errors.Is(err, ErrClosed) {
+		return remote.Decision{}, err // never sent: not a round trip
 	}
 	d.single.roundTrips.Add(1)
 	if err != nil {
 		d.single.errors.Add(1)
-		return remote.Decision{}, Classify(ctx, err)
+		return remote.Decision{}, err
 	}
 	return dec, nil
+}
+
+// bounded makes one call fn within the timeout and ctx: with Guard on a
+// goroutine of its own, late getting what comes back after the deadline
+// (nil: dropped), and ErrClosed once the door is closing. Errors are
+// Classify's. The caller counts the call.
+func bounded[T any](d *Door, ctx context.Context, fn func(context.Context) (T, error), late func(T, error)) (T, error) {
+	rctx, cancel := d.Bound(ctx)
+	defer cancel()
+	var v T
+	var err error
+	if d.guard {
+		v, err = guard.Do(&d.guards, rctx, fn, late)
+		if errors.Is(err, guard.ErrClosed) {
+			err = ErrClosed
+		}
+	} else {
+		v, err = fn(rctx)
+	}
+	return v, Classify(ctx, err)
 }
 
 // Refund gives back units of key under p, granted at Redis time at (µs),
@@ -219,18 +231,6 @@ func (d *Door) Ping(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	rctx, cancel := d.Bound(ctx)
-	defer cancel()
-	var err error
-	if d.guard {
-		_, err = guard.Do(&d.guards, rctx,
-			func(ctx context.Context) (struct{}, error) { return struct{}{}, d.store.Ping(ctx) },
-			func(struct{}, error) {})
-		if errors.Is(err, guard.ErrClosed) {
-			return ErrClosed
-		}
-	} else {
-		err = d.store.Ping(rctx)
-	}
-	return Classify(ctx, err)
+	_, err := bounded(d, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, d.store.Ping(ctx) }, nil)
+	return err
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ratelease/ratelease/internal/guard"
 	"github.com/ratelease/ratelease/remote"
 )
 
@@ -71,22 +70,10 @@ func call[T any](d *Door, ctx context.Context, p *remote.Policy, key string, fn 
 	if cause != nil {
 		return zero, unavailable(cause)
 	}
-	rctx, cancel := d.Bound(ctx)
-	defer cancel()
-	var v T
-	var err error
-	if d.guard {
-		v, err = guard.Do(&d.guards, rctx, fn, nil)
-		if errors.Is(err, guard.ErrClosed) {
-			err = ErrClosed
-		}
-	} else {
-		v, err = fn(rctx)
-	}
+	v, err := bounded(d, ctx, fn, nil)
 	d.single.roundTrips.Add(1)
 	if err != nil {
 		d.single.errors.Add(1)
-		err = Classify(ctx, err)
 	}
 	if cause := d.Leave(pass, err); cause != nil {
 		return zero, unavailable(cause)
