@@ -68,7 +68,7 @@ func fairShareSimulated(t *testing.T, rate int64, horizon time.Duration, demands
 			}
 			m.held += float64(d.Granted)
 			m.granted += d.Granted
-			m.next = now + d.RetryAfter
+			m.next = now + d.RetryAfter + d.Next // (one of them is 0)
 			if jitter {
 				m.next += time.Duration(rng.IntN(4)) * step
 			}

@@ -101,7 +101,7 @@ func TestPlentyOfRoomTakesAll(t *testing.T) {
 	f := newFake(t)
 	p := mustPolicy(t, "p", tb(100, 1000, time.Second))
 	lease(t, f, p, "a", 1000, 1, 1)
-	if d := lease(t, f, p, "a", 1000, 1, 99); d.Granted != 99 || d.RetryAfter != 0 {
+	if d := lease(t, f, p, "a", 1000, 1, 99); d.Granted != 99 || d.RetryAfter != 0 || d.Next != 0 {
 		t.Fatalf("%+v: want all 99 asked for (room 999, a horizon's demand 100)", d)
 	}
 }

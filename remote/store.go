@@ -119,10 +119,13 @@ type Decision struct {
 	Wait time.Duration
 	// Remaining is the number of units the decider could still grant now.
 	Remaining int64
-	// RetryAfter is when Min units could next be granted. When granted it
-	// is 0, or, for a member held to its fair share, how long until its
-	// share holds its next batch: a lease asked for sooner is denied.
+	// RetryAfter is, when denied, when Min units could next be granted; 0
+	// when granted.
 	RetryAfter time.Duration
+	// Next is, when granted to a member held to its fair share beside
+	// other members, how long until its share holds its next batch: a
+	// lease asked for sooner is denied. 0 otherwise.
+	Next time.Duration
 	// ResetAfter is when the decider is fully replenished.
 	ResetAfter time.Duration
 	// ValidFor is how long the granted units may be used before they lapse
@@ -289,8 +292,12 @@ func parseDecision(p *Policy, v []any) (Decision, error) {
 		Members:    n[8],
 		Blocked:    n[9] != 0,
 	}
-	if n[7] == 0 && d.Granted > 0 { // the script's 0: no limit of its own
-		d.ValidFor = -1
+	if d.Granted > 0 {
+		// The script's retry_after of a grant is the next batch's time.
+		d.Next, d.RetryAfter = d.RetryAfter, 0
+		if n[7] == 0 { // the script's 0: no limit of its own
+			d.ValidFor = -1
+		}
 	}
 	if d.Decider < 0 || d.Decider >= len(p.limits) {
 		return Decision{}, fmt.Errorf("remote: acquire named limit %d of %d", n[2], len(p.limits))

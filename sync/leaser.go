@@ -306,7 +306,7 @@ func (l *Leaser) apply(c *call, n int64) {
 		l.sawMembers(d.Members, now)
 	}
 	e.Answered(local.Word{Limit: d.Decider, Remaining: d.Remaining, ResetAt: now + int64(d.ResetAfter)},
-		d.Members, d.Members > 1 && (d.Granted == 0 || d.RetryAfter > 0))
+		d.Members, d.Members > 1 && (d.Granted == 0 || d.Next > 0))
 	e.SetBlocked(0)
 	if d.Blocked {
 		e.SetBlocked(now + int64(d.RetryAfter))
@@ -349,11 +349,10 @@ func (l *Leaser) apply(c *call, n int64) {
 		}
 		e.SetLowWater(min(int64(math.Ceil(lw)), c.req.Max))
 	}
-	if d.RetryAfter > 0 && d.Members > 1 {
+	if d.Next > 0 {
 		// Held to its fair share: no lease before the share holds the next
-		// batch; the units held are used meanwhile. (The script says so only
-		// with other members; a member alone is held by the limits alone.)
-		e.Deny(now+int64(d.RetryAfter), 1)
+		// batch; the units held are used meanwhile.
+		e.Deny(now+int64(d.Next), 1)
 	}
 	l.bound.Touch(e)
 	if e.Evicted() { // evicted while the lease was in flight: nobody will use it

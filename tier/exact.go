@@ -106,18 +106,13 @@ func (e *Engine) sleep(ctx context.Context, d time.Duration) error {
 // decided counts a Redis decision on p and converts it.
 func (e *Engine) decided(p *remote.Policy, d remote.Decision) Decision {
 	e.count(p, Remote, d.Granted > 0)
-	dec := Decision{
+	return Decision{
 		Allowed:    d.Granted > 0,
 		Source:     Remote,
 		Limit:      d.Decider,
 		Remaining:  d.Remaining,
+		RetryAfter: d.RetryAfter,
 		ResetAfter: d.ResetAfter,
 		Blocked:    d.Blocked,
 	}
-	if !dec.Allowed {
-		// (A lease granted under a fair share says when the member's next
-		// batch is due: the leaser's business, not the caller's.)
-		dec.RetryAfter = d.RetryAfter
-	}
-	return dec
 }

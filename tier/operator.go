@@ -176,10 +176,7 @@ func (e *Engine) Peek(ctx context.Context, p *remote.Policy, key string) (Decisi
 		return Decision{}, err
 	}
 	d := Decision{Allowed: r.Granted > 0, Granted: r.Granted, Source: Remote, Limit: r.Decider,
-		Remaining: r.Remaining, ResetAfter: r.ResetAfter, Blocked: r.Blocked}
-	if !d.Allowed {
-		d.RetryAfter = r.RetryAfter
-	}
+		Remaining: r.Remaining, RetryAfter: r.RetryAfter, ResetAfter: r.ResetAfter, Blocked: r.Blocked}
 	if found {
 		d.Remaining += ent.Units()
 	}
