@@ -19,7 +19,7 @@ import (
 // adapter to copy: router.Use(frameworks.Gin(mw)). Every client IP gets 2
 // requests a minute; the third is a 429 with Retry-After, and the request
 // is aborted: the handlers after the middleware do not run.
-func Example_gin() {
+func ExampleGin() {
 	mr, _ := miniredis.Run() // your Redis instead
 	defer mr.Close()
 	mr.SetTime(time.Unix(1_700_000_000, 0)) // a clock that stands still: the output is the same every run
