@@ -12,9 +12,11 @@ import (
 var (
 	// ErrInvalidLimit: a Limit's values cannot be enforced (see NewPolicy).
 	ErrInvalidLimit = errors.New("ratelease: invalid limit")
-	// ErrInvalidPolicy: a nil *Policy, or a policy name that cannot be part
-	// of a Redis key.
-	ErrInvalidPolicy = errors.New("ratelease: invalid policy")
+	// ErrInvalidPolicy: a nil or zero *Policy, a policy name that cannot be
+	// part of a Redis key, or a policy that a Limiter may no longer use: a
+	// policy of the same name with other limits, made later, redefined it
+	// in that Limiter (see "Limits changed while running" in the README).
+	ErrInvalidPolicy = tier.ErrInvalidPolicy
 	// ErrInvalidKey: an empty key, or one longer than MaxKeyLen bytes.
 	ErrInvalidKey = errors.New("ratelease: invalid key")
 	// ErrInvalidN: a number of units that is zero or negative.

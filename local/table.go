@@ -137,6 +137,17 @@ func (t *Table[P]) Range(f func(*Entry[P]) bool) {
 	t.all.Range(func(_, v any) bool { return f(v.(*Entry[P])) })
 }
 
+// Evict removes every entry of the table from its bound, as the bound's
+// eviction does: each leaves the table, and its units go to the eviction
+// callback. An entry made meanwhile may stay: call Retire, and Evict again
+// while it fails.
+func (t *Table[P]) Evict() {
+	t.Range(func(e *Entry[P]) bool {
+		t.bound.evict(e)
+		return true
+	})
+}
+
 // Bound caps the number of entries across its tables, evicting the least
 // recently leased. Evicted entries leave their table, and their unused units
 // are handed to the eviction callback (outside the lock) for a refund.
@@ -184,6 +195,19 @@ func (b *Bound[P]) Touch(e *Entry[P]) {
 func (b *Bound[P]) add(e *Entry[P]) {
 	b.mu.Lock()
 	b.lru.Add(e, struct{}{})
+	gone := b.evicted
+	b.evicted = nil
+	b.mu.Unlock()
+	for _, old := range gone {
+		b.remove(old)
+	}
+}
+
+// evict removes e, if it is still in the bound (else it was removed
+// already).
+func (b *Bound[P]) evict(e *Entry[P]) {
+	b.mu.Lock()
+	b.lru.Remove(e) // which calls back: e joins evicted
 	gone := b.evicted
 	b.evicted = nil
 	b.mu.Unlock()

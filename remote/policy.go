@@ -2,6 +2,7 @@ package remote
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -42,6 +43,8 @@ type Policy struct {
 	scripts *scripts
 	// id is the policy's number (see ID).
 	id int
+	// limitsSig spells the limits, in a canonical order (see LimitsKey).
+	limitsSig string
 }
 
 // policies counts the policies NewPolicy has made (see Policy.ID).
@@ -102,11 +105,21 @@ func NewPolicy(name string, limits []Limit) (*Policy, error) {
 		p.tailsLen += len(tail)
 	}
 	p.tails = append(p.tails, membersTail, blockTail) // once here, not per lease
+	sigs := make([]string, 0, len(p.limits))
+	for _, l := range p.limits {
+		sigs = append(sigs, fmt.Sprintf("%s %d per %v, burst %d", l.Algorithm, l.Rate, l.Period, l.Burst))
+	}
+	slices.Sort(sigs)
+	p.limitsSig = strings.Join(sigs, "; ")
 	p.uses = mask
 	p.scripts = scriptsFor(mask)
 	p.id = int(policies.Add(1) - 1)
 	return p, nil
 }
+
+// LimitsKey spells p's limits in a canonical order: two policies have
+// the same limits, in any order, when their LimitsKeys are equal.
+func (p *Policy) LimitsKey() string { return p.limitsSig }
 
 // UnitRefill returns how long (ns) limit i takes to refill one unit, when it
 // is a token bucket, and 0 otherwise.

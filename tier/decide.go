@@ -75,7 +75,11 @@ func (e *Engine) Miss(ctx context.Context, p *remote.Policy, key string, n int64
 	if e.closed.Load() {
 		return Decision{}, ErrClosed
 	}
-	if e.leaser != nil && Leasable(p) {
+	v, err := e.check(p)
+	if err != nil {
+		return Decision{}, err
+	}
+	if e.leaser != nil && Leasable(p) && v == current {
 		return e.allowLeased(ctx, p, key, n, e.leaser.Now())
 	}
 	return e.allowExact(ctx, p, key, n)
@@ -91,14 +95,18 @@ func Leasable(p *remote.Policy) bool {
 // entry returns the entry of key in p's table, making the table and the
 // entry if needed. A table found retired (its last entry left, and the
 // engine is dropping it) is made anew.
-func (e *Engine) entry(p *remote.Policy, key string) *leasesync.Entry {
+// A policy a redefinition replaced since its check gets errRedefined.
+func (e *Engine) entry(p *remote.Policy, key string) (*leasesync.Entry, error) {
 	for {
 		st := e.tables.find(p)
 		if st == nil {
-			st = e.tables.getOrMake(p, e.leaser)
+			var err error
+			if st, err = e.tables.getOrMake(p, e.leaser); err != nil {
+				return nil, err
+			}
 		}
 		if ent := st.table.GetOrCreate(key); ent != nil {
-			return ent
+			return ent, nil
 		}
 	}
 }
@@ -108,7 +116,10 @@ func (e *Engine) entry(p *remote.Policy, key string) *leasesync.Entry {
 // Redis call, coalesced with concurrent misses on the key), keeping n units
 // of the grant.
 func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, key string, n, now int64) (Decision, error) {
-	ent := e.entry(p, key)
+	ent, err := e.entry(p, key)
+	if err != nil { // errRedefined: check again
+		return e.Miss(ctx, p, key, n)
+	}
 	if d, done := e.fromLocal(p, ent, n, now); done {
 		return d, nil
 	}

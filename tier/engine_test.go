@@ -23,6 +23,13 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // exactly lease units, or exact when lease is 0.
 func newEngine(t *testing.T, lease int64) (*tier.Engine, *redistest.Mini) {
 	t.Helper()
+	e, mr, _ := newEngineClock(t, lease)
+	return e, mr
+}
+
+// newEngineClock is newEngine, with the engine's clock.
+func newEngineClock(t *testing.T, lease int64) (*tier.Engine, *redistest.Mini, *clock.Manual) {
+	t.Helper()
 	mr := redistest.StartMini(t)
 	store := remote.NewStore(mr.Client(t), "t")
 	clk := clock.NewManual(mr.Now())
@@ -35,12 +42,14 @@ func newEngine(t *testing.T, lease int64) (*tier.Engine, *redistest.Mini) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.Close() })
-	return e, mr
+	return e, mr, clk
 }
 
 func perHour(t *testing.T, n int64) *remote.Policy {
 	t.Helper()
-	p, err := remote.NewPolicy("p", []remote.Limit{{Algorithm: remote.TokenBucket, Rate: n, Period: time.Hour, Burst: n}})
+	// Named by its rate: two policies of one name with other limits are
+	// not used side by side (see TestRedefinition).
+	p, err := remote.NewPolicy(fmt.Sprintf("p%d", n), []remote.Limit{{Algorithm: remote.TokenBucket, Rate: n, Period: time.Hour, Burst: n}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,6 +41,9 @@ func (e *Engine) Wait(ctx context.Context, p *remote.Policy, key string, n int64
 			}
 		}
 	}
+	if _, err := e.check(p); err != nil {
+		return err
+	}
 	reserve := p.Uses(remote.LeakyBucket) // a leaky bucket's Wait reserves a slot
 	for {
 		if e.closed.Load() {

@@ -36,6 +36,9 @@ func (e *Engine) AllowAtMost(ctx context.Context, p *remote.Policy, key string, 
 	if e.closed.Load() {
 		return Decision{}, ErrClosed
 	}
+	if _, err := e.check(p); err != nil {
+		return Decision{}, err
+	}
 	n = min(n, p.Capacity())
 	var got int64
 	ent, found := e.held(p, key)
@@ -133,6 +136,9 @@ func (e *Engine) Refund(ctx context.Context, p *remote.Policy, key string, n int
 	if e.closed.Load() {
 		return ErrClosed
 	}
+	if _, err := e.check(p); err != nil {
+		return err
+	}
 	ent, found := e.held(p, key)
 	if found {
 		ent.ClearDenial()
@@ -158,6 +164,9 @@ func (e *Engine) Refund(ctx context.Context, p *remote.Policy, key string, n int
 func (e *Engine) Peek(ctx context.Context, p *remote.Policy, key string) (Decision, error) {
 	if e.closed.Load() {
 		return Decision{}, ErrClosed
+	}
+	if _, err := e.check(p); err != nil {
+		return Decision{}, err
 	}
 	ent, found := e.held(p, key)
 	if found {
@@ -194,6 +203,9 @@ func (e *Engine) Reset(ctx context.Context, p *remote.Policy, key string) error 
 	if e.closed.Load() {
 		return ErrClosed
 	}
+	if _, err := e.check(p); err != nil {
+		return err
+	}
 	ent, found := e.held(p, key)
 	if found {
 		ent.Forget()
@@ -224,11 +236,16 @@ func (e *Engine) Block(ctx context.Context, p *remote.Policy, key string, d time
 	if e.closed.Load() {
 		return ErrClosed
 	}
+	if _, err := e.check(p); err != nil {
+		return err
+	}
 	if err := e.door.Block(ctx, p, key, d); err != nil {
 		return err
 	}
 	if e.leaser != nil && Leasable(p) {
-		e.leaser.Block(e.entry(p, key), d)
+		if ent, err := e.entry(p, key); err == nil { // (else p was redefined: nothing to keep)
+			e.leaser.Block(ent, d)
+		}
 	}
 	return nil
 }
@@ -240,6 +257,9 @@ func (e *Engine) Block(ctx context.Context, p *remote.Policy, key string, d time
 func (e *Engine) Unblock(ctx context.Context, p *remote.Policy, key string) error {
 	if e.closed.Load() {
 		return ErrClosed
+	}
+	if _, err := e.check(p); err != nil {
+		return err
 	}
 	err := e.door.Unblock(ctx, p, key)
 	if ent, found := e.held(p, key); found && ent.BlockedUntil() != 0 {

@@ -57,6 +57,10 @@ type tables struct {
 type others struct {
 	exact   sync.Map // int (policy ID) -> *policy
 	dropped counts
+	// defs holds each policy name's definition: string -> *definition.
+	// Stored under tables.mu (see Engine.define); dropped with the state
+	// of the policy that made it (see forget).
+	defs sync.Map
 }
 
 // lookup returns the state of the policy numbered id, if it is below
@@ -88,21 +92,25 @@ func (ts *tables) findSparse(p *remote.Policy) *policy {
 }
 
 // getOrMake returns p's state, with a table of l, when find has none: one
-// made now, kept (but after clear).
-func (ts *tables) getOrMake(p *remote.Policy, l *leasesync.Leaser) *policy {
+// made now, kept (but after clear). A policy that a redefinition of its
+// name replaced since the caller's check gets errRedefined.
+func (ts *tables) getOrMake(p *remote.Policy, l *leasesync.Leaser) (*policy, error) {
 	id := p.ID()
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
+	if v, ok := ts.others.defs.Load(p.Name()); ok && v.(*definition).limits != p.LimitsKey() {
+		return nil, errRedefined
+	}
 	var old []*policy
 	if d := ts.byID.Load(); d != nil {
 		old = *d
 	}
 	switch {
 	case id < len(old) && old[id] != nil:
-		return old[id]
+		return old[id], nil
 	case id >= denseIDs:
 		if v, ok := ts.sparse.Load(p); ok {
-			return v.(*policy)
+			return v.(*policy), nil
 		}
 	}
 	st := &policy{name: p.Name()}
@@ -119,7 +127,7 @@ func (ts *tables) getOrMake(p *remote.Policy, l *leasesync.Leaser) *policy {
 		d[id] = st
 		ts.byID.Store(&d)
 	}
-	return st
+	return st, nil
 }
 
 // emptied drops t, the table of a policy numbered denseIDs or more, when
@@ -137,6 +145,7 @@ func (ts *tables) emptied(t *leasesync.Table) {
 	}
 	ts.sparse.Delete(p)
 	ts.others.dropped.fold(v.(*policy))
+	ts.others.forget(p.Name(), p.ID())
 }
 
 // exact returns the state of p, a policy decided exactly, making it on
@@ -148,17 +157,25 @@ func (ts *tables) exact(p *remote.Policy) *policy {
 	}
 	v, loaded := o.exact.LoadOrStore(p.ID(), &policy{name: p.Name()})
 	if !loaded {
-		runtime.AddCleanup(p, o.drop, p.ID())
+		runtime.AddCleanup(p, o.drop, exactID{p.ID(), p.Name()})
 	}
 	return v.(*policy)
 }
 
+// exactID names an exact policy's state for its cleanup.
+type exactID struct {
+	id   int
+	name string
+}
+
 // drop folds the state of the exact policy numbered id into the totals
-// of dropped policies: the policy was collected.
-func (o *others) drop(id int) {
-	if v, ok := o.exact.LoadAndDelete(id); ok {
+// of dropped policies, and drops the definition it made: the policy was
+// collected.
+func (o *others) drop(x exactID) {
+	if v, ok := o.exact.LoadAndDelete(x.id); ok {
 		o.dropped.fold(v.(*policy))
 	}
+	o.forget(x.name, x.id)
 }
 
 // each calls f with every state kept. It walks every map: for Stats.

@@ -6,16 +6,23 @@
 -- counted in units of 1/rate us: one unit costs exactly `period`, and D falls
 -- by `rate` every microsecond. A full bucket has D = 0; capacity is
 -- burst*period (below 2^53: the Go side checks). The key holds the TAT as
--- "<us>:<remainder>", the remainder in [0, rate): TAT = us + remainder/rate.
--- It expires when the debt is paid, since then it equals "absent".
+-- "<us>:<remainder>:<rate>", the remainder in [0, rate): TAT = us +
+-- remainder/rate, for the rate that wrote it. It expires when the debt is
+-- paid, since then it equals "absent".
+--
+-- D/period is the units outstanding, whatever the rate: a policy redefined
+-- under its name with another rate or burst (a config reload) carries its
+-- usage over in units. D is read with the rate that wrote it (the usage
+-- fell at that rate until now) and saved with the caller's.
 
 local function gcra_load(key, rate)
   local v = redis.call('GET', key)
   if not v then return 0 end
-  local us, rem = string.match(v, '^(%d+):(%d+)$')
+  local us, rem, wrote = string.match(v, '^(%d+):(%d+):?(%d*)$')
   us = tonumber(us)
   if not us or us < NOW then return 0 end
-  return (us - NOW) * rate + tonumber(rem)
+  -- (a state written before the rate was kept has none: the caller's)
+  return (us - NOW) * (tonumber(wrote) or rate) + tonumber(rem)
 end
 
 -- Units that fit in the room left: floor((burst*period - D) / period).
@@ -34,7 +41,7 @@ local function gcra_save(key, D, rate)
     return
   end
   local us = idiv(D, rate)
-  redis.call('SET', key, string.format('%d:%d', NOW + us, D - us * rate),
+  redis.call('SET', key, string.format('%d:%d:%d', NOW + us, D - us * rate, rate),
     'PX', int(math.max(1, cdiv(cdiv(D, rate), 1000))))
 end
 
