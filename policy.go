@@ -40,6 +40,11 @@ type Policy struct {
 // same Algorithm and Period; else the error wraps ErrInvalidLimit.
 //
 // Validation happens here once; Allow and Wait only check n and the key.
+//
+// A policy made with the name of another and other limits redefines the
+// name in a Limiter from its first use there; keys carry their usage over,
+// and the earlier policy is refused a second later (see the README's
+// "Limits changed while running").
 func NewPolicy(name string, limits ...Limit) (*Policy, error) {
 	rl := make([]remote.Limit, len(limits))
 	for i, l := range limits {

@@ -1,0 +1,151 @@
+package ratelease_test
+
+import (
+	"context"
+
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelease/ratelease"
+	"github.com/ratelease/ratelease/internal/redistest"
+)
+
+// A limit raised and lowered mid-run under one name (a config reload that
+// rebuilds the policy), on a real redis-server, two instances driving one
+// key flat out, in lease and exact mode: each phase admits within its own
+// limit's bound, Burst + Rate·(T + TTL) (TTL 0 in exact mode), T its span
+// in Redis time; the raised limit admits more than the earlier one could
+// have in that span, and the lowered one holds at once (the usage carried
+// over is far above it, so it admits next to nothing). No call fails:
+// requests in flight with the earlier policy are decided as usual.
+func TestLimitChangedMidRun(t *testing.T) {
+	srv := redistest.Start(t)
+	phases := []struct {
+		rate int
+		run  time.Duration
+	}{{200, time.Second}, {800, 2 * time.Second}, {50, time.Second}}
+	for _, exact := range []bool{false, true} {
+		name := map[bool]string{false: "lease", true: "exact"}[exact]
+		t.Run(name, func(t *testing.T) {
+			opt := ratelease.WithLease(ratelease.LeaseConfig{})
+			ttl := ratelease.DefaultLease.TTL
+			if exact {
+				opt, ttl = ratelease.WithExact(), 0
+			}
+			var ls []*ratelease.Limiter
+			for range 2 {
+				c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+				t.Cleanup(func() { _ = c.Close() })
+				l, err := ratelease.New(c, opt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = l.Close() })
+				ls = append(ls, l)
+			}
+			type phase struct {
+				p        *ratelease.Policy
+				i        int
+				admitted atomic.Int64
+			}
+			var cur atomic.Pointer[phase]
+			const perLimiter = 4
+			seen := make([]atomic.Int64, len(ls)*perLimiter) // the phase each goroutine last used
+			var failures atomic.Int64
+			var firstErr atomic.Pointer[error]
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			run := func() {
+				for g := range seen {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						l := ls[g/perLimiter]
+						for {
+							select {
+							case <-stop:
+								return
+							default:
+							}
+							ph := cur.Load()
+							r, err := l.Allow(context.Background(), ph.p, "tenant-42")
+							switch {
+							case err != nil:
+								if failures.Add(1) == 1 {
+									firstErr.Store(&err)
+								}
+							case r.Allowed:
+								ph.admitted.Add(1)
+							}
+							seen[g].Store(int64(ph.i))
+						}
+					}()
+				}
+			}
+			// settled waits until every goroutine has decided with phase i.
+			settled := func(i int) {
+				for g := range seen {
+					for seen[g].Load() < int64(i) {
+						time.Sleep(time.Millisecond)
+					}
+				}
+			}
+			all := make([]*phase, len(phases))
+			spans := make([]time.Duration, len(phases))
+			start := redisTime(t, srv)
+			for i, ph := range phases {
+				p, err := ratelease.NewPolicy("reload-"+name, ratelease.PerSecond(ph.rate))
+				if err != nil {
+					t.Fatal(err)
+				}
+				all[i] = &phase{p: p, i: i + 1}
+				cur.Store(all[i])
+				if i == 0 {
+					run()
+				}
+				if i > 0 {
+					settled(i + 1) // no decision of phase i is still in flight
+					end := redisTime(t, srv)
+					spans[i-1] = end.Sub(start)
+					start = end
+				}
+				time.Sleep(ph.run)
+			}
+			close(stop)
+			wg.Wait()
+			spans[len(phases)-1] = redisTime(t, srv).Sub(start)
+			if n := failures.Load(); n > 0 {
+				t.Fatalf("%d calls failed, the first: %v", n, *firstErr.Load())
+			}
+			bound := func(rate int, span time.Duration) float64 {
+				return float64(rate) + float64(rate)*(span+ttl).Seconds()
+			}
+			for i, ph := range phases {
+				got := all[i].admitted.Load()
+				b := bound(ph.rate, spans[i])
+				t.Logf("phase %d, %d/s for %v: admitted %d, bound %.0f", i+1, ph.rate, spans[i].Round(time.Millisecond), got, b)
+				if float64(got) > b {
+					t.Errorf("phase %d (%d/s): admitted %d > bound %.0f", i+1, ph.rate, got, b)
+				}
+			}
+			// Raised: more than the earlier limit could have admitted.
+			if got, was := all[1].admitted.Load(), bound(phases[0].rate, spans[1]); float64(got) <= was {
+				t.Errorf("raised to %d/s: admitted %d, no more than %d/s allows (%.0f)", phases[1].rate, got, phases[0].rate, was)
+			}
+		})
+	}
+}
+
+// redisTime reads Redis's clock.
+func redisTime(t *testing.T, srv *redistest.Server) time.Time {
+	t.Helper()
+	now, err := srv.Client(t).Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return now
+}
