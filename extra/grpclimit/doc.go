@@ -15,19 +15,20 @@
 // of earlier dimensions refunded when a later one denies (Limiter.Refund),
 // a cost per call (WithCost), the same rate-limit fields with the same
 // values (WithHeaders: ratelimit-policy, ratelimit, x-ratelimit-limit,
-// x-ratelimit-remaining, x-ratelimit-reset, in the response's header
-// metadata), denied and error handlers, and options checked once, by New,
-// with sentinel errors (ErrNoLimiter, ErrNoPolicy, ErrInvalidOption).
+// x-ratelimit-remaining, x-ratelimit-reset), denied and error handlers,
+// and options checked once, by New, with sentinel errors (ErrNoLimiter,
+// ErrNoPolicy, ErrInvalidOption).
 //
-// A denied call fails with codes.ResourceExhausted; its status carries an
+// An admitted call gets the fields in its header metadata. A denied call
+// fails with codes.ResourceExhausted: its status carries an
 // errdetails.RetryInfo, whose delay is the Result's RetryAfter, and an
-// errdetails.QuotaFailure naming the policy and limit; its metadata carry
-// retry-after (in seconds) and the grpc-retry-pushback-ms trailer, which
-// gRPC's own retry policy (a service config's retryPolicy with
-// RESOURCE_EXHAUSTED among its retryableStatusCodes) honours.
-// UnaryClientInterceptor honours RetryInfo without a service config,
-// within a number of retries and a total wait; RetryDelay reads the hint
-// for any other client.
+// errdetails.QuotaFailure naming the policy and limit; it is a
+// Trailers-Only response, whose trailer metadata carry the fields,
+// retry-after (in seconds) and grpc-retry-pushback-ms, which gRPC's own
+// retry policy (a service config's retryPolicy with RESOURCE_EXHAUSTED
+// among its retryableStatusCodes) honours. UnaryClientInterceptor honours
+// RetryInfo without a service config, within a number of retries and a
+// total wait; RetryDelay reads the hint for any other client.
 //
 // A stream is one call: it is decided and charged when it opens. Deciding
 // is the Limiter's, including what happens while Redis is down (its

@@ -84,13 +84,19 @@ func WithCost(cost func(ctx context.Context, c Call) int) Option {
 }
 
 // WithHeaders picks the rate-limit metadata sent on every response;
-// AllHeaders by default. A denial carries retry-after (in seconds, as
-// HTTP's Retry-After) in its header metadata and grpc-retry-pushback-ms in
-// its trailer whatever the styles.
+// AllHeaders by default. An admitted call's are in its header metadata; a
+// denied call's are in its trailer metadata (grpc.Trailer, ClientStream's
+// Trailer), with no header metadata: a Trailers-Only response, the one
+// kind that gRPC's own retry policy retries. A denial's trailer carries
+// retry-after (in whole seconds, rounded up, as HTTP's Retry-After) and
+// grpc-retry-pushback-ms (in milliseconds, for that retry policy) whatever
+// the styles. (An interceptor before this one that sends header metadata
+// on a denial makes it a response with headers, which gRPC does not retry.)
 func WithHeaders(styles HeaderStyle) Option { return func(c *config) { c.styles = styles } }
 
 // WithDeniedHandler sets what a denied call returns, called after its
-// metadata is set; DefaultDeniedHandler by default. A non-nil error is the
+// trailer metadata is set; DefaultDeniedHandler by default. A non-nil
+// error is the
 // call's error (make it with the status package); nil lets the call go on
 // to its handler, uncharged (a dimension that denies charges nothing, and
 // the earlier ones were refunded).
@@ -399,7 +405,8 @@ func (u unaryStream) SetHeader(md metadata.MD) error { return grpc.SetHeader(u.c
 func (u unaryStream) SetTrailer(md metadata.MD)      { _ = grpc.SetTrailer(u.ctx, md) }
 
 // decide decides call under every dimension that applies to it, sends the
-// rate-limit metadata through s, and returns the error that ends the call
+// rate-limit metadata through s (an admission's in the header, a denial's
+// in the trailer), and returns the error that ends the call
 // (nil: it goes on).
 func (i *Interceptor) decide(ctx context.Context, call Call, s sender) error {
 	c := i.c
@@ -460,10 +467,13 @@ func (i *Interceptor) decide(ctx context.Context, call Call, s sender) error {
 		}
 		return nil
 	}
+	// A denial's fields go in the trailer, with no header metadata: a
+	// Trailers-Only response, which gRPC's own retry policy may retry (it
+	// never retries a call whose server sent headers).
 	res := tightest.res
 	md[mdRetryAfter] = []string{seconds(res.RetryAfter, 1)}
-	_ = s.SetHeader(md)
-	s.SetTrailer(metadata.MD{mdPushback: []string{strconv.FormatInt(int64((res.RetryAfter+time.Millisecond-1)/time.Millisecond), 10)}})
+	md[mdPushback] = []string{strconv.FormatInt(int64((res.RetryAfter+time.Millisecond-1)/time.Millisecond), 10)}
+	s.SetTrailer(md)
 	dim := tightest.dim
 	return c.denied(ctx, Denial{
 		Call:      call,

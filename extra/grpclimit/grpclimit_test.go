@@ -114,9 +114,12 @@ func TestUnaryDenial(t *testing.T) {
 			s := serve(t, lim.ServerOptions())
 			ctx := withMD(ctxFor(t), "x-api-key", "alice")
 			for i := 1; i <= 3; i++ {
-				var hdr metadata.MD
-				if _, err := s.health.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&hdr)); err != nil {
+				var hdr, tr metadata.MD
+				if _, err := s.health.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&hdr), grpc.Trailer(&tr)); err != nil {
 					t.Fatalf("call %d: %v", i, err)
+				}
+				if len(tr) != 0 {
+					t.Errorf("call %d: trailer %v, want the fields in the header only", i, tr)
 				}
 				want := map[string]string{
 					"ratelimit-policy": `"api";q=3;w=60`,
@@ -143,6 +146,9 @@ func TestUnaryDenial(t *testing.T) {
 			if status.Code(err) != codes.ResourceExhausted {
 				t.Fatalf("4th call: %v, want ResourceExhausted", err)
 			}
+			if len(hdr) != 0 {
+				t.Errorf("denial: header %v, want none (a Trailers-Only response)", hdr)
+			}
 			d := rec.last(t)
 			res := d.Result
 			if res.Allowed || res.RetryAfter <= 19*time.Second || res.RetryAfter > 20*time.Second {
@@ -166,7 +172,8 @@ func TestUnaryDenial(t *testing.T) {
 			if strings.Contains(qf.String(), "alice") || strings.Contains(err.Error(), "alice") {
 				t.Errorf("the key is in the status: %v, %v", err, qf)
 			}
-			// On a denial, t and x-ratelimit-reset say what retry-after says.
+			// On a denial, in the trailer, t and x-ratelimit-reset say what
+			// retry-after says.
 			for k, v := range map[string]string{
 				"retry-after":           "20",
 				"ratelimit":             `"api";r=0;t=20`,
@@ -174,11 +181,11 @@ func TestUnaryDenial(t *testing.T) {
 				"x-ratelimit-limit":     "3",
 				"x-ratelimit-remaining": "0",
 			} {
-				if got := first(hdr, k); got != v {
+				if got := first(trailer, k); got != v {
 					t.Errorf("denial: %s = %q, want %q", k, got, v)
 				}
 			}
-			reset, perr := strconv.ParseInt(first(hdr, "x-ratelimit-reset"), 10, 64)
+			reset, perr := strconv.ParseInt(first(trailer, "x-ratelimit-reset"), 10, 64)
 			if d := time.Until(time.Unix(reset, 0)); perr != nil || d < 18*time.Second || d > 21*time.Second {
 				t.Errorf("x-ratelimit-reset on a denial is %v from now, want about 20s", d)
 			}
@@ -245,11 +252,11 @@ func TestStream(t *testing.T) {
 	if ri, _ := details(t, err); ri.GetRetryDelay().AsDuration() != d.Result.RetryAfter || d.Result.RetryAfter <= 59*time.Second {
 		t.Errorf("RetryInfo %v, the Result's RetryAfter %v", ri.GetRetryDelay().AsDuration(), d.Result.RetryAfter)
 	}
-	if hdr, _ := w.Header(); first(hdr, "retry-after") != "60" || first(hdr, "ratelimit") != `"watch";r=0;t=60` {
-		t.Errorf("denied stream's header: %v", hdr)
-	}
-	if tr := w.Trailer(); first(tr, "grpc-retry-pushback-ms") == "" {
+	if tr := w.Trailer(); first(tr, "retry-after") != "60" || first(tr, "ratelimit") != `"watch";r=0;t=60` || first(tr, "grpc-retry-pushback-ms") == "" {
 		t.Errorf("denied stream's trailer: %v", tr)
+	}
+	if hdr, err := w.Header(); len(hdr) != 0 {
+		t.Errorf("denied stream's header: %v, %v; want none", hdr, err)
 	}
 	// Unary calls and streams share the client's budget.
 	if _, err := s.health.Check(ctxFor(t), &healthpb.HealthCheckRequest{}); status.Code(err) != codes.ResourceExhausted {
@@ -295,9 +302,9 @@ func TestMethods(t *testing.T) {
 		policy string
 	}{
 		{"Check", func() (metadata.MD, error) {
-			var hdr metadata.MD
-			_, err := s.health.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&hdr))
-			return hdr, err
+			var hdr, tr metadata.MD
+			_, err := s.health.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&hdr), grpc.Trailer(&tr))
+			return metadata.Join(hdr, tr), err
 		}, 3, `"check";q=3;w=60`},
 		{"Watch", func() (metadata.MD, error) {
 			ctx, cancel := context.WithCancel(ctx)
@@ -308,17 +315,17 @@ func TestMethods(t *testing.T) {
 			}
 			_, err = w.Recv()
 			hdr, _ := w.Header()
-			return hdr, err
+			return metadata.Join(hdr, w.Trailer()), err
 		}, 2, `"health";q=2;w=60`},
 		{"List", func() (metadata.MD, error) {
-			var hdr metadata.MD
-			_, err := s.health.List(ctx, &healthpb.HealthListRequest{}, grpc.Header(&hdr))
-			return hdr, err
+			var hdr, tr metadata.MD
+			_, err := s.health.List(ctx, &healthpb.HealthListRequest{}, grpc.Header(&hdr), grpc.Trailer(&tr))
+			return metadata.Join(hdr, tr), err
 		}, 5, ""},
 		{"Echo", func() (metadata.MD, error) {
-			var hdr metadata.MD
-			err := s.call(ctx, grpc.Header(&hdr))
-			return hdr, err
+			var hdr, tr metadata.MD
+			err := s.call(ctx, grpc.Header(&hdr), grpc.Trailer(&tr))
+			return metadata.Join(hdr, tr), err
 		}, 1, `"default";q=1;w=60`},
 	} {
 		if got, policy := count(c.name, c.call); got != c.want || policy != c.policy {
@@ -338,9 +345,9 @@ func TestDimensions(t *testing.T) {
 			lim := newInterceptor(t, l, perIP, grpclimit.WithDimension(perKey, grpclimit.Metadata("x-api-key")))
 			s := serve(t, lim.ServerOptions())
 			call := func(kv ...string) (metadata.MD, error) {
-				var hdr metadata.MD
-				err := s.call(withMD(ctxFor(t), kv...), grpc.Header(&hdr))
-				return hdr, err
+				var hdr, tr metadata.MD
+				err := s.call(withMD(ctxFor(t), kv...), grpc.Header(&hdr), grpc.Trailer(&tr))
+				return metadata.Join(hdr, tr), err
 			}
 			// The API key's limit is the tighter: it decides, and its
 			// denial ends the call.
@@ -435,8 +442,9 @@ func TestCost(t *testing.T) {
 				{"0", codes.Internal, ""},         // a cost below 1 is a bug of the cost function
 				{"11", codes.InvalidArgument, ""}, // no call of this cost can ever pass
 			} {
-				var hdr metadata.MD
-				_, err := s.health.Check(ctxFor(t), &healthpb.HealthCheckRequest{Service: c.cost}, grpc.Header(&hdr))
+				var hdr, tr metadata.MD
+				_, err := s.health.Check(ctxFor(t), &healthpb.HealthCheckRequest{Service: c.cost}, grpc.Header(&hdr), grpc.Trailer(&tr))
+				hdr = metadata.Join(hdr, tr)
 				if status.Code(err) != c.code || first(hdr, "x-ratelimit-remaining") != c.left {
 					t.Errorf("cost %s: %v, remaining %q; want %v, %q", c.cost, err, first(hdr, "x-ratelimit-remaining"), c.code, c.left)
 				}
@@ -542,8 +550,9 @@ func TestShadowDimension(t *testing.T) {
 	lim := newInterceptor(t, l, perIP.Shadow(), grpclimit.WithDimension(perKey, grpclimit.Metadata("x-api-key")))
 	s := serve(t, lim.ServerOptions())
 	for i, want := range []codes.Code{codes.OK, codes.OK, codes.ResourceExhausted} {
-		var hdr metadata.MD
-		if err := s.call(withMD(ctxFor(t), "x-api-key", "k"), grpc.Header(&hdr)); status.Code(err) != want || first(hdr, "x-ratelimit-remaining") != "0" {
+		var hdr, tr metadata.MD
+		err := s.call(withMD(ctxFor(t), "x-api-key", "k"), grpc.Header(&hdr), grpc.Trailer(&tr))
+		if hdr = metadata.Join(hdr, tr); status.Code(err) != want || first(hdr, "x-ratelimit-remaining") != "0" {
 			t.Errorf("call %d: %v, x-ratelimit-remaining %q; want %v, 0", i, err, first(hdr, "x-ratelimit-remaining"), want)
 		}
 	}

@@ -11,8 +11,9 @@ import (
 )
 
 // HeaderStyle is a set of rate-limit metadata styles: the fields of
-// httplimit's headers, sent as gRPC response header metadata, with the
-// same names in lowercase and the same values.
+// httplimit's headers, sent as gRPC response metadata (an admitted call's
+// header metadata, a denied call's trailer metadata: see WithHeaders),
+// with the same names in lowercase and the same values.
 type HeaderStyle uint8
 
 // The header styles. Combine them with |.

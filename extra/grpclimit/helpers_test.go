@@ -117,6 +117,7 @@ type echo struct{ calls atomic.Int64 }
 // server is a real gRPC server on a free loopback port, with the health
 // service and test.Echo, and a client connection to it.
 type server struct {
+	addr   string
 	conn   *grpc.ClientConn
 	health healthpb.HealthClient
 	echo   *echo
@@ -124,7 +125,7 @@ type server struct {
 
 // call calls test.Echo.
 func (s *server) call(ctx context.Context, opts ...grpc.CallOption) error {
-	return s.conn.Invoke(ctx, echoMethod, &healthpb.HealthCheckRequest{}, new(healthpb.HealthCheckResponse), opts...)
+	return echoOn(ctx, s.conn, opts...)
 }
 
 // serve starts a server with opts (the Interceptor's ServerOptions, say)
@@ -157,7 +158,24 @@ func serve(t testing.TB, opts []grpc.ServerOption, dial ...grpc.DialOption) *ser
 		srv.Stop()
 		<-done
 	})
-	return &server{conn: conn, health: healthpb.NewHealthClient(conn), echo: e}
+	return &server{addr: lis.Addr().String(), conn: conn, health: healthpb.NewHealthClient(conn), echo: e}
+}
+
+// dial returns another client connection to s, closed when t ends.
+func (s *server) dial(t testing.TB, dial ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient("passthrough:///"+s.addr,
+		append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, dial...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// echoOn calls test.Echo through conn.
+func echoOn(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) error {
+	return conn.Invoke(ctx, echoMethod, &healthpb.HealthCheckRequest{}, new(healthpb.HealthCheckResponse), opts...)
 }
 
 // ctxFor returns a context for one call, ended when t ends.
