@@ -105,9 +105,10 @@ func WithDeniedHandler(h func(ctx context.Context, d Denial) error) Option {
 }
 
 // WithErrorHandler sets what happens when the limiter returns an error;
-// DefaultErrorHandler by default. A non-nil error is the call's error;
-// nil lets the call go on to its handler, undecided (fail open for this
-// call).
+// DefaultErrorHandler by default. A non-nil error is the call's error,
+// and the units that dimensions decided before the error charged for the
+// call are refunded; nil lets the call go on to its handler, undecided by
+// the dimensions after the error (fail open for this call).
 func WithErrorHandler(h func(ctx context.Context, c Call, err error) error) Option {
 	return func(c *config) { c.onError = h; c.onErrorSet = true }
 }

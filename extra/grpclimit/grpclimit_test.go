@@ -628,6 +628,16 @@ func TestErrors(t *testing.T) {
 	if err := s.call(withMD(ctxFor(t), "x-api-key", long)); status.Code(err) != codes.InvalidArgument || !errors.Is(errs.last(), ratelease.ErrInvalidKey) {
 		t.Errorf("a key too long: %v, %v", err, errs.last())
 	}
+	// An error in a later dimension refunds the earlier ones: the call
+	// did not happen.
+	one := newPolicy(t, "one", ratelease.PerMinute(1))
+	s = serve(t, newInterceptor(t, l, one, grpclimit.WithDimension(p, grpclimit.Metadata("x-api-key"))).ServerOptions())
+	if err := s.call(withMD(ctxFor(t), "x-api-key", long)); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("a key too long in the second dimension: %v", err)
+	}
+	if err := s.call(ctxFor(t)); err != nil {
+		t.Errorf("the first dimension's unit was not refunded after the error: %v", err)
+	}
 	// A handler that returns nil lets the call through, undecided.
 	through := grpclimit.WithErrorHandler(func(context.Context, grpclimit.Call, error) error { return nil })
 	s = serve(t, newInterceptor(t, l, p, grpclimit.WithKey(grpclimit.Metadata("x-api-key")), through).ServerOptions())
