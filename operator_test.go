@@ -440,17 +440,46 @@ func TestOperatorsTwoInstancesRealRedis(t *testing.T) {
 	if after > heldB {
 		t.Fatalf("b admitted %d after the Reset beyond the fresh limit, more than the %d it held", after, heldB)
 	}
-	// A refund goes to Redis, for every instance; b's cached denial
-	// stands until its RetryAfter. (First b gives back what lapsed.)
-	time.Sleep(ttl)
+	// b's denial is cached, with Redis's RetryAfter (about 1.5 min for a
+	// unit of 40 per hour), for its TTL at most: what another instance
+	// does to the key (a Refund, a Reset, an Unblock) reaches b within
+	// its TTL.
+	res, _ := b.AllowAtMost(ctx, p, "k", 5)
+	if res.Granted != 0 || res.Source != ratelease.Cached || res.RetryAfter < time.Minute {
+		t.Fatalf("b.AllowAtMost(5): %+v, want its cached denial, with Redis's RetryAfter", res)
+	}
+	time.Sleep(ttl) // b's denial lapses from its cache; b gives back what lapsed
 	before, _ := exact.Peek(ctx, p, "k")
 	if err := a.Refund(ctx, p, "k", 2); err != nil {
 		t.Fatal(err)
 	}
-	if res, _ := b.AllowAtMost(ctx, p, "k", 5); res.Granted != 0 || res.Source != ratelease.Cached {
-		t.Fatalf("b.AllowAtMost(5) after a's Refund(2): %+v, want its cached denial", res)
+	if res, _ := b.AllowAtMost(ctx, p, "k", 40); res.Granted != before.Remaining+2 || res.Source != ratelease.Remote {
+		t.Fatalf("b.AllowAtMost(40) after a's Refund(2): %+v, want %d from Redis", res, before.Remaining+2)
 	}
-	if res, _ := exact.AllowAtMost(ctx, p, "k", 40); res.Granted != before.Remaining+2 {
-		t.Fatalf("AllowAtMost(40) after a's Refund(2): %+v, want %d", res, before.Remaining+2)
+	for range 2 { // denied by Redis, then from the cache
+		if res, _ := b.Allow(ctx, p, "k"); res.Allowed {
+			t.Fatalf("b after taking all: %+v, want a denial", res)
+		}
+	}
+	if err := a.Reset(ctx, p, "k"); err != nil {
+		t.Fatal(err)
+	}
+	// Within its TTL (here polled for up to ten: a lease in flight at
+	// the Reset may cache its denial later), not the minute and a half of
+	// the denial's RetryAfter.
+	reset := time.Now()
+	for {
+		res, err := b.Allow(ctx, p, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Allowed {
+			t.Logf("b admitted %v after a's Reset: %+v", time.Since(reset), res)
+			break
+		}
+		if time.Since(reset) > 10*ttl {
+			t.Fatalf("b still denied %v after a's Reset: %+v", time.Since(reset), res)
+		}
+		time.Sleep(ttl / 10)
 	}
 }

@@ -64,6 +64,9 @@ type Entry[P any] struct {
 	// blockedUntil: when (ns) the key's block ends, as far as known, while
 	// the recorded denial is a block; 0 otherwise (see BlockedUntil).
 	blockedUntil atomic.Int64
+	// retryAt: when (ns) Redis said the recorded denial's units could be
+	// admitted (see RetryAt).
+	retryAt atomic.Int64
 	// lowWater: when fewer units than this are held, a lease is made ahead
 	// of need (prefetch). Written at each lease.
 	lowWater atomic.Int64

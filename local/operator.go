@@ -68,6 +68,14 @@ func (e *Entry[P]) Forget() int64 {
 	return units
 }
 
+// SetRetryAt records when (ns) Redis said the units it denied could be
+// admitted: the recorded denial (Deny) may lapse sooner, to ask again.
+func (e *Entry[P]) SetRetryAt(at int64) { e.retryAt.Store(at) }
+
+// RetryAt returns when (ns) Redis said the units it last denied could be
+// admitted.
+func (e *Entry[P]) RetryAt() int64 { return e.retryAt.Load() }
+
 // SetBlocked records that the entry's recorded denial (Deny) is a block of
 // its key that ends at until (ns), or, with 0, that it is not a block: set
 // at each answer from Redis and by a Block.

@@ -312,17 +312,17 @@ func (l *Leaser) apply(c *call, n int64) {
 		e.SetBlocked(now + int64(d.RetryAfter))
 	}
 	if d.Granted == 0 {
-		wait := int64(d.RetryAfter)
-		if d.Blocked || d.Members > 1 {
-			// Other members hold units of this key, which come back when
-			// they lapse, within TTL: the denial may not hold that long.
-			// Nor a block, which any instance may lift (Unblock).
-			wait = min(wait, int64(l.cfg.TTL))
-		}
 		// From the reply, not the request: the wait counts from Redis's
 		// now, later than start by the queue and half the round trip, and
 		// counting from start would come back early and be denied again.
-		e.Deny(now+wait, max(n, 1))
+		e.SetRetryAt(now + int64(d.RetryAfter))
+		// Cached for TTL at most, then asked again: the denial may not
+		// hold that long. Other members hold units of the key that come
+		// back when they lapse; any instance may Reset the key, Refund
+		// units or lift a block (Unblock). A key denied for an hour costs
+		// a call per TTL, and each instance sees another's Reset within
+		// TTL.
+		e.Deny(now+min(int64(d.RetryAfter), int64(l.cfg.TTL)), max(n, 1))
 		return
 	}
 	valid := l.cfg.TTL

@@ -46,8 +46,8 @@ const (
 	Remote
 	// Fallback: from the outage fallback, Redis being unavailable.
 	Fallback
-	// Cached: a denial repeated locally: Redis denied this key moments ago,
-	// and its RetryAfter has not passed.
+	// Cached: a denial repeated locally: Redis denied this key moments ago
+	// (less than a lease TTL), and its RetryAfter has not passed.
 	Cached
 )
 

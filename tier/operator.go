@@ -196,8 +196,8 @@ func (e *Engine) Peek(ctx context.Context, p *remote.Policy, key string) (Decisi
 // members (one call); here, the units this instance holds of it, those set
 // aside to go back, its cached denial, and what FailLocal admitted of it
 // during an outage. Other instances keep what they leased of the key until
-// it lapses (the lease TTL, or the end of its window) and their cached
-// denials until their RetryAfter. A failure of Redis is an error wrapping
+// it lapses (the lease TTL, or the end of its window), and their cached
+// denials lapse within the TTL too. A failure of Redis is an error wrapping
 // ErrUnavailable; the local state is forgotten all the same.
 func (e *Engine) Reset(ctx context.Context, p *remote.Policy, key string) error {
 	if e.closed.Load() {
