@@ -236,3 +236,50 @@ func BenchmarkAllowSteady50k(b *testing.B) {
 	b.ReportMetric(float64(lat[len(lat)-1].Nanoseconds()), "max-ns")
 	b.ReportMetric(float64(l.Stats().Leases-leases), "leases")
 }
+
+// BenchmarkPeek measures Peek in lease mode, with defaults: from=local, a
+// key this instance holds units of (answered in memory, as Allow would
+// be: its Remaining is Redis's word at the key's last lease, at most a
+// lease TTL old, plus the units held), against from=redis, a Redis read
+// (what a Peek of a key not held costs, and what every Peek would cost if
+// it always read Redis, current to that moment).
+func BenchmarkPeek(b *testing.B) {
+	addr := benchRedis(b)
+	ctx := context.Background()
+	p, err := ratelease.NewPolicy("peek", ratelease.Limit{Rate: 1_000_000, Period: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, from := range []string{"local", "redis"} {
+		b.Run("from="+from, func(b *testing.B) {
+			opts := []ratelease.Option{ratelease.WithRedisTimeout(time.Second)}
+			if from == "redis" {
+				opts = append(opts, ratelease.WithExact())
+			}
+			client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+			defer client.Close()
+			l, err := ratelease.New(client, opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			want := map[string]ratelease.Source{"local": ratelease.Local, "redis": ratelease.Remote}[from]
+			for i := 0; ; i++ { // in lease mode, until the key's demand makes a lease hold units
+				if _, err := l.Allow(ctx, p, from); err != nil {
+					b.Fatal(err)
+				}
+				if res, _ := l.Peek(ctx, p, from); res.Source == want || i == 10_000 {
+					break
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				res, err := l.Peek(ctx, p, from)
+				if err != nil || res.Source != want {
+					b.Fatalf("Peek: %+v, %v; want Source %v", res, err, want)
+				}
+			}
+		})
+	}
+}
