@@ -118,3 +118,23 @@ func TestDefinitionsByName(t *testing.T) {
 		}
 	}
 }
+
+// Policies of one name with the same limits, made per request (numbered
+// past the dense slice), share their state: they lease as one policy.
+func TestPoliciesPerRequestShareLeases(t *testing.T) {
+	e, _ := newEngine(t, 4)
+	sparse(t)
+	ctx := context.Background()
+	for i := 0; i < 40; i++ {
+		p := named(t, "per-request", remote.TokenBucket, 100)
+		if d, err := e.Allow(ctx, p, "k", 1); err != nil || !d.Allowed {
+			t.Fatalf("request %d: %+v, %v", i, d, err)
+		}
+	}
+	if s := e.Stats(); s.Leases != 10 || s.Local != 30 {
+		t.Fatalf("%d leases, %d local decisions for 40 requests, each with a policy of its own; want 10 leases of 4", s.Leases, s.Local)
+	}
+	if ps := e.PolicyStats("per-request"); ps.Allowed != 40 {
+		t.Fatalf("the name counted %+v, want 40 allowed", ps)
+	}
+}

@@ -44,7 +44,10 @@ type tables struct {
 	byID atomic.Pointer[[]*policy]
 	mu   sync.Mutex // serializes the copies of byID, the drops, and clear
 	// sparse holds the states of policies that lease numbered denseIDs or
-	// more: *remote.Policy -> *policy.
+	// more, by name: string -> *policy. Policies of one name with the same
+	// limits share one (policies made per request, from a plan or a claim,
+	// lease as one); a name has one set of limits at a time (see
+	// Engine.check).
 	sparse sync.Map
 	closed bool // requires mu held: no table is kept after clear
 	// others is allocated on its own: the cleanups of exact policies refer
@@ -83,10 +86,13 @@ func (ts *tables) find(p *remote.Policy) *policy {
 	return ts.findSparse(p)
 }
 
-// findSparse is find for a policy numbered denseIDs or more.
+// findSparse is find for a policy numbered denseIDs or more: the state
+// of its name, if it has p's limits.
 func (ts *tables) findSparse(p *remote.Policy) *policy {
-	if v, ok := ts.sparse.Load(p); ok {
-		return v.(*policy)
+	if v, ok := ts.sparse.Load(p.Name()); ok {
+		if st := v.(*policy); st.table.Policy() == p || st.table.Policy().LimitsKey() == p.LimitsKey() {
+			return st
+		}
 	}
 	return nil
 }
@@ -109,8 +115,8 @@ func (ts *tables) getOrMake(p *remote.Policy, l *leasesync.Leaser) (*policy, err
 	case id < len(old) && old[id] != nil:
 		return old[id], nil
 	case id >= denseIDs:
-		if v, ok := ts.sparse.Load(p); ok {
-			return v.(*policy), nil
+		if st := ts.findSparse(p); st != nil {
+			return st, nil
 		}
 	}
 	st := &policy{name: p.Name()}
@@ -119,7 +125,7 @@ func (ts *tables) getOrMake(p *remote.Policy, l *leasesync.Leaser) (*policy, err
 		st.table = l.NewTable(p, nil)
 	case id >= denseIDs:
 		st.table = l.NewTable(p, ts.emptied)
-		ts.sparse.Store(p, st)
+		ts.sparse.Store(p.Name(), st)
 	default:
 		st.table = l.NewTable(p, nil)
 		d := make([]*policy, max(len(old), id+1))
@@ -130,20 +136,20 @@ func (ts *tables) getOrMake(p *remote.Policy, l *leasesync.Leaser) (*policy, err
 	return st, nil
 }
 
-// emptied drops t, the table of a policy numbered denseIDs or more, when
-// its last entry has left it and no entry came in since: the policy's
-// counters go to the totals of dropped policies, and nothing of the
-// engine's points to the policy any more. A request that finds the
-// table retired makes a new one (see Engine.entry).
+// emptied drops t, the table of policies numbered denseIDs or more, when
+// its last entry has left it and no entry came in since: its counters go
+// to the totals of dropped policies, and nothing of the engine's points to
+// its policies any more. A request that finds the table retired makes a
+// new one (see Engine.entry).
 func (ts *tables) emptied(t *leasesync.Table) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	p := t.Policy()
-	v, ok := ts.sparse.Load(p)
+	v, ok := ts.sparse.Load(p.Name())
 	if !ok || v.(*policy).table != t || !t.Retire() {
 		return // not kept, or not empty any more
 	}
-	ts.sparse.Delete(p)
+	ts.sparse.Delete(p.Name())
 	ts.others.dropped.fold(v.(*policy))
 	ts.others.forget(p.Name(), p.ID())
 }
