@@ -44,8 +44,8 @@ func WithKey(key KeyFunc) Option { return func(c *config) { c.dims[0].key = key 
 // per IP at once, say. Every dimension that applies to a request must admit
 // it; the most restrictive one (a denying one, or else the one with the
 // fewest units left) fills the X-RateLimit headers. Dimensions are asked in
-// order (the Middleware's own policy first) and the first denial ends the
-// request; the units that earlier dimensions charged for it are given back
+// order (the Middleware's own policy first) and the first denial, or error,
+// ends the request; the units that earlier dimensions charged for it are given back
 // (Limiter.Refund), so a denied request costs no dimension anything and the
 // order of dimensions does not change who pays. (A refund Redis cannot take
 // is dropped: those units stay spent.)
@@ -232,6 +232,9 @@ func (c *config) serve(l *ratelease.Limiter, next http.Handler, w http.ResponseW
 		d, key := a.dim, a.key
 		res, err := l.AllowN(r.Context(), d.policy, key, cost)
 		if err != nil {
+			// The request ends here: what earlier dimensions admitted
+			// for it goes back, as when a later one denies.
+			refund(r.Context(), l, ds, cost)
 			c.onError(w, r, err)
 			return
 		}
@@ -274,7 +277,7 @@ type decision struct {
 }
 
 // refund gives back the cost that the dimensions ds admitted for a request
-// that a later dimension denied (not those a dimension in shadow mode
+// that a later dimension denied or failed to decide (not those a dimension in shadow mode
 // admitted: nothing was charged for them). A refund that fails is
 // dropped: its units stay spent, as they would without it.
 func refund(ctx context.Context, l *ratelease.Limiter, ds []decision, cost int) {

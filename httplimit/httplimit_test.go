@@ -276,6 +276,27 @@ func TestDimensions(t *testing.T) {
 	}
 }
 
+// A later dimension that cannot decide (here a cost above its capacity)
+// ends the request with the error handler's answer, and what the earlier
+// dimensions admitted for it is refunded.
+func TestDimensionErrorRefunds(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			l := newLimiter(t, m.opts...)
+			perIP := newPolicy(t, "ip", ratelease.PerMinute(10))
+			small := newPolicy(t, "small", ratelease.PerMinute(2))
+			h := httplimit.Middleware(l, perIP, httplimit.WithCost(func(*http.Request) int { return 3 }),
+				httplimit.WithDimension(small, httplimit.Header("X-API-Key")))(ok)
+			if res := do(h, "192.0.2.1:1", "X-API-Key", "alice"); res.StatusCode != http.StatusBadRequest {
+				t.Fatalf("a cost of 3 against a capacity of 2: %d, want 400 (ErrExceedsCapacity)", res.StatusCode)
+			}
+			if res, err := l.Peek(context.Background(), perIP, "192.0.2.1"); err != nil || res.Remaining != 10 {
+				t.Fatalf("the IP's limit after the failed request: %+v, %v; want all 10 left", res, err)
+			}
+		})
+	}
+}
+
 func TestKeyFuncs(t *testing.T) {
 	l := newLimiter(t, ratelease.WithExact())
 	p := newPolicy(t, "user", ratelease.PerMinute(1))
