@@ -30,11 +30,13 @@ func (zeros) Read(b []byte) (int, error) { return len(b), nil }
 // with T measured on Redis's clock (the only clock that decides) from
 // before the first charge to after the last one and every refund: a slow
 // or loaded machine lengthens T and moves fewer bytes, and the bound
-// holds all the same. They must also reach 90% of it: a copy flat out at
-// 32 MiB/s in chunks of 8 to 32 KiB is a few thousand decisions a second,
-// mostly answered from leases, which any machine keeps up with; what the
+// holds all the same. They must also reach 85% of it, so that a Reader or
+// Writer that charges more than it moves fails: a copy flat out at 32 MiB/s
+// in chunks of 8 to 32 KiB is a few thousand decisions a second, mostly
+// answered from leases, which a loaded machine keeps up with too. What the
 // bound has and the copies do not is what the leases hold when the run
-// ends.
+// ends, and the last chunk's time, which WaitN gives up at once when the
+// deadline would pass first. Measured on 2 loaded cores: 0.946 to 0.996.
 func TestAccuracyOnRedis(t *testing.T) {
 	const (
 		rate   = 32 << 20 // bytes per second
@@ -93,22 +95,24 @@ func TestAccuracyOnRedis(t *testing.T) {
 	end := redisMicros()
 
 	var total int64
-	var fallback uint64
+	var fallback, decisions, trips uint64
 	for i, l := range limiters {
 		total += moved[i][0].Load() + moved[i][1].Load()
 		s := l.Stats()
 		fallback += s.Fallback
+		decisions += s.Allowed + s.Denied
+		trips += s.RoundTrips
 		t.Logf("Limiter %d: read %d, wrote %d bytes; %d decisions, %d Redis round trips", i,
 			moved[i][0].Load(), moved[i][1].Load(), s.Allowed+s.Denied, s.RoundTrips)
 	}
 	secs := float64(end-start) / 1e6
 	bound := float64(burst) + float64(rate)*secs
-	t.Logf("moved %d bytes in %.3fs of Redis time: %.4f of Burst + Rate·T = %.0f (%d decisions by fallback)",
-		total, secs, float64(total)/bound, bound, fallback)
+	t.Logf("moved %d bytes in %.3fs of Redis time: %.4f of Burst + Rate·T = %.0f; %.4f Redis round trips per decision (%d decisions by fallback)",
+		total, secs, float64(total)/bound, bound, float64(trips)/float64(decisions), fallback)
 	if float64(total) > bound {
 		t.Errorf("moved %d bytes > Burst + Rate·T = %.0f", total, bound)
 	}
-	if float64(total) < 0.9*bound {
-		t.Errorf("moved %d bytes < 90%% of Burst + Rate·T = %.0f", total, bound)
+	if float64(total) < 0.85*bound {
+		t.Errorf("moved %d bytes < 85%% of Burst + Rate·T = %.0f", total, bound)
 	}
 }
