@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ratelease/ratelease/internal/door"
 	"github.com/ratelease/ratelease/remote"
 )
 
@@ -17,26 +18,155 @@ type call struct {
 	done  chan struct{}
 	d     remote.Decision
 	err   error
-	// abandoned: the requester stopped waiting; the batcher applies the
-	// grant to the entry itself.
+	// abandoned: the requester stopped waiting; the batcher has the
+	// Leaser apply the grant to the entry itself.
 	abandoned atomic.Bool
 }
 
-// abandon marks c as no longer awaited, so that the batcher applies its
-// grant to the entry itself. It reports false when c was already complete
-// (or being completed): the caller must then wait for done and apply it.
+// abandon marks c as no longer awaited, so that the batcher has its grant
+// applied to the entry itself. It reports false when c was already
+// complete (or being completed): the caller must then wait for done and
+// apply it.
 func (c *call) abandon() bool { return c.abandoned.CompareAndSwap(false, true) }
 
+// owner is what a batcher needs of the Leaser that owns it: applying the
+// answer to a call, and counting what Redis answered.
+type owner interface {
+	// apply puts the answer to c into its entry, n units of the grant the
+	// caller's (0: all of it into the allowance).
+	apply(c *call, n int64)
+	// countLease counts the answer d to the lease request r; countRefund
+	// the units of a refund Redis took.
+	countLease(r remote.Request, d remote.Decision)
+	countRefund(units int64)
+}
+
+var _ owner = (*Leaser)(nil)
+
+// batcher sends a Leaser's lease calls and refunds to Redis, through the
+// door: it queues them, sends what is queued as soon as it is queued,
+// refunds and lease requests in one pipeline (with a Redis Cluster, one per
+// master, each master in a lane of its own), measures the round trip, and
+// completes the calls, having its owner apply each answer. It decides
+// nothing about what is leased. Its methods are safe for concurrent use,
+// but for those marked batcher only: they run on its goroutine.
+type batcher struct {
+	door  *door.Door
+	owner owner
+
+	work  chan struct{} // wakes the batcher
+	mu    stdsync.Mutex // guards the queue, closed and closeCtx
+	queue               // requires mu held
+	// closed: Close has begun; no lease call is queued after it. closeCtx
+	// bounds what is sent from then on (the last refunds): one Redis
+	// timeout from Close's start. Both set by closing, under mu.
+	closed   bool
+	closeCtx context.Context
+	// pending counts lease calls not yet applied; close waits for them
+	// before it stops the batcher, so that the units of a lease that lands
+	// during Close are refunded too. Added to under mu, only while open.
+	pending stdsync.WaitGroup
+
+	// lanes: with a Redis Cluster, one queue per master (node address),
+	// kept while it has requests; an idle one is dropped at the next flush.
+	// Batcher only.
+	lanes map[string]*lane
+
+	// rtt is the measured lease round trip (ns, a moving average).
+	rtt atomic.Int64
+
+	stop chan struct{}
+	wg   stdsync.WaitGroup // the batcher's goroutine and its lanes'
+}
+
+// newBatcher starts a batcher that sends through d for o: its goroutine
+// runs until close.
+func newBatcher(d *door.Door, o owner) *batcher {
+	b := &batcher{door: d, owner: o, work: make(chan struct{}, 1),
+		lanes: map[string]*lane{}, stop: make(chan struct{})}
+	b.wg.Add(1)
+	go b.run()
+	return b
+}
+
+// lease queues c, waits for its answer and has the owner apply it, n units
+// of the grant the caller's (0 for a prefetch). If ctx ends first, lease
+// returns ctx's error, and the call goes on: its grant lands in the entry,
+// not lost (applied by the batcher, as the requester left). Once Close has
+// begun, lease returns ErrClosed.
+func (b *batcher) lease(ctx context.Context, c *call, n int64) (remote.Decision, error) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return remote.Decision{}, ErrClosed
+	}
+	b.pending.Add(1)
+	b.calls = append(b.calls, c)
+	b.mu.Unlock()
+	b.wake()
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		if c.abandon() {
+			return remote.Decision{}, ctx.Err()
+		}
+		<-c.done
+	}
+	defer b.pending.Done()
+	if c.err != nil {
+		return remote.Decision{}, c.err
+	}
+	b.owner.apply(c, n)
+	return c.d, nil
+}
+
+// queueBack queues the refund g: taken even once Close has begun, which
+// queues the last ones.
+func (b *batcher) queueBack(g remote.Grant) {
+	b.mu.Lock()
+	b.backs = append(b.backs, g)
+	b.mu.Unlock()
+	b.wake()
+}
+
+// wake tells the batcher that something is queued.
+func (b *batcher) wake() {
+	select {
+	case b.work <- struct{}{}:
+	default:
+	}
+}
+
+// roundTrip returns the measured lease round trip: 0 before the first.
+func (b *batcher) roundTrip() time.Duration { return time.Duration(b.rtt.Load()) }
+
+// closing begins Close: lease calls are refused from now on, and what is
+// sent is bounded by ctx.
+func (b *batcher) closing(ctx context.Context) {
+	b.mu.Lock()
+	b.closed, b.closeCtx = true, ctx
+	b.mu.Unlock()
+}
+
+// close waits for the lease calls queued to be applied (those whose
+// entries are gone queue their refunds), then sends everything queued and
+// stops. Call it once, after closing.
+func (b *batcher) close() {
+	b.pending.Wait()
+	close(b.stop)
+	b.wg.Wait()
+}
+
 // finish completes c: it hands the result to its requester or, if the
-// requester left, applies it to the entry (all of the grant goes into the
-// allowance).
-func (l *Leaser) finish(c *call, d remote.Decision, err error) {
+// requester left, has the owner apply it to the entry (all of the grant
+// goes into the allowance).
+func (b *batcher) finish(c *call, d remote.Decision, err error) {
 	c.d, c.err = d, err
 	if !c.abandoned.CompareAndSwap(false, true) { // the requester left
 		if err == nil {
-			l.apply(c, 0)
+			b.owner.apply(c, 0)
 		}
-		l.pending.Done()
+		b.pending.Done()
 	}
 	close(c.done)
 }
@@ -44,8 +174,8 @@ func (l *Leaser) finish(c *call, d remote.Decision, err error) {
 // maxBatch caps the calls sent in one pipeline.
 const maxBatch = 256
 
-// queue holds lease calls and refunds waiting to be sent: the Leaser's, and
-// each Cluster lane's.
+// queue holds lease calls and refunds waiting to be sent: the batcher's,
+// and each Cluster lane's.
 type queue struct {
 	calls []*call
 	backs []remote.Grant
@@ -60,51 +190,52 @@ func (q *queue) take() ([]*call, []remote.Grant) {
 	return calls, backs
 }
 
-// batcher sends what is queued, as soon as it is queued: refunds and lease
-// requests in one pipeline. Nothing waits to fill a batch; requests
-// that arrive while a pipeline is out go together in the next one.
-func (l *Leaser) batcher() {
-	defer l.wg.Done()
+// run sends what is queued, as soon as it is queued: refunds and lease
+// requests in one pipeline. Nothing waits to fill a batch; requests that
+// arrive while a pipeline is out go together in the next one. It is the
+// batcher's goroutine.
+func (b *batcher) run() {
+	defer b.wg.Done()
 	for {
 		select {
-		case <-l.work:
-		case <-l.stop:
-			for l.flush() { // what Close queued
+		case <-b.work:
+		case <-b.stop:
+			for b.flush() { // what Close queued
 			}
 			return
 		}
-		for l.flush() {
+		for b.flush() {
 		}
 	}
 }
 
 // flush takes one batch of each queue and sends it: on the batcher's
 // goroutine, or with a Redis Cluster through each master's lane. It reports
-// whether anything was taken.
-func (l *Leaser) flush() bool {
-	l.mu.Lock()
-	calls, backs := l.take()
-	l.mu.Unlock()
+// whether anything was taken. Batcher only.
+func (b *batcher) flush() bool {
+	b.mu.Lock()
+	calls, backs := b.take()
+	b.mu.Unlock()
 	if len(calls) == 0 && len(backs) == 0 {
 		return false
 	}
-	if !l.door.Sharded() {
-		l.send(calls, backs)
+	if !b.door.Sharded() {
+		b.send(calls, backs)
 		return true
 	}
-	ctx, cancel := l.door.Bound(context.Background()) // for loading the cluster's layout
+	ctx, cancel := b.door.Bound(context.Background()) // for loading the cluster's layout
 	defer cancel()
 	for _, c := range calls {
-		l.lane(l.door.Node(ctx, c.req.Policy, c.req.Key)).push(c, nil)
+		b.lane(b.door.Node(ctx, c.req.Policy, c.req.Key)).push(c, nil)
 	}
 	for _, g := range backs {
-		l.lane(l.door.Node(ctx, g.Policy, g.Key)).push(nil, &g)
+		b.lane(b.door.Node(ctx, g.Policy, g.Key)).push(nil, &g)
 	}
-	for node, ln := range l.lanes {
-		if !l.startLane(ln) {
+	for node, ln := range b.lanes {
+		if !b.startLane(ln) {
 			// Idle: dropped, and made again when next needed, so that the
 			// masters a resharding or a failover left behind do not stay.
-			delete(l.lanes, node)
+			delete(b.lanes, node)
 		}
 	}
 	return true
@@ -112,14 +243,14 @@ func (l *Leaser) flush() bool {
 
 // send sends one pipeline of refunds and lease requests, within the
 // door's timeout, or once Close has begun within Close's bound.
-func (l *Leaser) send(calls []*call, backs []remote.Grant) {
-	l.mu.Lock()
-	ctx := l.closeCtx // set once stopped
-	l.mu.Unlock()
+func (b *batcher) send(calls []*call, backs []remote.Grant) {
+	b.mu.Lock()
+	ctx := b.closeCtx // set once closed
+	b.mu.Unlock()
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	l.sendBatch(ctx, calls, backs)
+	b.sendBatch(ctx, calls, backs)
 }
 
 // lane is the queue of one Redis Cluster master: its requests go out in
@@ -133,11 +264,11 @@ type lane struct {
 }
 
 // lane returns the lane of node, making it. Batcher only.
-func (l *Leaser) lane(node string) *lane {
-	ln := l.lanes[node]
+func (b *batcher) lane(node string) *lane {
+	ln := b.lanes[node]
 	if ln == nil {
 		ln = &lane{}
-		l.lanes[node] = ln
+		b.lanes[node] = ln
 	}
 	return ln
 }
@@ -156,8 +287,8 @@ func (ln *lane) push(c *call, g *remote.Grant) {
 
 // startLane starts a goroutine that sends ln's queue until it is empty,
 // unless one is at it. It reports whether ln is busy now: false means it
-// is idle and empty. Batcher only: Close waits for the goroutine (wg).
-func (l *Leaser) startLane(ln *lane) bool {
+// is idle and empty. Batcher only: close waits for the goroutine (wg).
+func (b *batcher) startLane(ln *lane) bool {
 	ln.mu.Lock()
 	if ln.busy || len(ln.calls)+len(ln.backs) == 0 {
 		busy := ln.busy
@@ -166,9 +297,9 @@ func (l *Leaser) startLane(ln *lane) bool {
 	}
 	ln.busy = true
 	ln.mu.Unlock()
-	l.wg.Add(1) // the batcher's own count is held: no race with Close's Wait
+	b.wg.Add(1) // the batcher's own count is held: no race with close's Wait
 	go func() {
-		defer l.wg.Done()
+		defer b.wg.Done()
 		for {
 			ln.mu.Lock()
 			calls, backs := ln.take()
@@ -178,7 +309,7 @@ func (l *Leaser) startLane(ln *lane) bool {
 				return
 			}
 			ln.mu.Unlock()
-			l.send(calls, backs)
+			b.send(calls, backs)
 		}
 	}()
 	return true
@@ -187,42 +318,37 @@ func (l *Leaser) startLane(ln *lane) bool {
 // sendBatch sends one pipeline of refunds and lease requests through the
 // door (which refunds the grants that arrive after ctx's end) and
 // completes the requests. It measures the lease round trip.
-func (l *Leaser) sendBatch(ctx context.Context, calls []*call, backs []remote.Grant) {
+func (b *batcher) sendBatch(ctx context.Context, calls []*call, backs []remote.Grant) {
 	rs := make([]remote.Request, len(calls))
 	for i, c := range calls {
 		rs[i] = c.req
 	}
 	start := time.Now()
-	ds, errs, gerrs := l.door.Batch(ctx, rs, backs)
+	ds, errs, gerrs := b.door.Batch(ctx, rs, backs)
 	if len(calls) > 0 {
-		l.measured(time.Since(start))
+		b.measured(time.Since(start))
 	}
 	for i, err := range gerrs {
 		// A refund that failed is not retried: its units come back by
 		// themselves when their key's state expires.
 		if err == nil {
-			l.stats.refunded.Add(uint64(backs[i].Units))
+			b.owner.countRefund(backs[i].Units)
 		}
 	}
 	for i, c := range calls {
 		if errs[i] == nil {
-			l.stats.leases.Add(1)
-			l.stats.leased.Add(uint64(ds[i].Granted))
-			l.stats.refunded.Add(uint64(c.req.Back))
-			if ds[i].Granted == 0 {
-				l.stats.denied.Add(1)
-			}
+			b.owner.countLease(c.req, ds[i])
 		}
-		l.finish(c, ds[i], errs[i])
+		b.finish(c, ds[i], errs[i])
 	}
 }
 
 // measured folds one lease round trip into the moving average.
-func (l *Leaser) measured(d time.Duration) {
-	old := l.rtt.Load()
+func (b *batcher) measured(d time.Duration) {
+	old := b.rtt.Load()
 	if old == 0 {
-		l.rtt.Store(int64(d))
+		b.rtt.Store(int64(d))
 		return
 	}
-	l.rtt.Store(old + (int64(d)-old)/8)
+	b.rtt.Store(old + (int64(d)-old)/8)
 }

@@ -20,9 +20,15 @@
 // at Close, all of them go back at once, with this instance's leave from
 // the keys' members.
 //
-// Files: leaser.go (leases: plan, send, apply), batch.go (the batcher and
-// the Cluster lanes), sweep.go (units given back: lapsed, evicted, at
-// Close; statistics), config.go.
+// The Leaser decides what to lease and applies the answers; its batcher, a
+// type of its own, queues the lease calls and refunds, sends them in
+// pipelines through the door (with a Cluster, per master lane), measures
+// the round trip and completes the calls, calling back the Leaser (its
+// owner) to apply each answer and count it.
+//
+// Files: leaser.go (the Leaser; leases: plan, apply), batch.go (the
+// batcher: queue, pipelines, Cluster lanes, round trip), sweep.go (units
+// given back: lapsed, evicted, at Close; statistics), config.go.
 //
 // Every Redis call goes through the Limiter's Door (package internal/door,
 // given to New), which bounds it by the Redis timeout, guards it for

@@ -47,7 +47,7 @@ func TestIdleLanesAreDropped(t *testing.T) {
 		lease("one")
 	}
 	l.Close() // nothing held to refund (leases of 1); the batcher has stopped: its lanes can be read
-	if n := len(l.lanes); n > 1 {
+	if n := len(l.batcher.lanes); n > 1 {
 		t.Fatalf("%d lanes after leases of one master's keys only, want at most that master's", n)
 	}
 }

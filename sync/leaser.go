@@ -22,7 +22,9 @@ type Entry = local.Entry[*remote.Policy]
 // Table holds the entries of one policy by key.
 type Table = local.Table[*remote.Policy]
 
-// Leaser makes and returns leases for the entries of one Limiter.
+// Leaser makes and returns leases for the entries of one Limiter: it
+// decides what to lease (plan) and applies the answers (apply); its batcher
+// sends the calls.
 type Leaser struct {
 	// door makes every Redis call (its timeout bounds them) and holds the
 	// breakers a prefetch asks.
@@ -47,31 +49,22 @@ type Leaser struct {
 	// instances is the most members a key leased had, and when (ns) it
 	// was last seen that high (see Instances).
 	instances, instancesAt atomic.Int64
-	// rtt is the measured lease round trip (ns, a moving average); offset
-	// is Redis's clock minus this one's (µs) at the last reply.
-	rtt, offset atomic.Int64
+	// offset is Redis's clock minus this one's (µs) at the last reply.
+	offset atomic.Int64
 	// goneHits: local hits of entries no longer in the bound.
 	goneHits atomic.Uint64
 
-	work  chan struct{} // wakes the batcher
-	mu    stdsync.Mutex // guards the queue
-	queue               // requires mu held
-	// pending counts lease calls not yet applied; Close waits for them
-	// before it stops the batcher, so that the units of a lease that lands
-	// during Close are refunded too. Added to under mu, only while open.
-	pending stdsync.WaitGroup
+	// batcher queues the lease calls and refunds, sends them through the
+	// door, and completes the calls: it calls back apply, countLease and
+	// countRefund (its owner).
+	batcher *batcher
 
-	// lanes: with a Redis Cluster, one queue per master (node address),
-	// kept while it has requests; an idle one is dropped at the next flush.
-	// Batcher only.
-	lanes map[string]*lane
-
-	stop    chan struct{}
+	// stopped: Close has begun. Close sets it under mu, which orders the
+	// start of a prefetch (wg.Add) with Close's Wait.
+	mu      stdsync.Mutex
 	stopped atomic.Bool
-	// closeCtx bounds what Close sends (the last refunds): one Redis
-	// timeout from Close's start. Set with stopped, under mu.
-	closeCtx context.Context
-	wg       stdsync.WaitGroup
+	stop    chan struct{}     // stops the sweeper
+	wg      stdsync.WaitGroup // the sweeper and the prefetches
 
 	// stats counts leases and units; the door counts round trips and
 	// errors.
@@ -81,8 +74,8 @@ type Leaser struct {
 	}
 }
 
-// New starts a Leaser that makes its Redis calls through d: its batcher and
-// sweeper goroutines run until Close. The Leaser does not close d.
+// New starts a Leaser that makes its Redis calls through d: its batcher's
+// and sweeper's goroutines run until Close. The Leaser does not close d.
 func New(d *door.Door, clk clock.Clock, cfg Config) (*Leaser, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -91,7 +84,7 @@ func New(d *door.Door, clk clock.Clock, cfg Config) (*Leaser, error) {
 	_, _ = crand.Read(id[:])
 	l := &Leaser{
 		door: d, cfg: cfg, clock: clk, base: clk.Now(), id: hex.EncodeToString(id[:]),
-		work: make(chan struct{}, 1), stop: make(chan struct{}), lanes: map[string]*lane{},
+		stop: make(chan struct{}),
 	}
 	switch c := clk.(type) {
 	case clock.System:
@@ -106,8 +99,8 @@ func New(d *door.Door, clk clock.Clock, cfg Config) (*Leaser, error) {
 		l.skew = l.elapsed.Elapsed()
 	}
 	l.bound = local.NewBound(cfg.MaxKeys, l.evicted)
-	l.wg.Add(2)
-	go l.batcher()
+	l.batcher = newBatcher(d, l)
+	l.wg.Add(1)
 	go l.sweeper()
 	return l, nil
 }
@@ -178,7 +171,7 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 			}
 			continue
 		}
-		d, err = l.lease(ctx, l.plan(e, st, n, now), n)
+		d, err = l.batcher.lease(ctx, l.plan(e, st, n, now), n)
 		e.EndLease()
 		return d, false, err
 	}
@@ -218,7 +211,7 @@ func (l *Leaser) Prefetch(e *Entry) {
 		ctx, cancel := l.door.Bound(context.Background())
 		defer cancel()
 		// A failed prefetch changes nothing: the next miss leases itself.
-		_, _ = l.lease(ctx, c, 0)
+		_, _ = l.batcher.lease(ctx, c, 0)
 		e.EndLease()
 	}()
 }
@@ -235,7 +228,7 @@ func (l *Leaser) Prefetch(e *Entry) {
 func (l *Leaser) plan(e *Entry, st local.Lease, n, now int64) *call {
 	p := e.Policy()
 	rate := st.Rate
-	h := max(l.cfg.horizon(), min(4*time.Duration(l.rtt.Load()), l.cfg.TTL/2))
+	h := max(l.cfg.horizon(), min(4*l.batcher.roundTrip(), l.cfg.TTL/2))
 	want := rate * h.Seconds()
 	if st.WindowEnd > now {
 		want = min(want, rate*float64(st.WindowEnd-now)/1e9)
@@ -265,39 +258,11 @@ const (
 	growthFloor = 8
 )
 
-// lease sends c and applies the answer to its entry; n of the units are the
-// caller's (0 for a prefetch).
-func (l *Leaser) lease(ctx context.Context, c *call, n int64) (remote.Decision, error) {
-	l.mu.Lock()
-	if l.stopped.Load() {
-		l.mu.Unlock()
-		return remote.Decision{}, ErrClosed
-	}
-	l.pending.Add(1)
-	l.calls = append(l.calls, c)
-	l.mu.Unlock()
-	l.wake()
-	select {
-	case <-c.done:
-	case <-ctx.Done():
-		// The call goes on; its grant lands in the entry, not lost (apply
-		// runs in the batcher for abandoned calls).
-		if c.abandon() {
-			return remote.Decision{}, ctx.Err()
-		}
-		<-c.done
-	}
-	defer l.pending.Done()
-	if c.err != nil {
-		return remote.Decision{}, c.err
-	}
-	l.apply(c, n)
-	return c.d, nil
-}
-
 // apply puts the answer to c into its entry: the grant beyond the caller's n
 // units into the allowance, valid from the request's start for TTL or the
-// grant's own validity, whichever ends first; or the denial.
+// grant's own validity, whichever ends first; or the denial. The batcher
+// calls it once per answered call: on the requester's goroutine, or on its
+// own when the requester left (n is then 0).
 func (l *Leaser) apply(c *call, n int64) {
 	e, d, start := c.entry, c.d, c.start
 	now := l.Now()
@@ -340,7 +305,7 @@ func (l *Leaser) apply(c *call, n int64) {
 		// in time. A lease of a few units is not renewed ahead: a renewal
 		// as the last unit goes would start the next lease a request early,
 		// and a slow key would lose a request's worth of each lease's life.
-		lw := float64(c.req.Demand) * 3 * float64(l.rtt.Load()) / 1e9
+		lw := float64(c.req.Demand) * 3 * float64(l.batcher.roundTrip()) / 1e9
 		if lw < 1 {
 			lw = 0 // not a unit's worth: a miss is as likely as a prefetch's use
 		}
@@ -359,13 +324,5 @@ func (l *Leaser) apply(c *call, n int64) {
 		if u, at := e.Drain(); u > 0 {
 			l.giveBack(e, u, at)
 		}
-	}
-}
-
-// wake tells the batcher that something is queued.
-func (l *Leaser) wake() {
-	select {
-	case l.work <- struct{}{}:
-	default:
 	}
 }

@@ -35,7 +35,7 @@ func (l *Leaser) evicted(e *Entry, units, at int64) {
 		// to less than they may have for three horizons). Any other entry
 		// does not leave: a call for that alone would cost a command per
 		// key at Close, and its membership lapses within three horizons.
-		l.queueBack(remote.Grant{Policy: e.Policy(), Key: e.Key(), Units: units, At: at, Member: l.id})
+		l.batcher.queueBack(remote.Grant{Policy: e.Policy(), Key: e.Key(), Units: units, At: at, Member: l.id})
 		return
 	}
 	l.giveBack(e, units, at)
@@ -44,16 +44,8 @@ func (l *Leaser) evicted(e *Entry, units, at int64) {
 // giveBack queues a refund of units granted at at.
 func (l *Leaser) giveBack(e *Entry, units, at int64) {
 	if units > 0 {
-		l.queueBack(remote.Grant{Policy: e.Policy(), Key: e.Key(), Units: units, At: at})
+		l.batcher.queueBack(remote.Grant{Policy: e.Policy(), Key: e.Key(), Units: units, At: at})
 	}
-}
-
-// queueBack queues g for the batcher.
-func (l *Leaser) queueBack(g remote.Grant) {
-	l.mu.Lock()
-	l.backs = append(l.backs, g)
-	l.mu.Unlock()
-	l.wake()
 }
 
 // sweeper, every quarter TTL, sets aside the units that lapsed unused, and
@@ -95,18 +87,16 @@ func (l *Leaser) Close() {
 	ctx, cancel := l.door.Bound(context.Background())
 	defer cancel()
 	l.mu.Lock()
-	first := !l.stopped.Swap(true) // no lease starts after this
-	if first {
-		l.closeCtx = ctx
-	}
+	first := !l.stopped.Swap(true) // no prefetch starts after this
 	l.mu.Unlock()
 	if !first {
 		return
 	}
-	l.bound.Clear()  // queues the refunds of every unit held
-	l.pending.Wait() // leases in flight land, and are refunded (their entries are gone)
-	close(l.stop)    // the batcher sends what is queued, then stops
-	l.wg.Wait()
+	l.batcher.closing(ctx) // no lease is queued after this; what is sent is bounded by ctx
+	l.bound.Clear()        // queues the refunds of every unit held
+	close(l.stop)          // the sweeper stops
+	l.wg.Wait()            // and the prefetches end: the batcher still answers them
+	l.batcher.close()      // leases in flight land, and are refunded (their entries are gone); what is queued is sent
 	if l.own != nil {
 		l.own.Stop()
 	}
@@ -120,6 +110,20 @@ func (l *Leaser) LocalHits() uint64 {
 	l.bound.Range(func(e *Entry) bool { n += e.Hits(); return true })
 	return n
 }
+
+// countLease counts the answer d to the lease request r (for the batcher):
+// the units r gave back went back with it.
+func (l *Leaser) countLease(r remote.Request, d remote.Decision) {
+	l.stats.leases.Add(1)
+	l.stats.leased.Add(uint64(d.Granted))
+	l.stats.refunded.Add(uint64(r.Back))
+	if d.Granted == 0 {
+		l.stats.denied.Add(1)
+	}
+}
+
+// countRefund counts units that a refund gave back (for the batcher).
+func (l *Leaser) countRefund(units int64) { l.stats.refunded.Add(uint64(units)) }
 
 // Stats returns a snapshot of the counters.
 func (l *Leaser) Stats() Stats {
