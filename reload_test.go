@@ -95,29 +95,31 @@ func TestLimitChangedMidRun(t *testing.T) {
 				}
 			}
 			all := make([]*phase, len(phases))
+			// A phase spans from before its policy is stored to after every
+			// goroutine has decided with the next one: its decisions all
+			// fall inside (spans overlap, which only widens the bounds).
+			starts := make([]time.Time, len(phases))
 			spans := make([]time.Duration, len(phases))
-			start := redisTime(t, srv)
 			for i, ph := range phases {
 				p, err := ratelease.NewPolicy("reload-"+name, ratelease.PerSecond(ph.rate))
 				if err != nil {
 					t.Fatal(err)
 				}
 				all[i] = &phase{p: p, i: i + 1}
+				starts[i] = redisTime(t, srv)
 				cur.Store(all[i])
 				if i == 0 {
 					run()
 				}
 				if i > 0 {
 					settled(i + 1) // no decision of phase i is still in flight
-					end := redisTime(t, srv)
-					spans[i-1] = end.Sub(start)
-					start = end
+					spans[i-1] = redisTime(t, srv).Sub(starts[i-1])
 				}
 				time.Sleep(ph.run)
 			}
 			close(stop)
 			wg.Wait()
-			spans[len(phases)-1] = redisTime(t, srv).Sub(start)
+			spans[len(phases)-1] = redisTime(t, srv).Sub(starts[len(phases)-1])
 			if n := failures.Load(); n > 0 {
 				t.Fatalf("%d calls failed, the first: %v", n, *firstErr.Load())
 			}
