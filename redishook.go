@@ -94,13 +94,14 @@ type RedisOutcome struct {
 // returns the context to make it with and a function to be called once,
 // with the outcome, when it ends (nil if none is wanted). The context
 // returned must be ctx or derived from it with values only (a span, say):
-// one that ends sooner would cut the call short; nil means ctx. A go-redis hook on the
-// client (a tracing hook, say) sees that context.
+// one that ends sooner would cut the call short; nil means ctx. A go-redis
+// hook on the client (a tracing hook, say) sees that context.
 //
-// A round trip the circuit breaker refused is not made, and not told. The
-// hook runs on the goroutine that makes the call, on the request's path
-// for RedisDecide and for the operators' calls: it must not block. See
-// WithRedisHook.
+// A round trip the circuit breaker refused is not made, and not told; one
+// that the Limiter's Close stopped before it was sent ends with ErrClosed.
+// The hook runs on the goroutine that makes the call, on the request's
+// path for RedisDecide and for the operators' calls: it must not block.
+// See WithRedisHook.
 type RedisHook func(ctx context.Context, call RedisCall) (context.Context, func(RedisOutcome))
 
 // WithRedisHook makes the Limiter tell h of each Redis round trip it makes,
