@@ -130,6 +130,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 		Instances:   int64(cfg.instances),
 		MaxKeys:     cfg.maxKeys,
 		Observer:    cfg.observer,
+		RedisHook:   doorHook(cfg.redisHook),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)

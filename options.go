@@ -22,6 +22,7 @@ type config struct {
 	failure      FailureMode
 	instances    int
 	observer     func(BreakerState)
+	redisHook    RedisHook
 	exact        bool
 	lease        LeaseConfig
 	maxKeys      int

@@ -84,8 +84,8 @@ type Decision struct {
 	Blocked bool
 }
 
-// Config configures an Engine. Every field but Lease and Observer is
-// required.
+// Config configures an Engine. Every field but Lease, Observer and
+// RedisHook is required.
 type Config struct {
 	Store *remote.Store
 	Clock clock.Clock
@@ -110,6 +110,9 @@ type Config struct {
 	// Observer, when not nil, is called with each new state of the circuit
 	// breaker, on the goroutine that changed it: it must not block.
 	Observer func(BreakerState)
+	// RedisHook, when not nil, is told of each Redis round trip as it
+	// starts and ends (see door.Hook).
+	RedisHook door.Hook
 }
 
 // Engine decides requests. Create it with New; it is safe for concurrent use.
@@ -182,7 +185,7 @@ func New(cfg Config) (*Engine, error) {
 	e := &Engine{clock: cfg.Clock, done: make(chan struct{})}
 	e.tables.others = &others{}
 	e.door = door.New(door.Config{Store: cfg.Store, Clock: cfg.Clock, Timeout: cfg.Timeout, Guard: cfg.Guard,
-		Observer: cfg.Observer, Recovered: e.chargeOutage})
+		Observer: cfg.Observer, Recovered: e.chargeOutage, Hook: cfg.RedisHook})
 	if cfg.Lease != nil {
 		l, err := leasesync.New(e.door, cfg.Clock, *cfg.Lease)
 		if err != nil {

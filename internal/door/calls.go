@@ -33,7 +33,8 @@ func (d *Door) acquire(ctx context.Context, r remote.Request) (remote.Decision, 
 	if err := ctx.Err(); err != nil {
 		return remote.Decision{}, err
 	}
-	dec, err := bounded(d, ctx,
+	hctx, end := d.start(ctx, OpDecide, 1)
+	dec, err := bounded(d, hctx,
 		func(ctx context.Context) (remote.Decision, error) { return d.store.Acquire(ctx, r) },
 		func(late remote.Decision, err error) {
 			if err == nil && late.Granted > 0 {
@@ -43,6 +44,9 @@ func (d *Door) acquire(ctx context.Context, r remote.Request) (remote.Decision, 
 				}
 			}
 		})
+	if end != nil {
+		end(single(err, dec.Granted))
+	}
 	if errors.Is(err, ErrClosed) {
 		return remote.Decision{}, err // never sent: not a round trip
 	}
@@ -94,10 +98,15 @@ func (d *Door) Refund(p *remote.Policy, key string, units, at int64) {
 // refund makes one refund call on the calling goroutine, bounded by the
 // timeout. It reports whether Redis took it.
 func (d *Door) refund(p *remote.Policy, key string, units, at int64) bool {
-	ctx, cancel := d.Bound(context.Background())
+	ctx, end := d.start(context.Background(), OpRefund, 1)
+	ctx, cancel := d.Bound(ctx)
 	defer cancel()
 	d.single.roundTrips.Add(1)
-	if err := d.store.Refund(ctx, p, key, units, at); err != nil {
+	err := d.store.Refund(ctx, p, key, units, at)
+	if end != nil {
+		end(single(err, 0))
+	}
+	if err != nil {
 		d.single.errors.Add(1)
 		return false
 	}
@@ -124,7 +133,11 @@ func (d *Door) Charge(node string, take func(on func(*remote.Policy, string) boo
 		if len(rs) == 0 {
 			return 0, nil
 		}
+		ctx, end := d.start(ctx, OpCharge, len(rs))
 		ds, errs := d.store.AcquireBatch(ctx, rs)
+		if end != nil {
+			end(outcome(ds, errs, nil))
+		}
 		for i := range ds {
 			if errs[i] != nil {
 				err = errs[i]
@@ -150,10 +163,18 @@ func (d *Door) Charge(node string, take func(on func(*remote.Policy, string) boo
 // outlives its deadline every call fails with the deadline's error, and the
 // grants that arrive later are refunded as they arrive: nobody holds them.
 func (d *Door) Batch(ctx context.Context, rs []remote.Request, gs []remote.Grant) ([]remote.Decision, []error, []error) {
+	op := OpLease
+	if len(rs) == 0 {
+		op = OpRefund
+	}
+	ctx, end := d.start(ctx, op, len(rs)+len(gs))
 	ctx, cancel := d.Bound(ctx)
 	defer cancel()
 	d.batched.roundTrips.Add(1)
 	ds, errs, gerrs := d.batch(ctx, rs, gs)
+	if end != nil {
+		end(outcome(ds, errs, gerrs))
+	}
 	d.batched.failed(errs)
 	d.batched.failed(gerrs)
 	return ds, errs, gerrs
@@ -199,10 +220,15 @@ func (d *Door) refundLate(rs []remote.Request, ds []remote.Decision, errs []erro
 	if len(late) == 0 {
 		return
 	}
-	ctx, cancel := d.Bound(context.Background())
+	ctx, end := d.start(context.Background(), OpRefund, len(late))
+	ctx, cancel := d.Bound(ctx)
 	defer cancel()
 	d.batched.roundTrips.Add(1)
-	for i, err := range d.store.RefundBatch(ctx, late) {
+	rerrs := d.store.RefundBatch(ctx, late)
+	if end != nil {
+		end(outcome(nil, nil, rerrs))
+	}
+	for i, err := range rerrs {
 		if err != nil {
 			// Not retried: the units come back by themselves when their
 			// key's state expires.
@@ -231,6 +257,10 @@ func (d *Door) Ping(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	_, err := bounded(d, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, d.store.Ping(ctx) }, nil)
+	hctx, end := d.start(ctx, OpPing, 0)
+	_, err := bounded(d, hctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, d.store.Ping(ctx) }, nil)
+	if end != nil {
+		end(single(err, 0))
+	}
 	return err
 }

@@ -14,12 +14,14 @@
 //     Redis Cluster one in front of each master, asked before a call
 //     (Enter, Ready) and told its outcome (Leave); when one closes after an
 //     outage, the Door tells its owner (Config.Recovered);
-//   - the counters of round trips and errors (Stats).
+//   - the counters of round trips and errors (Stats);
+//   - the hook (hook.go, Config.Hook), told of each round trip as it
+//     starts and ends: what it does, its calls, its outcome.
 //
 // Files: door.go (the type, New, Bound, Classify, Stats, Close), calls.go
 // (Acquire, Refund, Charge, Batch), breaker.go, operator.go (Peek,
-// GiveBack, Reset: the operators' calls, whose caller waits for the
-// outcome).
+// GiveBack, Reset, Block, Unblock: the operators' calls, whose caller
+// waits for the outcome), hook.go (Hook, Op, Outcome).
 //
 // It must not decide requests or choose what a failure means to them
 // (package tier does, and charges what its fallback admitted through

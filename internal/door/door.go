@@ -40,6 +40,9 @@ type Config struct {
 	// time the breaker of the server named node closes after an outage
 	// ("" with a single server; see remote.Store.Node).
 	Recovered func(node string)
+	// Hook, when not nil, is told of each round trip to Redis as it
+	// starts and ends (see Hook).
+	Hook Hook
 }
 
 // Door makes every Redis call of one Limiter. Create it with New; it is
@@ -62,6 +65,7 @@ type Door struct {
 	sharded   bool
 	observer  func(BreakerState)
 	recovered func(node string)
+	hook      Hook // nil: none
 	// single counts the calls of Acquire, Refund and Charge, batched those
 	// of Batch.
 	single, batched counters
@@ -71,7 +75,7 @@ type Door struct {
 func New(cfg Config) *Door {
 	d := &Door{
 		store: cfg.Store, clock: cfg.Clock, base: cfg.Clock.Now(), timeout: cfg.Timeout, guard: cfg.Guard,
-		sharded: cfg.Store.Sharded(), observer: cfg.Observer, recovered: cfg.Recovered,
+		sharded: cfg.Store.Sharded(), observer: cfg.Observer, recovered: cfg.Recovered, hook: cfg.Hook,
 	}
 	d.breaker = d.newBreaker("")
 	return d

@@ -15,7 +15,7 @@ import (
 // ErrUnavailable when Redis could not answer (the breaker is open, or the
 // call failed), ctx's error unwrapped, or ErrClosed.
 func (d *Door) Peek(ctx context.Context, p *remote.Policy, key string) (remote.Decision, error) {
-	return call(d, ctx, p, key, func(ctx context.Context) (remote.Decision, error) {
+	return call(d, ctx, OpPeek, p, key, func(ctx context.Context) (remote.Decision, error) {
 		return d.store.Peek(ctx, p, key)
 	})
 }
@@ -24,7 +24,7 @@ func (d *Door) Peek(ctx context.Context, p *remote.Policy, key string) (remote.D
 // (remote.Store.GiveBack): for a caller that waits for the outcome, so
 // with the caller's context, unlike Refund. Errors are Peek's.
 func (d *Door) GiveBack(ctx context.Context, p *remote.Policy, key string, units int64) error {
-	_, err := call(d, ctx, p, key, func(ctx context.Context) (struct{}, error) {
+	_, err := call(d, ctx, OpRefund, p, key, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, d.store.GiveBack(ctx, p, key, units)
 	})
 	return err
@@ -33,7 +33,7 @@ func (d *Door) GiveBack(ctx context.Context, p *remote.Policy, key string, units
 // Reset deletes key's state under p in Redis (remote.Store.Reset). Errors
 // are Peek's.
 func (d *Door) Reset(ctx context.Context, p *remote.Policy, key string) error {
-	_, err := call(d, ctx, p, key, func(ctx context.Context) (struct{}, error) {
+	_, err := call(d, ctx, OpReset, p, key, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, d.store.Reset(ctx, p, key)
 	})
 	return err
@@ -42,7 +42,7 @@ func (d *Door) Reset(ctx context.Context, p *remote.Policy, key string) error {
 // Block blocks key under p in Redis for d (remote.Store.Block). Errors
 // are Peek's.
 func (d *Door) Block(ctx context.Context, p *remote.Policy, key string, dur time.Duration) error {
-	_, err := call(d, ctx, p, key, func(ctx context.Context) (struct{}, error) {
+	_, err := call(d, ctx, OpBlock, p, key, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, d.store.Block(ctx, p, key, dur)
 	})
 	return err
@@ -51,17 +51,17 @@ func (d *Door) Block(ctx context.Context, p *remote.Policy, key string, dur time
 // Unblock lifts a block of key under p in Redis (remote.Store.Unblock).
 // Errors are Peek's.
 func (d *Door) Unblock(ctx context.Context, p *remote.Policy, key string) error {
-	_, err := call(d, ctx, p, key, func(ctx context.Context) (struct{}, error) {
+	_, err := call(d, ctx, OpUnblock, p, key, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, d.store.Unblock(ctx, p, key)
 	})
 	return err
 }
 
-// call makes one call fn for key under p: asks the breaker, bounds it by
-// the timeout and ctx, guards it when the client ignores deadlines, counts
-// it, and tells the breaker its outcome. A failure of Redis is an error
+// call makes one call fn, an op, for key under p: asks the breaker,
+// bounds it by the timeout and ctx, guards it when the client ignores
+// deadlines, counts it, tells the hook, and tells the breaker its outcome. A failure of Redis is an error
 // wrapping ErrUnavailable; ctx's own error comes back unwrapped.
-func call[T any](d *Door, ctx context.Context, p *remote.Policy, key string, fn func(context.Context) (T, error)) (T, error) {
+func call[T any](d *Door, ctx context.Context, op Op, p *remote.Policy, key string, fn func(context.Context) (T, error)) (T, error) {
 	var zero T
 	if err := ctx.Err(); err != nil {
 		return zero, err
@@ -70,7 +70,11 @@ func call[T any](d *Door, ctx context.Context, p *remote.Policy, key string, fn 
 	if cause != nil {
 		return zero, unavailable(cause)
 	}
-	v, err := bounded(d, ctx, fn, nil)
+	hctx, end := d.start(ctx, op, 1)
+	v, err := bounded(d, hctx, fn, nil)
+	if end != nil {
+		end(single(err, 0))
+	}
 	d.single.roundTrips.Add(1)
 	if err != nil {
 		d.single.errors.Add(1)

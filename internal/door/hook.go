@@ -1,0 +1,97 @@
+package door
+
+import (
+	"context"
+
+	"github.com/ratelease/ratelease/remote"
+)
+
+// Op says what one Redis round trip does (Config.Hook).
+type Op uint8
+
+// The kinds of round trip. The zero value is no call.
+const (
+	// OpDecide: one atomic decision (Acquire): an exact decision, a
+	// Wait's attempt or reservation, AllowAtMost.
+	OpDecide Op = iota + 1
+	// OpLease: a pipeline of leases (Batch), with the refunds queued with
+	// them.
+	OpLease
+	// OpRefund: units given back: a pipeline of refunds only (Batch), a
+	// single Refund, the refund of late grants, GiveBack.
+	OpRefund
+	// OpCharge: the units admitted during an outage, charged once the
+	// server is back (Charge).
+	OpCharge
+	// OpPeek, OpReset, OpBlock, OpUnblock: the operators' calls.
+	OpPeek
+	OpReset
+	OpBlock
+	OpUnblock
+	// OpPing: Ping, to every master with a Redis Cluster.
+	OpPing
+)
+
+// Outcome is what one round trip came to (Config.Hook).
+type Outcome struct {
+	// Err is nil when every call of the round trip succeeded; else the
+	// round trip's error, or its first failed call's.
+	Err error
+	// Failed counts its calls that failed.
+	Failed int
+	// Granted is the units its acquire calls were granted (OpDecide,
+	// OpLease, OpCharge); 0 for the others.
+	Granted int64
+}
+
+// Hook is called as a round trip starts, with the context it is made for,
+// what it does, and the number of calls it carries (each about one key; 0
+// for OpPing). It returns the context to make it with (ctx or one derived
+// from it, with no earlier end) and a function called once with its
+// outcome when it ends, or nil.
+type Hook func(ctx context.Context, op Op, keys int) (context.Context, func(Outcome))
+
+// start tells the hook, if any, that a round trip starts: it returns the
+// context to make it with and the function to give its outcome to (nil:
+// none). Without a hook it costs a nil check.
+func (d *Door) start(ctx context.Context, op Op, keys int) (context.Context, func(Outcome)) {
+	if d.hook == nil {
+		return ctx, nil
+	}
+	return d.hook(ctx, op, keys)
+}
+
+// outcome returns the Outcome of a pipeline whose calls' errors are errs
+// and gerrs, and whose acquire calls got ds.
+func outcome(ds []remote.Decision, errs, gerrs []error) Outcome {
+	var o Outcome
+	for i, err := range errs {
+		if err != nil {
+			o.Failed++
+			if o.Err == nil {
+				o.Err = err
+			}
+			continue
+		}
+		if i < len(ds) {
+			o.Granted += ds[i].Granted
+		}
+	}
+	for _, err := range gerrs {
+		if err != nil {
+			o.Failed++
+			if o.Err == nil {
+				o.Err = err
+			}
+		}
+	}
+	return o
+}
+
+// single returns the Outcome of one call whose error is err.
+func single(err error, granted int64) Outcome {
+	if err != nil {
+		return Outcome{Err: err, Failed: 1}
+	}
+	return Outcome{Granted: granted}
+}

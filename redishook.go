@@ -1,0 +1,140 @@
+package ratelease
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ratelease/ratelease/internal/door"
+)
+
+// RedisOp says what one Redis round trip of a Limiter does (RedisCall).
+type RedisOp uint8
+
+// The kinds of Redis round trip. The zero value is no call.
+const (
+	// RedisDecide: one atomic decision: an exact decision (WithExact, or a
+	// policy that does not lease), each attempt of such a Wait, and
+	// AllowAtMost.
+	RedisDecide = RedisOp(door.OpDecide)
+	// RedisLease: one pipeline of leases (with the refunds queued
+	// meanwhile), made in the background for any number of callers.
+	RedisLease = RedisOp(door.OpLease)
+	// RedisRefund: units given back: a pipeline of refunds of unused
+	// leased units (on expiry, eviction and Close), a Wait's reserved slot,
+	// grants that arrived after their caller stopped waiting, and
+	// Limiter.Refund.
+	RedisRefund = RedisOp(door.OpRefund)
+	// RedisCharge: the units that FailLocal or FailOpen admitted during an
+	// outage, charged once Redis is back.
+	RedisCharge = RedisOp(door.OpCharge)
+	// RedisPeek, RedisReset, RedisBlock, RedisUnblock: Limiter.Peek,
+	// Reset, Block and Unblock.
+	RedisPeek    = RedisOp(door.OpPeek)
+	RedisReset   = RedisOp(door.OpReset)
+	RedisBlock   = RedisOp(door.OpBlock)
+	RedisUnblock = RedisOp(door.OpUnblock)
+	// RedisPing: Limiter.Ping.
+	RedisPing = RedisOp(door.OpPing)
+)
+
+// String returns "decide", "lease", "refund", "charge", "peek", "reset",
+// "block", "unblock", "ping", or "none" for the zero value.
+func (o RedisOp) String() string {
+	switch o {
+	case RedisDecide:
+		return "decide"
+	case RedisLease:
+		return "lease"
+	case RedisRefund:
+		return "refund"
+	case RedisCharge:
+		return "charge"
+	case RedisPeek:
+		return "peek"
+	case RedisReset:
+		return "reset"
+	case RedisBlock:
+		return "block"
+	case RedisUnblock:
+		return "unblock"
+	case RedisPing:
+		return "ping"
+	}
+	return "none"
+}
+
+// RedisCall is one Redis round trip that a Limiter starts (WithRedisHook).
+type RedisCall struct {
+	// Op says what it does.
+	Op RedisOp
+	// Keys is the number of calls it carries, each about one key: 1, or
+	// the length of a pipeline (RedisLease, RedisRefund, RedisCharge); 0
+	// for RedisPing.
+	Keys int
+}
+
+// RedisOutcome is what one Redis round trip came to (WithRedisHook).
+type RedisOutcome struct {
+	// Err is nil when every call of the round trip succeeded; else the
+	// round trip's error, or that of its first call that failed (the
+	// caller's context error, unwrapped, when that ended the wait first).
+	Err error
+	// Failed counts the calls that failed: 0 or 1 for a single call, up to
+	// Keys for a pipeline.
+	Failed int
+	// Granted is the units that Redis granted to the round trip's
+	// acquiring calls (RedisDecide, RedisLease, RedisCharge); 0 for the
+	// others. A RedisDecide that granted 0 was a denial.
+	Granted int64
+}
+
+// RedisHook is told of each Redis round trip a Limiter makes: called as it
+// starts, with the context it is made for (context.Background() for the
+// calls a Limiter makes in the background: leases, refunds, charges), it
+// returns the context to make it with and a function to be called once,
+// with the outcome, when it ends (nil if none is wanted). The context
+// returned must be ctx or derived from it with values only (a span, say):
+// one that ends sooner would cut the call short; nil means ctx. A go-redis
+// hook on the client (a tracing hook, say) sees that context.
+//
+// A round trip the circuit breaker refused is not made, and not told; one
+// that the Limiter's Close stopped before it was sent ends with ErrClosed.
+// The hook runs on the goroutine that makes the call, on the request's
+// path for RedisDecide and for the operators' calls: it must not block.
+// See WithRedisHook.
+type RedisHook func(ctx context.Context, call RedisCall) (context.Context, func(RedisOutcome))
+
+// WithRedisHook makes the Limiter tell h of each Redis round trip it makes,
+// as it starts and as it ends: for tracing (package
+// github.com/ratelease/ratelease/extra/rateleaseotel makes a span of each)
+// or logging. Leased hits, which make no Redis call, never call h; without
+// the option a Redis call costs a nil check more. A nil h is an error
+// wrapping ErrInvalidOption.
+func WithRedisHook(h RedisHook) Option {
+	return optionFunc(func(c *config) error {
+		if h == nil {
+			return fmt.Errorf("%w: nil redis hook", ErrInvalidOption)
+		}
+		c.redisHook = h
+		return nil
+	})
+}
+
+// doorHook returns h as the door's hook: nil for a nil h.
+func doorHook(h RedisHook) door.Hook {
+	if h == nil {
+		return nil
+	}
+	return func(ctx context.Context, op door.Op, keys int) (context.Context, func(door.Outcome)) {
+		hctx, end := h(ctx, RedisCall{Op: RedisOp(op), Keys: keys})
+		if hctx == nil {
+			hctx = ctx
+		}
+		if end == nil {
+			return hctx, nil
+		}
+		return hctx, func(o door.Outcome) {
+			end(RedisOutcome{Err: o.Err, Failed: o.Failed, Granted: o.Granted})
+		}
+	}
+}
