@@ -43,8 +43,42 @@ const (
 	AllHeaders = DraftHeaders | XRateLimitHeaders
 )
 
-// describe computes d's identifiers and RateLimit-Policy members, once.
-func (d *dimension) describe() {
+// Dimension is a policy as the rate-limit header fields tell of it: the
+// names of its limits, their Rates, and its RateLimit-Policy members,
+// computed once, by NewDimension, for every response under the policy.
+// The middleware keeps one for each of its dimensions (its own policy and
+// each WithDimension's); code that limits requests of another protocol
+// keeps its own and gets the fields, with the same values as the
+// middleware's headers, from HeaderStyle.Fields (grpclimit sends them as
+// gRPC metadata).
+//
+// A Dimension is never changed once made: it is safe for concurrent use.
+// The zero Dimension has no policy and no limits: its names and members
+// are empty.
+type Dimension struct {
+	policy *ratelease.Policy
+	limits []ratelease.Limit
+	// ids are the limits' names, names the same as Structured Field
+	// strings, rates their Rates formatted, and member their
+	// RateLimit-Policy members.
+	ids, names, rates []string
+	member            string
+}
+
+// NewDimension describes policy p for the rate-limit header fields. A nil
+// p is ErrNoPolicy.
+func NewDimension(p *ratelease.Policy) (*Dimension, error) {
+	if p == nil {
+		return nil, ErrNoPolicy
+	}
+	d := &Dimension{policy: p}
+	d.describe()
+	return d, nil
+}
+
+// describe computes d's names and RateLimit-Policy members from its policy,
+// once; a Dimension with no policy stays empty.
+func (d *Dimension) describe() {
 	if d.policy == nil {
 		return
 	}
@@ -62,91 +96,228 @@ func (d *dimension) describe() {
 		}
 		window := max(1, int64((l.Period+time.Second/2)/time.Second))
 		quota := int64(l.Rate) * window * int64(time.Second) / int64(l.Period)
+		d.ids = append(d.ids, name)
 		d.names = append(d.names, sfString(name))
 		d.rates = append(d.rates, strconv.Itoa(l.Rate))
 		if i > 0 {
-			d.policyHeader += ", "
+			d.member += ", "
 		}
-		d.policyHeader += sfString(name) + ";q=" + strconv.FormatInt(quota, 10) + ";w=" + strconv.FormatInt(window, 10)
+		d.member += sfString(name) + ";q=" + strconv.FormatInt(quota, 10) + ";w=" + strconv.FormatInt(window, 10)
 	}
 }
 
-// name returns the identifier of limit l of d's policy.
-func (d *dimension) name(l ratelease.Limit) string { return d.names[d.index(l)] }
+// Policy returns the policy that d describes; nil for the zero Dimension.
+func (d *Dimension) Policy() *ratelease.Policy {
+	if d == nil {
+		return nil
+	}
+	return d.policy
+}
 
-// rate returns limit l's Rate, formatted.
-func (d *dimension) rate(l ratelease.Limit) string { return d.rates[d.index(l)] }
+// LimitName returns the name of limit l of d's policy in the draft fields
+// (unquoted): the policy's name, or for a policy of several limits its
+// name and the limit's period ("api-1s", "api-1m"; "api-1m-2" for a second
+// limit of one period). A Limit that is not one of the policy's gets the
+// first limit's name; the zero Dimension's names are all empty.
+func (d *Dimension) LimitName(l ratelease.Limit) string {
+	if d == nil {
+		return ""
+	}
+	return pick(d.limits, d.ids, l)
+}
 
-// index returns the index of limit l in d's policy.
-func (d *dimension) index(l ratelease.Limit) int {
-	for i, pl := range d.limits {
+// name returns limit l's name as a Structured Field string, and rate its
+// Rate formatted; "" for a nil d.
+func (d *Dimension) name(l ratelease.Limit) string {
+	if d == nil {
+		return ""
+	}
+	return pick(d.limits, d.names, l)
+}
+
+func (d *Dimension) rate(l ratelease.Limit) string {
+	if d == nil {
+		return ""
+	}
+	return pick(d.limits, d.rates, l)
+}
+
+// policyMember returns d's RateLimit-Policy members; "" for a nil d.
+func (d *Dimension) policyMember() string {
+	if d == nil {
+		return ""
+	}
+	return d.member
+}
+
+// pick returns the entry of list (a per-limit list of a Dimension) for
+// limit l of limits: the first entry when l is not one of them, "" when
+// there are none.
+func pick(limits []ratelease.Limit, list []string, l ratelease.Limit) string {
+	for i, pl := range limits {
 		if pl == l {
-			return i
+			return list[i]
 		}
 	}
-	return 0
+	if len(list) == 0 {
+		return ""
+	}
+	return list[0]
 }
 
-// The headers' canonical keys, so that setting them neither canonicalizes
-// nor allocates.
-var (
-	hdrPolicy    = http.CanonicalHeaderKey("RateLimit-Policy")
-	hdrRateLimit = http.CanonicalHeaderKey("RateLimit")
-	hdrLimit     = http.CanonicalHeaderKey("X-RateLimit-Limit")
-	hdrRemaining = http.CanonicalHeaderKey("X-RateLimit-Remaining")
-	hdrReset     = http.CanonicalHeaderKey("X-RateLimit-Reset")
-)
+// Decision is what one dimension decided for a request: Key is the
+// request's key under the Dimension's policy, and Result the decision.
+type Decision struct {
+	Dimension *Dimension
+	Key       string
+	Result    ratelease.Result
+}
 
-// write sets the headers of styles for the decisions ds, of which tightest
-// is the most restrictive. All values share one slice, and each is built
-// in one buffer.
-func (s HeaderStyle) write(h http.Header, as []applies, ds []decision, tightest decision) {
-	if s == NoHeaders {
-		return
+// Tightest returns the most restrictive of the decisions ds, made as the
+// middleware makes them (in order, until one denies): the one that
+// denied, or else the one with the fewest units Remaining, the first of
+// equals. That decision fills the X-RateLimit fields and Retry-After. It
+// returns the zero Decision when ds is empty.
+func Tightest(ds []Decision) Decision {
+	if len(ds) == 0 {
+		return Decision{}
 	}
-	vals := make([]string, 5)
+	tightest := ds[0]
+	for _, d := range ds[1:] {
+		if !d.Result.Allowed || d.Result.Remaining < tightest.Result.Remaining {
+			tightest = d
+		}
+	}
+	return tightest
+}
+
+// Fields are the values of the rate-limit header fields of one response,
+// as HeaderStyle.Fields computes them. A field of a style that was not
+// asked for is empty.
+type Fields struct {
+	// Policy is RateLimit-Policy, and RateLimit is RateLimit
+	// (DraftHeaders).
+	Policy, RateLimit string
+	// Limit, Remaining and Reset are X-RateLimit-Limit,
+	// X-RateLimit-Remaining and X-RateLimit-Reset (XRateLimitHeaders).
+	Limit, Remaining, Reset string
+	// RetryAfter is Retry-After, in whole seconds, rounded up, at least 1,
+	// when a decision denied, whatever the styles; empty when all
+	// admitted.
+	RetryAfter string
+}
+
+// Fields computes the rate-limit header fields of styles s for a request,
+// with the values that the middleware sends in its headers (see the
+// styles): applying are the dimensions that apply to the request (all of
+// them named in RateLimit-Policy), in the order they are decided in, and
+// decided the decisions made, in the same order: one for each of the
+// first dimensions of applying, up to and including the first that
+// denied. X-RateLimit-Reset is in Unix seconds counted from now. With no
+// decision there are no fields.
+//
+// The middleware sends the fields as HTTP headers; grpclimit sends them
+// as gRPC metadata, under the same names in lowercase.
+func (s HeaderStyle) Fields(applying []*Dimension, decided []Decision, now time.Time) Fields {
+	var f Fields
+	if len(decided) == 0 {
+		return f
+	}
+	tightest := Tightest(decided)
+	if !tightest.Result.Allowed {
+		f.RetryAfter = seconds(tightest.Result.RetryAfter, 1)
+	}
 	var buf [256]byte
 	if s&DraftHeaders != 0 {
-		policy := as[0].dim.policyHeader
-		if len(as) > 1 {
+		switch len(applying) {
+		case 0:
+		case 1:
+			f.Policy = applying[0].policyMember()
+		default:
 			b := buf[:0]
-			for i, d := range as {
+			for i, d := range applying {
 				if i > 0 {
 					b = append(b, ", "...)
 				}
-				b = append(b, d.dim.policyHeader...)
+				b = append(b, d.policyMember()...)
 			}
-			policy = string(b)
+			f.Policy = string(b)
 		}
 		b := buf[:0]
-		for i, d := range ds {
+		for i, d := range decided {
 			if i > 0 {
 				b = append(b, ", "...)
 			}
-			b = append(b, d.dim.name(d.res.Limit)...)
+			b = append(b, d.Dimension.name(d.Result.Limit)...)
 			b = append(b, ";r="...)
-			b = strconv.AppendInt(b, int64(max(0, d.res.Remaining)), 10)
+			b = strconv.AppendInt(b, int64(max(0, d.Result.Remaining)), 10)
 			b = append(b, ";t="...)
-			if d.res.Allowed {
-				b = appendSeconds(b, moreIn(d.res), 0)
+			if d.Result.Allowed {
+				b = appendSeconds(b, moreIn(d.Result), 0)
 			} else {
-				b = appendSeconds(b, d.res.RetryAfter, 1) // as Retry-After
+				b = appendSeconds(b, d.Result.RetryAfter, 1) // as Retry-After
 			}
 		}
-		vals[0], vals[1] = policy, string(b)
-		h[hdrPolicy], h[hdrRateLimit] = vals[0:1:1], vals[1:2:2]
+		f.RateLimit = string(b)
 	}
 	if s&XRateLimitHeaders != 0 {
-		res := tightest.res
+		res := tightest.Result
 		b := strconv.AppendInt(buf[:0], int64(max(0, res.Remaining)), 10)
 		n := len(b)
 		reset := res.ResetAfter
 		if !res.Allowed {
 			reset = max(time.Second, res.RetryAfter) // as Retry-After
 		}
-		b = strconv.AppendInt(b, time.Now().Add(reset+time.Second-1).Unix(), 10)
-		vals[2], vals[3], vals[4] = tightest.dim.rate(res.Limit), string(b[:n]), string(b[n:])
-		h[hdrLimit], h[hdrRemaining], h[hdrReset] = vals[2:3:3], vals[3:4:4], vals[4:5:5]
+		b = strconv.AppendInt(b, now.Add(reset+time.Second-1).Unix(), 10)
+		f.Limit = tightest.Dimension.rate(res.Limit)
+		f.Remaining, f.Reset = string(b[:n]), string(b[n:])
+	}
+	return f
+}
+
+// The headers' canonical keys, so that setting them neither canonicalizes
+// nor allocates.
+var (
+	hdrPolicy     = http.CanonicalHeaderKey("RateLimit-Policy")
+	hdrRateLimit  = http.CanonicalHeaderKey("RateLimit")
+	hdrLimit      = http.CanonicalHeaderKey("X-RateLimit-Limit")
+	hdrRemaining  = http.CanonicalHeaderKey("X-RateLimit-Remaining")
+	hdrReset      = http.CanonicalHeaderKey("X-RateLimit-Reset")
+	hdrRetryAfter = http.CanonicalHeaderKey("Retry-After")
+)
+
+// write sets the headers of f, those of styles s and Retry-After when f
+// has it. All values share one slice.
+func (s HeaderStyle) write(h http.Header, f *Fields) {
+	n := 0
+	if s&DraftHeaders != 0 {
+		n += 2
+	}
+	if s&XRateLimitHeaders != 0 {
+		n += 3
+	}
+	if f.RetryAfter != "" {
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	vals := make([]string, 0, n)
+	set := func(k, v string) {
+		vals = append(vals, v)
+		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
+	if s&DraftHeaders != 0 {
+		set(hdrPolicy, f.Policy)
+		set(hdrRateLimit, f.RateLimit)
+	}
+	if s&XRateLimitHeaders != 0 {
+		set(hdrLimit, f.Limit)
+		set(hdrRemaining, f.Remaining)
+		set(hdrReset, f.Reset)
+	}
+	if f.RetryAfter != "" {
+		set(hdrRetryAfter, f.RetryAfter)
 	}
 }
 

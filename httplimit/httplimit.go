@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"net/http"
+	"time"
 
 	"github.com/ratelease/ratelease"
 )
@@ -53,7 +54,7 @@ func WithKey(key KeyFunc) Option { return func(c *config) { c.dims[0].key = key 
 // Keys of different dimensions never meet, as long as the dimensions have
 // different policies.
 func WithDimension(p *ratelease.Policy, key KeyFunc) Option {
-	return func(c *config) { c.dims = append(c.dims, dimension{policy: p, key: key}) }
+	return func(c *config) { c.dims = append(c.dims, dimension{Dimension: Dimension{policy: p}, key: key}) }
 }
 
 // WithCost sets the units each request costs (a GraphQL query's
@@ -116,16 +117,11 @@ type config struct {
 	onError func(http.ResponseWriter, *http.Request, error)
 }
 
-// dimension is one policy and the key that requests have under it.
+// dimension is one policy, described for the headers, and the key that
+// requests have under it.
 type dimension struct {
-	policy *ratelease.Policy
-	key    KeyFunc
-	limits []ratelease.Limit
-	// names are the policy's limits' identifiers in the draft headers,
-	// rates their Rates formatted, and policyHeader their RateLimit-Policy
-	// members.
-	names, rates []string
-	policyHeader string
+	Dimension
+	key KeyFunc
 }
 
 // New returns middleware that limits each request under p, keyed by
@@ -186,7 +182,7 @@ func (c *config) middleware(l *ratelease.Limiter) func(http.Handler) http.Handle
 // build makes the configuration of p and opts.
 func build(p *ratelease.Policy, opts []Option) *config {
 	c := &config{
-		dims:    []dimension{{policy: p, key: ClientIP()}},
+		dims:    []dimension{{Dimension: Dimension{policy: p}, key: ClientIP()}},
 		styles:  AllHeaders,
 		denied:  http.HandlerFunc(deniedResponse),
 		onError: DefaultErrorHandler,
@@ -218,72 +214,69 @@ func (c *config) serve(l *ratelease.Limiter, next http.Handler, w http.ResponseW
 	}
 	// The dimensions that apply (a key), all of them named in
 	// RateLimit-Policy on every response, decided in order until one
-	// denies. No allocation for up to four.
-	var applying [4]applies
-	as := applying[:0]
+	// denies: each decision is made in place, in as[:n]. No allocation for
+	// up to four.
+	var pending [4]Decision
+	var dims [4]*Dimension
+	as, applying := pending[:0], dims[:0]
 	for i := range c.dims {
 		if key := c.dims[i].key(r); key != "" {
-			as = append(as, applies{&c.dims[i], key})
+			as = append(as, Decision{Dimension: &c.dims[i].Dimension, Key: key})
+			applying = append(applying, &c.dims[i].Dimension)
 		}
 	}
-	var decisions [4]decision
-	ds := decisions[:0]
-	for _, a := range as {
-		d, key := a.dim, a.key
-		res, err := l.AllowN(r.Context(), d.policy, key, cost)
+	n := 0
+	for n < len(as) {
+		d := &as[n]
+		res, err := l.AllowN(r.Context(), d.Dimension.policy, d.Key, cost)
 		if err != nil {
 			// The request ends here: what earlier dimensions admitted
 			// for it goes back, as when a later one denies.
-			refund(r.Context(), l, ds, cost)
+			Refund(r.Context(), l, as[:n], cost)
 			c.onError(w, r, err)
 			return
 		}
-		ds = append(ds, decision{dim: d, res: res, key: key})
+		d.Result = res
+		n++
 		if !res.Allowed {
-			refund(r.Context(), l, ds[:len(ds)-1], cost)
+			Refund(r.Context(), l, as[:n-1], cost)
 			break
 		}
 	}
-	if len(ds) == 0 { // no dimension applies
+	if n == 0 { // no dimension applies
 		next.ServeHTTP(w, r)
 		return
 	}
-	tightest := ds[0]
-	for _, d := range ds[1:] {
-		if !d.res.Allowed || d.res.Remaining < tightest.res.Remaining {
-			tightest = d
-		}
+	ds := as[:n]
+	var now time.Time // read only for X-RateLimit-Reset
+	if c.styles&XRateLimitHeaders != 0 {
+		now = time.Now()
 	}
-	c.styles.write(w.Header(), as, ds, tightest)
-	if !tightest.res.Allowed {
-		w.Header().Set("Retry-After", seconds(tightest.res.RetryAfter, 1))
-		c.denied.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), resultKey{}, tightest.res)))
+	f := c.styles.Fields(applying, ds, now)
+	c.styles.write(w.Header(), &f)
+	if tightest := Tightest(ds); !tightest.Result.Allowed {
+		c.denied.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), resultKey{}, tightest.Result)))
 		return
 	}
 	next.ServeHTTP(w, r)
 }
 
-// applies is a dimension that applies to a request, with its key.
-type applies struct {
-	dim *dimension
-	key string
-}
-
-// decision is what one dimension decided, for key.
-type decision struct {
-	dim *dimension
-	res ratelease.Result
-	key string
-}
-
-// refund gives back the cost that the dimensions ds admitted for a request
-// that a later dimension denied or failed to decide (not those a dimension in shadow mode
-// admitted: nothing was charged for them). A refund that fails is
-// dropped: its units stay spent, as they would without it.
-func refund(ctx context.Context, l *ratelease.Limiter, ds []decision, cost int) {
+// Refund gives back the cost that the decisions ds admitted for a request
+// that a later dimension denied or failed to decide, with
+// Limiter.Refund, so that a request that does not go on costs no
+// dimension anything. Decisions that denied, and admissions of a policy in
+// shadow mode (Result.Shadowed), are skipped: nothing was charged for
+// them. A refund that fails is dropped: its units stay spent, as they
+// would without it, as is the refund of a nil Limiter. The middleware
+// calls it; it is exported for code that decides requests of another
+// protocol as the middleware does.
+func Refund(ctx context.Context, l *ratelease.Limiter, ds []Decision, cost int) {
+	if l == nil {
+		return
+	}
 	for _, d := range ds {
-		if d.res.Allowed && !d.res.Shadowed {
-			_ = l.Refund(ctx, d.dim.policy, d.key, cost)
+		if d.Result.Allowed && !d.Result.Shadowed {
+			_ = l.Refund(ctx, d.Dimension.Policy(), d.Key, cost)
 		}
 	}
 }
