@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ratelease/ratelease"
+	"github.com/ratelease/ratelease/httplimit"
 )
 
 // ErrNoLimiter: New was given a nil Limiter.
@@ -289,16 +290,17 @@ type route struct {
 	policy  *ratelease.Policy
 }
 
-// dimension is one policy and the key that calls have under it.
+// dimension is one policy and the key that calls have under it; fields
+// describes the policy for the rate-limit fields (made by build).
 type dimension struct {
 	policy *ratelease.Policy
 	key    KeyFunc
-	limits []ratelease.Limit
-	// ids are the policy's limits' names, names the same quoted for the
-	// draft fields, rates their Rates formatted, and policyHeader their
-	// ratelimit-policy members.
-	ids, names, rates []string
-	policyHeader      string
+	fields *httplimit.Dimension
+}
+
+// describe makes d's fields; its policy is not nil.
+func (d *dimension) describe() {
+	d.fields, _ = httplimit.NewDimension(d.policy) // only a nil policy fails
 }
 
 // build validates c's options with New's policy p and compiles them.
@@ -423,46 +425,52 @@ func (i *Interceptor) decide(ctx context.Context, call Call, s sender) error {
 	}
 	// The dimensions that apply (a key), all of them named in
 	// ratelimit-policy on every response, decided in order until one
-	// denies. No allocation for up to four.
-	var applying [4]applies
-	as := applying[:0]
+	// denies: each decision is made in place, in as[:n]. No allocation for
+	// up to four.
+	var pending [4]httplimit.Decision
+	var dims [4]*httplimit.Dimension
+	as, applying := pending[:0], dims[:0]
 	if key := own.key(ctx, call); key != "" {
-		as = append(as, applies{own, key})
+		as = append(as, httplimit.Decision{Dimension: own.fields, Key: key})
+		applying = append(applying, own.fields)
 	}
 	for j := range c.extra {
 		if key := c.extra[j].key(ctx, call); key != "" {
-			as = append(as, applies{&c.extra[j], key})
+			as = append(as, httplimit.Decision{Dimension: c.extra[j].fields, Key: key})
+			applying = append(applying, c.extra[j].fields)
 		}
 	}
 	if len(as) == 0 {
 		return nil
 	}
-	var decisions [4]decision
-	ds := decisions[:0]
-	for _, a := range as {
-		res, err := i.l.AllowN(ctx, a.dim.policy, a.key, cost)
+	n := 0
+	for n < len(as) {
+		d := &as[n]
+		res, err := i.l.AllowN(ctx, d.Dimension.Policy(), d.Key, cost)
 		if err != nil {
 			err = c.onError(ctx, call, err)
 			if err != nil { // the call ends: it costs the dimensions that admitted it nothing
-				refund(ctx, i.l, ds, cost)
+				httplimit.Refund(ctx, i.l, as[:n], cost)
 			}
 			return err
 		}
-		ds = append(ds, decision{dim: a.dim, res: res, key: a.key})
+		d.Result = res
+		n++
 		if !res.Allowed {
-			refund(ctx, i.l, ds[:len(ds)-1], cost)
+			httplimit.Refund(ctx, i.l, as[:n-1], cost)
 			break
 		}
 	}
-	tightest := ds[0]
-	for _, d := range ds[1:] {
-		if !d.res.Allowed || d.res.Remaining < tightest.res.Remaining {
-			tightest = d
-		}
+	ds := as[:n]
+	var now time.Time // read only for x-ratelimit-reset
+	if c.styles&XRateLimitHeaders != 0 {
+		now = time.Now()
 	}
+	f := c.styles.http().Fields(applying, ds, now)
 	md := make(metadata.MD, 6)
-	c.styles.write(md, as, ds, tightest)
-	if tightest.res.Allowed {
+	c.styles.write(md, &f)
+	tightest := httplimit.Tightest(ds)
+	if tightest.Result.Allowed {
 		if len(md) > 0 {
 			_ = s.SetHeader(md)
 		}
@@ -471,41 +479,15 @@ func (i *Interceptor) decide(ctx context.Context, call Call, s sender) error {
 	// A denial's fields go in the trailer, with no header metadata: a
 	// Trailers-Only response, which gRPC's own retry policy may retry (it
 	// never retries a call whose server sent headers).
-	res := tightest.res
-	md[mdRetryAfter] = []string{seconds(res.RetryAfter, 1)}
+	res := tightest.Result
+	md[mdRetryAfter] = []string{f.RetryAfter}
 	md[mdPushback] = []string{strconv.FormatInt(int64((res.RetryAfter+time.Millisecond-1)/time.Millisecond), 10)}
 	s.SetTrailer(md)
-	dim := tightest.dim
 	return c.denied(ctx, Denial{
 		Call:      call,
-		Policy:    dim.policy,
-		Key:       tightest.key,
-		LimitName: dim.ids[dim.index(res.Limit)],
+		Policy:    tightest.Dimension.Policy(),
+		Key:       tightest.Key,
+		LimitName: tightest.Dimension.LimitName(res.Limit),
 		Result:    res,
 	})
-}
-
-// applies is a dimension that applies to a call, with its key.
-type applies struct {
-	dim *dimension
-	key string
-}
-
-// decision is what one dimension decided, for key.
-type decision struct {
-	dim *dimension
-	res ratelease.Result
-	key string
-}
-
-// refund gives back the cost that the dimensions ds admitted for a call
-// that did not go on (not those a dimension in shadow mode admitted:
-// nothing was charged for them). A refund that fails is dropped: its units
-// stay spent, as they would without it.
-func refund(ctx context.Context, l *ratelease.Limiter, ds []decision, cost int) {
-	for _, d := range ds {
-		if d.res.Allowed && !d.res.Shadowed {
-			_ = l.Refund(ctx, d.dim.policy, d.key, cost)
-		}
-	}
 }

@@ -8,6 +8,8 @@ import (
 
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+
+	"github.com/ratelease/ratelease/httplimit"
 )
 
 // Call is what a KeyFunc, a cost function and an error handler know of a
@@ -67,15 +69,11 @@ func FullMethod() KeyFunc {
 // (a Unix socket, say) is keyed by its address as it is; a call with no
 // peer at all (which a gRPC server always sets) is not limited by the
 // dimension.
+//
+// The address is found by httplimit.ClientAddr, and keyed by
+// httplimit.IPKey, from the peer's address and the incoming metadata, so
+// that both packages find and key clients alike.
 func ClientIP(trusted ...netip.Prefix) KeyFunc {
-	trust := func(ip netip.Addr) bool {
-		for _, p := range trusted {
-			if p.Contains(ip) {
-				return true
-			}
-		}
-		return false
-	}
 	return func(ctx context.Context, _ Call) string {
 		p, ok := peer.FromContext(ctx)
 		if !ok || p.Addr == nil {
@@ -85,61 +83,30 @@ func ClientIP(trusted ...netip.Prefix) KeyFunc {
 		if !ok {
 			return p.Addr.String() // not an IP (a Unix socket, say): the peer as it is
 		}
-		if len(trusted) == 0 || !trust(ip) {
-			return ipKey(ip)
-		}
-		md, _ := metadata.FromIncomingContext(ctx)
-		if xff := md.Get("x-forwarded-for"); len(xff) > 0 {
-			hops := strings.Split(strings.Join(xff, ","), ",")
-			for i := len(hops) - 1; i >= 0; i-- {
-				hop, err := parseIP(strings.TrimSpace(hops[i]))
-				if err != nil {
-					break // forged or broken: keep the last good hop
-				}
-				ip = hop
-				if !trust(hop) {
-					break
-				}
+		// The incoming metadata, read only if ClientAddr asks (from a
+		// trusted peer): a copy of all of it is made on the first read.
+		var md metadata.MD
+		read := false
+		header := func(name string) []string {
+			if !read {
+				md, _ = metadata.FromIncomingContext(ctx)
+				read = true
 			}
-			return ipKey(ip)
+			return md.Get(name)
 		}
-		if xr := md.Get("x-real-ip"); len(xr) > 0 {
-			if real, err := parseIP(strings.TrimSpace(xr[0])); err == nil {
-				return ipKey(real)
-			}
-		}
-		return ipKey(ip)
+		return httplimit.IPKey(httplimit.ClientAddr(ip, header, trusted...))
 	}
 }
 
 // peerIP returns the IP address of a peer's address, if it has one.
 func peerIP(a net.Addr) (netip.Addr, bool) {
 	if tcp, ok := a.(*net.TCPAddr); ok {
-		ip, ok := netip.AddrFromSlice(tcp.IP)
-		return ip.Unmap(), ok
+		return netip.AddrFromSlice(tcp.IP)
 	}
 	host, _, err := net.SplitHostPort(a.String())
 	if err != nil {
 		host = a.String()
 	}
-	ip, err := parseIP(host)
+	ip, err := netip.ParseAddr(host)
 	return ip, err == nil
-}
-
-// parseIP parses an address without its zone, IPv4-mapped IPv6 as IPv4.
-func parseIP(s string) (netip.Addr, error) {
-	ip, err := netip.ParseAddr(s)
-	if err != nil {
-		return ip, err
-	}
-	return ip.WithZone("").Unmap(), nil
-}
-
-// ipKey is the key of ip: itself for IPv4, its /64 for IPv6.
-func ipKey(ip netip.Addr) string {
-	if ip.Is4() {
-		return ip.String()
-	}
-	p, _ := ip.Prefix(64)
-	return p.String()
 }
