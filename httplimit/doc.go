@@ -17,6 +17,16 @@
 // trust (ClientIP's arguments): anyone can send those headers, so trusting
 // them by default would let every client pick its own key.
 //
+// The parts of the middleware that do not depend on net/http are exported
+// for code that limits the requests of another protocol as the middleware
+// does (extra/grpclimit is built on them): NewDimension describes a policy
+// for the rate-limit fields, once; HeaderStyle.Fields computes the fields'
+// values from the Decisions made for a request (Tightest picks the one that
+// fills the X-RateLimit fields, Refund gives back what earlier dimensions
+// charged when a later one denies); ClientAddr finds the client behind
+// trusted proxies from the peer's address and a lookup of the request's
+// headers, and IPKey keys it as ClientIP does.
+//
 // The package owns the HTTP side only: keys, costs, status codes and
 // headers. Deciding is the Limiter's, including what happens while Redis
 // is down (its FailureMode): with FailLocal and FailOpen requests are still

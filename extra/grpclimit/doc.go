@@ -34,6 +34,10 @@
 // is the Limiter's, including what happens while Redis is down (its
 // FailureMode): with FailLocal and FailOpen calls are still decided, with
 // FailClosed they fail with codes.Unavailable. The package imports gRPC,
-// the errdetails protos and ratelease's public API, nothing else of it.
+// the errdetails protos and ratelease's public API, nothing else of it:
+// the root package, and httplimit, whose exported parts compute the
+// rate-limit fields (HeaderStyle.Fields), find the client behind trusted
+// proxies (ClientAddr, IPKey) and refund earlier dimensions (Refund), so
+// that the two packages answer alike from one implementation.
 // An Interceptor is safe for concurrent use.
 package grpclimit
