@@ -33,9 +33,12 @@ var modes = []struct {
 }
 
 // newLimiter returns a Limiter on a miniredis whose clock stands still, so
-// that no limit refills during a test.
+// that no limit refills during a test. Its Redis timeout is long: on a
+// loaded machine a call past the default 100ms would be decided by the
+// failure mode (FailLocal), which is not what these tests check.
 func newLimiter(t testing.TB, opts ...ratelease.Option) *ratelease.Limiter {
 	t.Helper()
+	opts = append([]ratelease.Option{ratelease.WithRedisTimeout(5 * time.Second)}, opts...)
 	l, err := ratelease.New(redistest.StartMini(t).Client(t), opts...)
 	if err != nil {
 		t.Fatal(err)
