@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/ratelease/ratelease/internal/redistest"
 )
 
 // EverydayConfig is the everyday per-key workload: Instances processes
@@ -63,7 +65,7 @@ func (r EverydayResult) AdmittedFraction() float64 {
 func Everyday(ctx context.Context, peers []Peer, addr string, cfg EverydayConfig) ([]EverydayResult, error) {
 	type instance struct {
 		in    Instance
-		trips *roundTrips
+		trips *redistest.Trips
 		tally tally
 	}
 	insts := make([][]*instance, len(peers))
@@ -111,8 +113,8 @@ func Everyday(ctx context.Context, peers []Peer, addr string, cfg EverydayConfig
 			}
 			res[k].Decisions += in.tally.decisions.Load()
 			res[k].Admitted += in.tally.admitted.Load()
-			res[k].RoundTrips += in.trips.n.Load()
-			res[k].Handshakes += in.trips.handshakes.Load()
+			res[k].RoundTrips += in.trips.Trips.Load()
+			res[k].Handshakes += in.trips.Handshakes.Load()
 		}
 	}
 	return res, nil

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelease/ratelease/internal/redistest"
 )
 
 // FleetConfig is the fleet workload: Busy instances drive one key of Rate
@@ -85,7 +87,7 @@ func fleetRun(ctx context.Context, p Peer, addr string, cfg FleetConfig, idle in
 			_ = c.Close()
 		}
 	}()
-	newInstance := func(goroutines int) (Instance, *roundTrips, error) {
+	newInstance := func(goroutines int) (Instance, *redistest.Trips, error) {
 		c, rt := newClient(addr, goroutines)
 		clients = append(clients, c)
 		in, err := p.New(c, lim)
@@ -96,14 +98,14 @@ func fleetRun(ctx context.Context, p Peer, addr string, cfg FleetConfig, idle in
 		return in, rt, nil
 	}
 	busy := make([]Instance, cfg.Busy)
-	busyRT := make([]*roundTrips, cfg.Busy)
+	busyRT := make([]*redistest.Trips, cfg.Busy)
 	for i := range busy {
 		var err error
 		if busy[i], busyRT[i], err = newInstance(GoroutinesPerInstance); err != nil {
 			return res, err
 		}
 	}
-	idleRT := make([]*roundTrips, idle)
+	idleRT := make([]*redistest.Trips, idle)
 	for i := range idleRT {
 		in, rt, err := newInstance(1)
 		if err != nil {
@@ -114,10 +116,10 @@ func fleetRun(ctx context.Context, p Peer, addr string, cfg FleetConfig, idle in
 		}
 		idleRT[i] = rt
 	}
-	tripsNow := func(hooks []*roundTrips) []int64 {
+	tripsNow := func(hooks []*redistest.Trips) []int64 {
 		n := make([]int64, len(hooks))
 		for i, h := range hooks {
-			n[i] = h.n.Load()
+			n[i] = h.Trips.Load()
 		}
 		return n
 	}
@@ -137,10 +139,10 @@ func fleetRun(ctx context.Context, p Peer, addr string, cfg FleetConfig, idle in
 		}
 		res.Decisions += tallies[i].decisions.Load()
 		res.Admitted += tallies[i].admitted.Load()
-		res.RoundTrips += busyRT[i].n.Load() - busyStart[i]
+		res.RoundTrips += busyRT[i].Trips.Load() - busyStart[i]
 	}
 	for i, h := range idleRT {
-		res.IdleRoundTrips += h.n.Load() - idleStart[i]
+		res.IdleRoundTrips += h.Trips.Load() - idleStart[i]
 	}
 	return res, nil
 }

@@ -4,67 +4,29 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelease/ratelease/internal/redistest"
 )
 
-// roundTrips is a go-redis hook that counts round trips: one per command,
-// one per pipeline. The handshake go-redis makes on each new connection
-// (HELLO, CLIENT ...) is counted apart, in handshakes: no limiter can avoid
-// it, and on a workload of a few dozen decisions its three round trips per
-// connection would outweigh what the limiter itself sends. (The peers send
-// only scripts; the clock's client sends TIME.)
-type roundTrips struct{ n, handshakes atomic.Int64 }
-
-func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if isHandshake(cmd) {
-			h.handshakes.Add(1)
-		} else {
-			h.n.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if len(cmds) > 0 && !slices.ContainsFunc(cmds, func(cmd redis.Cmder) bool { return !isHandshake(cmd) }) {
-			h.handshakes.Add(1)
-		} else {
-			h.n.Add(1)
-		}
-		return next(ctx, cmds)
-	}
-}
-
-// isHandshake reports whether cmd is one that go-redis sends when it sets
-// up a connection.
-func isHandshake(cmd redis.Cmder) bool {
-	switch strings.ToLower(cmd.Name()) {
-	case "hello", "client", "auth", "select":
-		return true
-	}
-	return false
-}
-
 // newClient returns a client for addr, sized for goroutines concurrent
-// callers, that counts its round trips.
-func newClient(addr string, goroutines int) (*redis.Client, *roundTrips) {
+// callers, that counts its round trips (redistest.Trips: one per command,
+// one per pipeline; the handshake go-redis makes on each new connection
+// apart, in Handshakes: no limiter can avoid it, and on a workload of a few
+// dozen decisions its three round trips per connection would outweigh what
+// the limiter itself sends).
+func newClient(addr string, goroutines int) (*redis.Client, *redistest.Trips) {
 	c := redis.NewClient(&redis.Options{
 		Addr:                  addr,
 		PoolSize:              max(goroutines, 10*runtime.GOMAXPROCS(0)),
 		ContextTimeoutEnabled: true,
 	})
-	h := &roundTrips{}
+	h := &redistest.Trips{}
 	c.AddHook(h)
 	return c, h
 }
@@ -97,7 +59,7 @@ func Decisions(p Peer, addr string, goroutines int) func(b *testing.B) {
 		}
 		decide() // the key's state exists before timing starts
 		b.ReportAllocs()
-		start := rt.n.Load()
+		start := rt.Trips.Load()
 		b.ResetTimer()
 		if goroutines == 1 {
 			for i := 0; i < b.N; i++ {
@@ -113,7 +75,7 @@ func Decisions(p Peer, addr string, goroutines int) func(b *testing.B) {
 			})
 		}
 		b.StopTimer()
-		b.ReportMetric(float64(rt.n.Load()-start)/float64(b.N), "roundtrips/op")
+		b.ReportMetric(float64(rt.Trips.Load()-start)/float64(b.N), "roundtrips/op")
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 	}
 }
@@ -177,7 +139,7 @@ func Accuracy(ctx context.Context, p Peer, addr string, cfg AccuracyConfig) (Acc
 	lim := Limit{Rate: cfg.Rate, Burst: cfg.Burst, Instances: len(cfg.Shares), Prefix: prefix(p.Name)}
 	res := AccuracyResult{Admitted: make([]int64, len(cfg.Shares))}
 	var insts []Instance
-	var hooks []*roundTrips
+	var hooks []*redistest.Trips
 	defer func() {
 		for _, in := range insts {
 			_ = in.Close()
@@ -196,7 +158,7 @@ func Accuracy(ctx context.Context, p Peer, addr string, cfg AccuracyConfig) (Acc
 	defer clock.Close()
 	startRT := make([]int64, len(hooks))
 	for i, h := range hooks {
-		startRT[i] = h.n.Load()
+		startRT[i] = h.Trips.Load()
 	}
 	start, err := clock.Time(ctx).Result()
 	if err != nil {
@@ -225,7 +187,7 @@ func Accuracy(ctx context.Context, p Peer, addr string, cfg AccuracyConfig) (Acc
 	for i := range tallies {
 		res.Admitted[i] = tallies[i].admitted.Load()
 		res.Decisions += tallies[i].decisions.Load()
-		res.RoundTrips += hooks[i].n.Load() - startRT[i]
+		res.RoundTrips += hooks[i].Trips.Load() - startRT[i]
 	}
 	res.Seconds = end.Sub(start).Seconds()
 	res.Bound = float64(cfg.Burst) + float64(cfg.Rate)*res.Seconds

@@ -5,6 +5,12 @@
 // test ends; nothing here touches a server it did not start, or port 6379.
 // When redis-server is not installed, Start skips the test, unless the
 // environment sets RATELEASE_REQUIRE_REDIS=1 (as CI does), where it fails.
+//
+// Besides servers (Start, StartCluster, StartSentinel, StartMini, and a
+// Proxy to put faults between a client and a server), it has what tests
+// and benchmarks measure Redis work with: Trips counts a client's round
+// trips and commands, InfoField reads a figure of INFO, BenchAddr gives a
+// benchmark its Redis, and Measure skips a measurement unless asked for.
 package redistest
 
 import (

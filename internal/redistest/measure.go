@@ -1,0 +1,60 @@
+package redistest
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// MeasureEnv is the environment variable that turns on measurements: tests
+// that make the figures of the docs rather than check anything, too long to
+// run with every test run.
+const MeasureEnv = "RATELEASE_MEASURE"
+
+// Measure skips tb, a measurement, unless MeasureEnv is set.
+func Measure(tb testing.TB) {
+	tb.Helper()
+	if os.Getenv(MeasureEnv) == "" {
+		tb.Skipf("a measurement: set %s=1 to run it", MeasureEnv)
+	}
+}
+
+// BenchEnv is the environment variable that names a Redis (host:port) for
+// benchmarks to use instead of starting one: to compare libraries on one
+// server in one run.
+const BenchEnv = "RATELEASE_BENCH_REDIS"
+
+// BenchAddr returns the address of a real Redis for a benchmark: the one
+// BenchEnv names, else that of a redis-server started for tb (see Start).
+func BenchAddr(tb testing.TB) string {
+	tb.Helper()
+	if addr := os.Getenv(BenchEnv); addr != "" {
+		return addr
+	}
+	return Start(tb).Addr
+}
+
+// InfoField reads one numeric field of an INFO section through c (the INFO
+// command counts in the server's own command statistics).
+func InfoField(tb testing.TB, c *redis.Client, section, field string) float64 {
+	tb.Helper()
+	info, err := c.Info(context.Background(), section).Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			return f
+		}
+	}
+	tb.Fatalf("redistest: INFO %s has no %s", section, field)
+	return 0
+}
