@@ -2,7 +2,6 @@ package ratelease_test
 
 import (
 	"context"
-	"os"
 	"slices"
 	"strconv"
 	"testing"
@@ -16,22 +15,12 @@ import (
 	"github.com/ratelease/ratelease/internal/redistest"
 )
 
-// benchRedis returns the address of a real Redis for benchmarks: the one in
-// RATELEASE_BENCH_REDIS (to compare with other libraries on one server in
-// one run), else a redis-server started for the benchmark.
-func benchRedis(b *testing.B) string {
-	if addr := os.Getenv("RATELEASE_BENCH_REDIS"); addr != "" {
-		return addr
-	}
-	return redistest.Start(b).Addr
-}
-
 // BenchmarkAllowExact measures one exact decision (one script call) per
 // operation on a real Redis over loopback, per algorithm, with a limit high
 // enough that every request is admitted. "guarded" is a client without
 // ContextTimeoutEnabled, where each call runs on its own goroutine.
 func BenchmarkAllowExact(b *testing.B) {
-	addr := benchRedis(b)
+	addr := redistest.BenchAddr(b)
 	algorithms := []ratelease.Algorithm{ratelease.TokenBucket, ratelease.FixedWindow, ratelease.SlidingWindowCounter,
 		ratelease.SlidingWindowLog, ratelease.LeakyBucket}
 	for _, alg := range algorithms {
@@ -152,7 +141,7 @@ func BenchmarkAllowBelowLowWater(b *testing.B) {
 			if kind == "cluster" {
 				c = redistest.StartCluster(b, 3).Client(b, &redis.ClusterOptions{ContextTimeoutEnabled: true})
 			} else {
-				c = redis.NewClient(&redis.Options{Addr: benchRedis(b), ContextTimeoutEnabled: true})
+				c = redis.NewClient(&redis.Options{Addr: redistest.BenchAddr(b), ContextTimeoutEnabled: true})
 				defer c.Close()
 			}
 			clk := clock.NewCoarse(time.Millisecond)
@@ -200,7 +189,7 @@ func BenchmarkAllowBelowLowWater(b *testing.B) {
 // latency as metrics. A refresh must never show in the p99: it is made
 // ahead of need, off the request path.
 func BenchmarkAllowSteady50k(b *testing.B) {
-	client := redis.NewClient(&redis.Options{Addr: benchRedis(b), ContextTimeoutEnabled: true})
+	client := redis.NewClient(&redis.Options{Addr: redistest.BenchAddr(b), ContextTimeoutEnabled: true})
 	defer client.Close()
 	l, err := ratelease.New(client)
 	if err != nil {
@@ -244,7 +233,7 @@ func BenchmarkAllowSteady50k(b *testing.B) {
 // (what a Peek of a key not held costs, and what every Peek would cost if
 // it always read Redis, current to that moment).
 func BenchmarkPeek(b *testing.B) {
-	addr := benchRedis(b)
+	addr := redistest.BenchAddr(b)
 	ctx := context.Background()
 	p, err := ratelease.NewPolicy("peek", ratelease.Limit{Rate: 1_000_000, Period: time.Hour})
 	if err != nil {

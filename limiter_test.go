@@ -7,7 +7,6 @@ import (
 	"net"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -507,46 +506,6 @@ func TestRedisTimeoutOnHungServer(t *testing.T) {
 				// closes their connections, before goleak looks.
 			})
 		}
-	}
-}
-
-// Several Limiters, each with its own client, share one limit on a real
-// server: 50 goroutines over 5 Limiters, limit 100 in a long window, exactly
-// 100 admitted.
-func TestRealRedisGlobalLimitAcrossLimiters(t *testing.T) {
-	srv := redistest.Start(t)
-	p := policy(t, "p", ratelease.Limit{Rate: 100, Period: 240 * time.Hour, Algorithm: ratelease.SlidingWindowLog},
-		ratelease.Limit{Rate: 100, Period: 240 * time.Hour})
-	var ls []*ratelease.Limiter
-	for i := 0; i < 5; i++ {
-		l, err := ratelease.New(srv.Client(t), ratelease.WithExact(), ratelease.WithRedisTimeout(5*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		ls = append(ls, l)
-	}
-	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	for g := 0; g < 50; g++ {
-		wg.Add(1)
-		go func(l *ratelease.Limiter) {
-			defer wg.Done()
-			for i := 0; i < 4; i++ {
-				res, err := l.Allow(context.Background(), p, "shared")
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if res.Allowed {
-					admitted.Add(1)
-				}
-			}
-		}(ls[g%len(ls)])
-	}
-	wg.Wait()
-	if got := admitted.Load(); got != 100 {
-		t.Fatalf("admitted %d of 200, want exactly 100", got)
 	}
 }
 

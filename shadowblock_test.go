@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/ratelease/ratelease"
-	"github.com/ratelease/ratelease/internal/redistest"
 )
 
 var everyAlgorithm = []ratelease.Algorithm{ratelease.TokenBucket, ratelease.FixedWindow,
@@ -259,59 +258,5 @@ func TestBlockLeaseMode(t *testing.T) {
 	res, err = e.l.Allow(ctx, p, "k")
 	if err != nil || !res.Allowed || res.Blocked || res.Remaining != 18 {
 		t.Fatalf("Allow after Unblock: %+v, %v; want 18 left (19 with 1 admitted)", res, err)
-	}
-}
-
-// Two instances in lease mode on a real Redis: a Block on one denies the
-// key on the other within the lease bound (its TTL): the other uses at
-// most the units it held, then is denied, Blocked.
-func TestBlockTwoInstancesRealRedis(t *testing.T) {
-	srv := redistest.Start(t)
-	ttl := 300 * time.Millisecond
-	cfg := ratelease.LeaseConfig{Min: 10, Max: 10, TTL: ttl}
-	a, b := leased(t, srv.Client(t), cfg), leased(t, srv.Client(t), cfg)
-	defer a.Close()
-	defer b.Close()
-	ctx := context.Background()
-	p := policy(t, "two", ratelease.PerHour(1000))
-	for _, l := range []*ratelease.Limiter{a, b} {
-		if res, err := l.Allow(ctx, p, "k"); err != nil || !res.Allowed {
-			t.Fatalf("Allow: %+v, %v", res, err)
-		}
-	}
-	start := time.Now()
-	if err := a.Block(ctx, p, "k", time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	if res, _ := a.Allow(ctx, p, "k"); !res.Blocked || res.Allowed {
-		t.Fatalf("a after its Block: %+v", res)
-	}
-	admitted := 0
-	for {
-		res, err := b.Allow(ctx, p, "k")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !res.Allowed {
-			if !res.Blocked || res.RetryAfter <= time.Hour-time.Minute || res.RetryAfter > time.Hour {
-				t.Fatalf("b denied: %+v, want Blocked for about an hour", res)
-			}
-			break
-		}
-		admitted++
-		if admitted > 9 || time.Since(start) > ttl+100*time.Millisecond {
-			t.Fatalf("b admitted %d after the Block, in %v: more than it held, or past its TTL", admitted, time.Since(start))
-		}
-	}
-	if err := a.Unblock(ctx, p, "k"); err != nil {
-		t.Fatal(err)
-	}
-	if res, _ := a.Allow(ctx, p, "k"); !res.Allowed {
-		t.Fatalf("a after Unblock: %+v", res)
-	}
-	// b's cached block lapses within its TTL.
-	time.Sleep(ttl + 50*time.Millisecond)
-	if res, _ := b.Allow(ctx, p, "k"); !res.Allowed {
-		t.Fatalf("b a TTL after the Unblock: %+v", res)
 	}
 }

@@ -1,4 +1,4 @@
-package ratelease_test
+package systest_test
 
 import (
 	"context"

@@ -1,14 +1,11 @@
-package ratelease_test
+package systest_test
 
 import (
 	"context"
-
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelease/ratelease"
 	"github.com/ratelease/ratelease/internal/redistest"
@@ -24,6 +21,8 @@ import (
 // requests in flight with the earlier policy are decided as usual.
 func TestLimitChangedMidRun(t *testing.T) {
 	srv := redistest.Start(t)
+	now := redisClock(t, srv.Client(t))
+	redisTime := func() time.Time { return time.UnixMicro(now()) }
 	phases := []struct {
 		rate int
 		run  time.Duration
@@ -36,17 +35,7 @@ func TestLimitChangedMidRun(t *testing.T) {
 			if exact {
 				opt, ttl = ratelease.WithExact(), 0
 			}
-			var ls []*ratelease.Limiter
-			for range 2 {
-				c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-				t.Cleanup(func() { _ = c.Close() })
-				l, err := ratelease.New(c, opt)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = l.Close() })
-				ls = append(ls, l)
-			}
+			ls := limiters(newInstances(t, 2, clientsTo(t, srv.Addr), opt))
 			type phase struct {
 				p        *ratelease.Policy
 				i        int
@@ -106,20 +95,20 @@ func TestLimitChangedMidRun(t *testing.T) {
 					t.Fatal(err)
 				}
 				all[i] = &phase{p: p, i: i + 1}
-				starts[i] = redisTime(t, srv)
+				starts[i] = redisTime()
 				cur.Store(all[i])
 				if i == 0 {
 					run()
 				}
 				if i > 0 {
 					settled(i + 1) // no decision of phase i is still in flight
-					spans[i-1] = redisTime(t, srv).Sub(starts[i-1])
+					spans[i-1] = redisTime().Sub(starts[i-1])
 				}
 				time.Sleep(ph.run)
 			}
 			close(stop)
 			wg.Wait()
-			spans[len(phases)-1] = redisTime(t, srv).Sub(starts[len(phases)-1])
+			spans[len(phases)-1] = redisTime().Sub(starts[len(phases)-1])
 			if n := failures.Load(); n > 0 {
 				t.Fatalf("%d calls failed, the first: %v", n, *firstErr.Load())
 			}
@@ -140,14 +129,4 @@ func TestLimitChangedMidRun(t *testing.T) {
 			}
 		})
 	}
-}
-
-// redisTime reads Redis's clock.
-func redisTime(t *testing.T, srv *redistest.Server) time.Time {
-	t.Helper()
-	now, err := srv.Client(t).Time(context.Background()).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return now
 }

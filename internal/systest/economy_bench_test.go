@@ -1,11 +1,11 @@
-package ratelease_test
+package systest_test
 
 // Benchmarks of the economy of leasing (see economy_test.go): a key driven
 // flat out in one process, next to x/time/rate, and keys used once each,
 // where leasing has nothing to amortize. Both use ratelease's defaults on a
-// real Redis (benchRedis). To compare implementations side by side:
+// real Redis (redistest.BenchAddr). To compare implementations side by side:
 //
-//	go test -run '^$' -bench 'FlatOut|SingleUseKeys' -benchmem -count 6 . > /tmp/x.txt
+//	go test -run '^$' -bench 'FlatOut|SingleUseKeys' -benchmem -count 6 ./internal/systest > /tmp/x.txt
 //	benchstat -col /impl /tmp/x.txt
 //
 // (benchstat puts both benchmarks in one table, their implementations side
@@ -25,6 +25,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/ratelease/ratelease"
+	"github.com/ratelease/ratelease/internal/redistest"
 )
 
 // benchRuns numbers the runs of a benchmark function, so that each run
@@ -34,10 +35,10 @@ var benchRuns atomic.Int64
 // benchLimiter returns a Limiter with opts on a new client to addr, whose
 // Redis traffic tc counts, and a function that closes both (once, however
 // often it is called).
-func benchLimiter(b *testing.B, addr string, opts ...ratelease.Option) (l *ratelease.Limiter, tc *tripCounter, closeAll func()) {
+func benchLimiter(b *testing.B, addr string, opts ...ratelease.Option) (l *ratelease.Limiter, tc *redistest.Trips, closeBoth func()) {
 	b.Helper()
 	client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-	tc = &tripCounter{}
+	tc = &redistest.Trips{}
 	client.AddHook(tc)
 	l, err := ratelease.New(client, opts...)
 	if err != nil {
@@ -56,30 +57,30 @@ func benchLimiter(b *testing.B, addr string, opts ...ratelease.Option) (l *ratel
 // goroutines, next to x/time/rate's Allow. ratelease also reports the
 // Redis round trips per decision (trips/op).
 func BenchmarkFlatOut(b *testing.B) {
-	addr := benchRedis(b)
+	addr := redistest.BenchAddr(b)
 	p, err := ratelease.NewPolicy("flatout", ratelease.Limit{Rate: 1_000_000, Period: time.Second, Burst: 1_000_000_000})
 	if err != nil {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	l, tc, closeAll := benchLimiter(b, addr)
-	defer closeAll()
+	l, tc, closeBoth := benchLimiter(b, addr)
+	defer closeBoth()
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
 	b.Run("impl=ratelease/seq", func(b *testing.B) {
 		key := "flat-seq-" + run
 		b.ReportAllocs()
-		trips := tc.trips.Load()
+		trips := tc.Trips.Load()
 		for b.Loop() {
 			if res, err := l.Allow(ctx, p, key); err != nil || !res.Allowed {
 				b.Fatalf("%+v, %v", res, err)
 			}
 		}
-		b.ReportMetric(float64(tc.trips.Load()-trips)/float64(b.N), "trips/op")
+		b.ReportMetric(float64(tc.Trips.Load()-trips)/float64(b.N), "trips/op")
 	})
 	b.Run("impl=ratelease/par", func(b *testing.B) {
 		key := "flat-par-" + run
 		b.ReportAllocs()
-		trips := tc.trips.Load()
+		trips := tc.Trips.Load()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				if res, err := l.Allow(ctx, p, key); err != nil || !res.Allowed {
@@ -88,7 +89,7 @@ func BenchmarkFlatOut(b *testing.B) {
 				}
 			}
 		})
-		b.ReportMetric(float64(tc.trips.Load()-trips)/float64(b.N), "trips/op")
+		b.ReportMetric(float64(tc.Trips.Load()-trips)/float64(b.N), "trips/op")
 	})
 	b.Run("impl=xrate/seq", func(b *testing.B) {
 		rl := rate.NewLimiter(1e6, 1e9)
@@ -122,7 +123,7 @@ func BenchmarkFlatOut(b *testing.B) {
 // leased and given back count too.
 func BenchmarkSingleUseKeys(b *testing.B) {
 	const space = 16384
-	addr := benchRedis(b)
+	addr := redistest.BenchAddr(b)
 	p, err := ratelease.NewPolicy("single", ratelease.PerSecond(10))
 	if err != nil {
 		b.Fatal(err)
@@ -131,8 +132,8 @@ func BenchmarkSingleUseKeys(b *testing.B) {
 	procs := runtime.GOMAXPROCS(0)
 	for _, impl := range []string{"lease", "exact"} {
 		b.Run("impl="+impl, func(b *testing.B) {
-			l, tc, closeAll := benchLimiter(b, addr, modeOpts(impl == "exact")...)
-			defer closeAll()
+			l, tc, closeBoth := benchLimiter(b, addr, modeOpts(impl == "exact")...)
+			defer closeBoth()
 			keys := make([]string, space)
 			prefix := fmt.Sprintf("single-%s-%s-%d", impl, strconv.FormatInt(time.Now().UnixNano(), 36), benchRuns.Add(1))
 			for i := range keys {
@@ -151,9 +152,9 @@ func BenchmarkSingleUseKeys(b *testing.B) {
 				}
 			})
 			b.StopTimer()
-			closeAll() // what Close sends is part of the cost
-			b.ReportMetric(float64(tc.cmds.Load())/float64(b.N), "cmds/op")
-			b.ReportMetric(float64(tc.trips.Load())/float64(b.N), "trips/op")
+			closeBoth() // what Close sends is part of the cost
+			b.ReportMetric(float64(tc.Cmds.Load())/float64(b.N), "cmds/op")
+			b.ReportMetric(float64(tc.Trips.Load())/float64(b.N), "trips/op")
 		})
 	}
 }

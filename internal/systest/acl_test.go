@@ -1,4 +1,4 @@
-package ratelease_test
+package systest_test
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 // word for word, decides every algorithm in exact and in lease mode, leases
 // and gives units back, and is refused a key outside the prefix.
 func TestReadmeACLSuffices(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
+	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func TestReadmeACLSuffices(t *testing.T) {
 		t.Fatal("README.md gives no ACL SETUSER line")
 	}
 	// Every command a script calls is in it.
-	scripts, err := filepath.Glob("remote/lua/*.lua")
+	scripts, err := filepath.Glob("../../remote/lua/*.lua")
 	if err != nil || len(scripts) == 0 {
 		t.Fatalf("the scripts: %v, %v", scripts, err)
 	}
