@@ -81,25 +81,45 @@ func TestRealRedisWindowBoundary(t *testing.T) {
 		maxAll int64
 	}{
 		{win(remote.FixedWindow, 10, P), 20, 20},
-		{tb(10, 10, P), 10, 13}, // refill during the ~200ms around the boundary: at most 3
+		// The burst, and the refill while the calls last (some 200ms
+		// around the boundary; at most 10 per second of it, measured on
+		// Redis's clock below).
+		{tb(10, 10, P), 10, -1},
 		{win(remote.SlidingWindowLog, 10, P), 10, 10},
 	} {
 		t.Run(tc.limit.Algorithm.String(), func(t *testing.T) {
 			p := mustPolicy(t, "p", tc.limit)
-			// Wait until 150ms before a boundary of Redis time.
-			rt, err := c.Time(context.Background()).Result()
-			if err != nil {
-				t.Fatal(err)
+			redisNow := func() time.Time {
+				now, err := c.Time(context.Background()).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return now
 			}
-			toBoundary := rt.Truncate(P).Add(P).Sub(rt)
-			if toBoundary < 150*time.Millisecond {
-				toBoundary += P
+			// Wait until 150ms before a boundary of Redis time; should
+			// this machine oversleep past 100ms before it, the next one.
+			var start time.Time
+			for tries := 0; ; tries++ {
+				rt := redisNow()
+				boundary := rt.Truncate(P).Add(P)
+				if boundary.Sub(rt) < 150*time.Millisecond {
+					boundary = boundary.Add(P)
+				}
+				time.Sleep(boundary.Add(-150 * time.Millisecond).Sub(rt))
+				if start = redisNow(); boundary.Sub(start) >= 100*time.Millisecond {
+					break
+				}
+				if tries == 5 {
+					t.Fatalf("woke up %v before a boundary of Redis time, five times over; want 100ms before", boundary.Sub(start))
+				}
 			}
-			time.Sleep(toBoundary - 150*time.Millisecond)
 			total := acquire(t, s, p, "k", 1, 10, false).Granted
 			time.Sleep(200 * time.Millisecond)
 			for i := 0; i < 10; i++ {
 				total += acquire(t, s, p, "k", 1, 1, false).Granted
+			}
+			if tc.maxAll < 0 { // the bucket's: Burst + Rate·T, T on Redis's clock
+				tc.maxAll = 10 + int64(10*redisNow().Sub(start).Seconds())
 			}
 			if total < tc.minAll || total > tc.maxAll {
 				t.Fatalf("admitted %d around the boundary, want %d..%d", total, tc.minAll, tc.maxAll)
