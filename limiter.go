@@ -62,32 +62,36 @@ type Result struct {
 
 // Source says where a decision came from. The zero value means no decision
 // was made (the Result of an error).
-type Source = tier.Source
+type Source uint8
 
 // The sources of a decision.
 const (
 	// Local: answered from a local allowance, without a Redis call.
-	Local = tier.Local
+	Local Source = iota + 1
 	// Remote: answered by one atomic Redis call.
-	Remote = tier.Remote
+	Remote
 	// Fallback: answered by the outage fallback while Redis is unavailable.
-	Fallback = tier.Fallback
+	Fallback
 	// Cached: a denial answered locally: Redis denied this key moments ago
 	// and its RetryAfter has not passed, so it is not asked again.
-	Cached = tier.Cached
+	Cached
 )
 
-// Stats counts a Limiter's work since New; see its fields. Stats.Policies
-// breaks its decisions down by policy name.
-type Stats = tier.Stats
-
-// PolicyStats counts a Limiter's decisions under one policy name since New
-// (see Stats.Policies and Limiter.PolicyStats): Allowed and Denied, each
-// attempt of a Wait included, and the same decisions by Source (Local,
-// Remote, Cached, Fallback). Allowed + Denied = Local + Remote + Cached +
-// Fallback. The counters only grow while the Limiter holds the policy; see
-// Stats.Policies for when it stops holding one.
-type PolicyStats = tier.PolicyStats
+// String returns "local", "remote", "fallback", "cached", or "none" for the
+// zero value.
+func (s Source) String() string {
+	switch s {
+	case Local:
+		return "local"
+	case Remote:
+		return "remote"
+	case Fallback:
+		return "fallback"
+	case Cached:
+		return "cached"
+	}
+	return "none"
+}
 
 // New returns a Limiter that keeps its limits in client: any
 // redis.UniversalClient (*redis.Client, *redis.ClusterClient, *redis.Ring,
@@ -126,10 +130,10 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 		Guard:   !remote.HonoursDeadlines(client),
 		Lease:   lease,
 
-		FailureMode: cfg.failure,
+		FailureMode: tier.FailureMode(cfg.failure),
 		Instances:   int64(cfg.instances),
 		MaxKeys:     cfg.maxKeys,
-		Observer:    cfg.observer,
+		Observer:    observer(cfg.observer),
 		RedisHook:   doorHook(cfg.redisHook),
 	})
 	if err != nil {
@@ -227,23 +231,6 @@ func check(p *Policy, key string, n int) error {
 	return nil
 }
 
-// Stats returns a snapshot of the Limiter's counters, with those of each
-// policy (Stats.Policies). It walks every key the Limiter holds: call it
-// when metrics are scraped, not per request.
-func (l *Limiter) Stats() Stats {
-	return l.engine.Stats()
-}
-
-// PolicyStats returns the counters of the policies named p.Name() that the
-// Limiter holds (Stats().Policies[p.Name()]); zero for a nil p. It walks
-// the keys of those policies only.
-func (l *Limiter) PolicyStats(p *Policy) PolicyStats {
-	if p == nil {
-		return PolicyStats{}
-	}
-	return l.engine.PolicyStats(p.name)
-}
-
 // Close stops the Limiter: it gives every leased unit it holds back to
 // Redis, leaves its keys' members, wakes every Wait and WaitN in progress,
 // which return ErrClosed at once, and every later call returns ErrClosed.
@@ -251,3 +238,11 @@ func (l *Limiter) PolicyStats(p *Policy) PolicyStats {
 // without Close is closed when the garbage collector finds it unreachable
 // (its goroutines do not keep it alive); Close says when.
 func (l *Limiter) Close() error { return l.engine.Close() }
+
+// observer returns f for the engine, taking its states; nil for nil.
+func observer(f func(BreakerState)) func(tier.BreakerState) {
+	if f == nil {
+		return nil
+	}
+	return func(s tier.BreakerState) { f(BreakerState(s)) }
+}

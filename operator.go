@@ -175,7 +175,7 @@ func (p *Policy) result(d tier.Decision) Result {
 		Remaining:  int(d.Remaining),
 		RetryAfter: d.RetryAfter,
 		ResetAfter: d.ResetAfter,
-		Source:     d.Source,
+		Source:     Source(d.Source), // one number to another: free
 		Granted:    int(d.Granted),
 		Blocked:    d.Blocked,
 	}

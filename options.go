@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/ratelease/ratelease/clock"
-	"github.com/ratelease/ratelease/tier"
 )
 
 // Option configures a Limiter in New.
@@ -196,8 +195,8 @@ func WithRedisTimeout(d time.Duration) Option {
 
 // FailureMode says how a Limiter decides while Redis is unavailable: while
 // its circuit breaker is open, or when a call fails. Units already leased
-// are used first in every mode.
-type FailureMode = tier.FailureMode
+// are used first in every mode. The zero value is FailLocal.
+type FailureMode uint8
 
 // The failure modes (WithFailureMode).
 const (
@@ -206,16 +205,29 @@ const (
 	// Burst/instances (at least 1), with x/time/rate. Instances are the
 	// key's members as Redis counted them at its last lease (the instances
 	// that lease it), or WithInstances. Source Fallback.
-	FailLocal = tier.FailLocal
+	FailLocal FailureMode = iota
 	// FailOpen admits every request. Source Fallback.
-	FailOpen = tier.FailOpen
+	FailOpen
 	// FailClosed returns an error wrapping ErrUnavailable and the cause.
-	FailClosed = tier.FailClosed
+	FailClosed
 )
 
-// BreakerState is the state of a Limiter's circuit breaker (Stats().Breaker
-// and WithObserver).
-type BreakerState = tier.BreakerState
+// String returns "fail-local", "fail-open", "fail-closed", or "unknown".
+func (m FailureMode) String() string {
+	switch m {
+	case FailLocal:
+		return "fail-local"
+	case FailOpen:
+		return "fail-open"
+	case FailClosed:
+		return "fail-closed"
+	}
+	return "unknown"
+}
+
+// BreakerState is the state of a Limiter's circuit breaker (Stats().Breaker,
+// WithObserver and Event.Breaker). The zero value is BreakerClosed.
+type BreakerState int32
 
 // The circuit breaker's states. It opens after 5 failed Redis calls in a
 // row; while open no call goes to Redis. After a backoff (100ms, doubling
@@ -224,10 +236,32 @@ type BreakerState = tier.BreakerState
 // breaker per master: a master that fails sends only its own keys to the
 // failure mode.
 const (
-	BreakerClosed   = tier.BreakerClosed
-	BreakerOpen     = tier.BreakerOpen
-	BreakerHalfOpen = tier.BreakerHalfOpen
+	// BreakerClosed: Redis answers; every call goes to it.
+	BreakerClosed BreakerState = iota
+	// BreakerOpen: Redis failed repeatedly; no call goes to it until the
+	// backoff has passed, and decisions come from the failure mode.
+	BreakerOpen
+	// BreakerHalfOpen: one call (the probe) is testing Redis; the others
+	// are decided as while open.
+	BreakerHalfOpen
 )
+
+// String returns "closed", "open", "half-open", or "unknown".
+func (s BreakerState) String() string {
+	switch s {
+	case BreakerClosed:
+		return "closed"
+	case BreakerOpen:
+		return "open"
+	case BreakerHalfOpen:
+		return "half-open"
+	}
+	return "unknown"
+}
+
+// MarshalText makes the state a word in JSON, expvar and logs, as String
+// says it.
+func (s BreakerState) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
 // WithFailureMode sets how requests are decided while Redis is unavailable
 // (default FailLocal). What FailLocal and FailOpen admit during an outage is

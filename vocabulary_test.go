@@ -1,0 +1,161 @@
+package ratelease
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+
+	"github.com/ratelease/ratelease/tier"
+)
+
+// The root's vocabulary (Source, FailureMode, BreakerState, Stats,
+// PolicyStats) is its own, converted from the engine's at the boundary by
+// value: the two must agree constant for constant, method for method and
+// field for field, or a conversion would mean something else.
+func TestVocabularyAgrees(t *testing.T) {
+	t.Run("constants", func(t *testing.T) {
+		pairs := []struct {
+			name       string
+			root, tier any
+			rootN      int64
+			tierN      int64
+		}{
+			{"Local", Local, tier.Local, int64(Local), int64(tier.Local)},
+			{"Remote", Remote, tier.Remote, int64(Remote), int64(tier.Remote)},
+			{"Fallback", Fallback, tier.Fallback, int64(Fallback), int64(tier.Fallback)},
+			{"Cached", Cached, tier.Cached, int64(Cached), int64(tier.Cached)},
+			{"FailLocal", FailLocal, tier.FailLocal, int64(FailLocal), int64(tier.FailLocal)},
+			{"FailOpen", FailOpen, tier.FailOpen, int64(FailOpen), int64(tier.FailOpen)},
+			{"FailClosed", FailClosed, tier.FailClosed, int64(FailClosed), int64(tier.FailClosed)},
+			{"BreakerClosed", BreakerClosed, tier.BreakerClosed, int64(BreakerClosed), int64(tier.BreakerClosed)},
+			{"BreakerOpen", BreakerOpen, tier.BreakerOpen, int64(BreakerOpen), int64(tier.BreakerOpen)},
+			{"BreakerHalfOpen", BreakerHalfOpen, tier.BreakerHalfOpen, int64(BreakerHalfOpen), int64(tier.BreakerHalfOpen)},
+		}
+		for _, p := range pairs {
+			if p.rootN != p.tierN || fmt.Sprint(p.root) != fmt.Sprint(p.tier) {
+				t.Errorf("%s: root %d (%v), tier %d (%v)", p.name, p.rootN, p.root, p.tierN, p.tier)
+			}
+		}
+		// Every value, named or not, reads the same: a constant added to
+		// tier alone shows here (the root would say "none" or "unknown").
+		for v := range 256 {
+			if a, b := Source(v).String(), tier.Source(v).String(); a != b {
+				t.Errorf("Source(%d): root %q, tier %q", v, a, b)
+			}
+			if a, b := FailureMode(v).String(), tier.FailureMode(v).String(); a != b {
+				t.Errorf("FailureMode(%d): root %q, tier %q", v, a, b)
+			}
+		}
+		for v := int32(-4); v < 256; v++ {
+			a, _ := BreakerState(v).MarshalText()
+			b, _ := tier.BreakerState(v).MarshalText()
+			if BreakerState(v).String() != tier.BreakerState(v).String() || string(a) != string(b) {
+				t.Errorf("BreakerState(%d): root %v %q, tier %v %q", v, BreakerState(v), a, tier.BreakerState(v), b)
+			}
+		}
+	})
+	t.Run("types", func(t *testing.T) {
+		for _, p := range [][2]reflect.Type{
+			{reflect.TypeFor[Source](), reflect.TypeFor[tier.Source]()},
+			{reflect.TypeFor[FailureMode](), reflect.TypeFor[tier.FailureMode]()},
+			{reflect.TypeFor[BreakerState](), reflect.TypeFor[tier.BreakerState]()},
+			{reflect.TypeFor[Stats](), reflect.TypeFor[tier.Stats]()},
+			{reflect.TypeFor[PolicyStats](), reflect.TypeFor[tier.PolicyStats]()},
+		} {
+			root, eng := p[0], p[1]
+			if root.PkgPath() != "github.com/ratelease/ratelease" {
+				t.Errorf("%v is defined in %s, not in the root package", root, root.PkgPath())
+			}
+			if a, b := methods(root), methods(eng); a != b {
+				t.Errorf("%v has methods %s, %v has %s", root, a, eng, b)
+			}
+			if a, b := shape(root), shape(eng); a != b {
+				t.Errorf("%v is %s, %v is %s", root, a, eng, b)
+			}
+		}
+	})
+	// statsOf copies every field: each of a tier.Stats set to a value of
+	// its own reads the same from the root's.
+	t.Run("stats", func(t *testing.T) {
+		var s tier.Stats
+		fill(reflect.ValueOf(&s).Elem(), 1)
+		st := statsOf(s)
+		rv, tv := reflect.ValueOf(st), reflect.ValueOf(s)
+		for i := range tv.NumField() {
+			name := tv.Type().Field(i).Name
+			if a, b := fmt.Sprint(rv.FieldByName(name)), fmt.Sprint(tv.Field(i)); a != b {
+				t.Errorf("Stats.%s: %s, tier's %s", name, a, b)
+			}
+		}
+		if fmt.Sprintf("%+v", st) != fmt.Sprintf("%+v", s) {
+			t.Errorf("Stats %+v\ntier.Stats %+v", st, s)
+		}
+		if s := statsOf(tier.Stats{}); s.Policies != nil {
+			t.Errorf("no policies converted to %v", s.Policies)
+		}
+	})
+}
+
+// methods lists the exported methods of t and *t.
+func methods(t reflect.Type) string {
+	var names []string
+	for _, t := range []reflect.Type{t, reflect.PointerTo(t)} {
+		for i := range t.NumMethod() {
+			names = append(names, t.Method(i).Name)
+		}
+	}
+	return fmt.Sprint(names)
+}
+
+// shape describes t without its package: its kind, and a struct's fields,
+// in order, with their shapes; a named field type by its name.
+func shape(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Struct:
+		s := "struct{"
+		for i := range t.NumField() {
+			f := t.Field(i)
+			s += f.Name + " " + fieldShape(f.Type) + "; "
+		}
+		return s + "}"
+	case reflect.Map:
+		return "map[" + fieldShape(t.Key()) + "]" + fieldShape(t.Elem())
+	}
+	return t.Kind().String()
+}
+
+// fieldShape is shape, naming a named type with its kind.
+func fieldShape(t reflect.Type) string {
+	if t.Name() != "" && t.PkgPath() != "" {
+		return t.Name() + "(" + shape(t) + ")"
+	}
+	return shape(t)
+}
+
+// fill sets every number in v to one of its own, from next on, and a map
+// to one entry; it returns the next number.
+func fill(v reflect.Value, next int64) int64 {
+	switch v.Kind() {
+	case reflect.Struct:
+		for i := range v.NumField() {
+			next = fill(v.Field(i), next)
+		}
+	case reflect.Map:
+		e := reflect.New(v.Type().Elem()).Elem()
+		next = fill(e, next)
+		v.Set(reflect.MakeMap(v.Type()))
+		v.SetMapIndex(reflect.ValueOf("p"), e)
+	case reflect.Uint64:
+		v.SetUint(uint64(next))
+		next++
+	case reflect.Int64:
+		v.SetInt(next)
+		next++
+	case reflect.Int32:
+		v.SetInt(next % 3) // a breaker state
+		next++
+	default:
+		panic("fill: " + v.Type().String())
+	}
+	return next
+}
