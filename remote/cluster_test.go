@@ -58,4 +58,12 @@ func TestClusterKeysShareASlot(t *testing.T) {
 	if len(masters) != 3 {
 		t.Fatalf("%d keys' state landed on masters %v, want all 3", len(keys), masters)
 	}
+	// MaxmemoryPolicies reads the master a node names, and no other.
+	addr := cl.Masters[1].Addr
+	if got, err := store.MaxmemoryPolicies(ctx, addr); err != nil || len(got) != 1 || got[addr] != "noeviction" {
+		t.Fatalf("MaxmemoryPolicies(%s) = %v, %v; want that master's noeviction", addr, got, err)
+	}
+	if got, err := store.MaxmemoryPolicies(ctx, ""); err != nil || len(got) != 0 {
+		t.Fatalf(`MaxmemoryPolicies("") = %v, %v; want no server`, got, err)
+	}
 }

@@ -16,7 +16,10 @@
 //     key's members, :b for its block), whose hash tag puts every limit of
 //     one key in one Redis Cluster slot;
 //   - [Store], which runs the scripts on any redis.UniversalClient through
-//     redis.NewScript (EVALSHA, falling back to EVAL after NOSCRIPT).
+//     redis.NewScript (EVALSHA, falling back to EVAL after NOSCRIPT), and
+//     reads what else of the servers a Limiter needs to know: whether they
+//     answer (Ping) and whether they may evict its keys
+//     (MaxmemoryPolicies).
 //
 // Redis TIME, read inside the scripts, is the only clock that decides; all
 // arithmetic in Lua is on whole microseconds and whole units, below 2^53.

@@ -2,6 +2,7 @@ package remote_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -258,5 +259,49 @@ func TestRealRedisMembersMixed(t *testing.T) {
 	}
 	if d := ask("b", 10); d.Members != 4 {
 		t.Fatalf("%+v: want 4 members", d)
+	}
+}
+
+// MaxmemoryPolicies reads a server's policy as CONFIG GET says it (Redis's
+// default noeviction, then what CONFIG SET made it), every shard's of a
+// Ring by address, and returns Redis's own refusal as a redis.Error: from
+// a user whose ACL lacks +config|get, and from miniredis, which has no
+// CONFIG.
+func TestRealRedisMaxmemoryPolicies(t *testing.T) {
+	store, c := realStore(t)
+	ctx := context.Background()
+	if got, err := store.MaxmemoryPolicies(ctx, ""); err != nil || len(got) != 1 || got[""] != "noeviction" {
+		t.Fatalf("a fresh server: %v, %v; want noeviction", got, err)
+	}
+	if err := c.ConfigSet(ctx, "maxmemory-policy", "volatile-lru").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := store.MaxmemoryPolicies(ctx, ""); err != nil || got[""] != "volatile-lru" {
+		t.Fatalf("after CONFIG SET: %v, %v; want volatile-lru", got, err)
+	}
+
+	if err := c.Do(ctx, "ACL", "SETUSER", "limited", "on", ">pw", "~*", "+@all", "-config").Err(); err != nil {
+		t.Fatal(err)
+	}
+	limited := redis.NewClient(&redis.Options{Addr: c.Options().Addr, Username: "limited", Password: "pw"})
+	defer limited.Close()
+	var rerr redis.Error
+	if got, err := remote.NewStore(limited, "test").MaxmemoryPolicies(ctx, ""); !errors.As(err, &rerr) || len(got) != 0 {
+		t.Fatalf("without +config|get: %v, %v; want Redis's refusal", got, err)
+	}
+	mini := redistest.StartMini(t)
+	if got, err := remote.NewStore(mini.Client(t), "test").MaxmemoryPolicies(ctx, ""); !errors.As(err, &rerr) || len(got) != 0 {
+		t.Fatalf("miniredis: %v, %v; want Redis's refusal", got, err)
+	}
+
+	a, b := redistest.Start(t), redistest.Start(t)
+	if err := b.Client(t).ConfigSet(ctx, "maxmemory-policy", "allkeys-lfu").Err(); err != nil {
+		t.Fatal(err)
+	}
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr, "b": b.Addr}})
+	defer ring.Close()
+	got, err := remote.NewStore(ring, "test").MaxmemoryPolicies(ctx, "")
+	if err != nil || len(got) != 2 || got[a.Addr] != "noeviction" || got[b.Addr] != "allkeys-lfu" {
+		t.Fatalf("a Ring: %v, %v; want each shard's by address", got, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"embed"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -355,6 +356,53 @@ func (s *Store) Ping(ctx context.Context) error {
 		return c.ForEachShard(ctx, ping)
 	}
 	return s.client.Ping(ctx).Err()
+}
+
+// MaxmemoryPolicies reads the maxmemory-policy of the servers that node
+// names (see Node), with CONFIG GET: with a *redis.ClusterClient the master
+// at that address (none for ""); with a Ring every shard; else the one
+// server. It returns each server's policy by its address ("" for the one
+// server of a Client or a failover client). The error is the first
+// failure: Redis's own reply (a redis.Error) when it refuses CONFIG (an ACL
+// without +config|get: NOPERM; a managed Redis without CONFIG), or the
+// client's.
+func (s *Store) MaxmemoryPolicies(ctx context.Context, node string) (map[string]string, error) {
+	var mu sync.Mutex
+	policies := map[string]string{}
+	read := func(ctx context.Context, c redis.Cmdable, addr string) error {
+		v, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
+		if err != nil {
+			return err
+		}
+		p, ok := v["maxmemory-policy"]
+		if !ok {
+			return fmt.Errorf("CONFIG GET maxmemory-policy: no such parameter in %v", v)
+		}
+		mu.Lock()
+		policies[addr] = p
+		mu.Unlock()
+		return nil
+	}
+	var err error
+	switch c := s.client.(type) {
+	case *redis.ClusterClient:
+		if node == "" {
+			return policies, nil
+		}
+		err = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			if addr := m.Options().Addr; addr == node {
+				return read(ctx, m, addr)
+			}
+			return nil
+		})
+	case *redis.Ring:
+		err = c.ForEachShard(ctx, func(ctx context.Context, sh *redis.Client) error {
+			return read(ctx, sh, sh.Options().Addr)
+		})
+	default:
+		err = read(ctx, s.client, "")
+	}
+	return policies, err
 }
 
 // Sharded reports whether Node can name more than one server.

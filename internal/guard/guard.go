@@ -6,8 +6,9 @@
 // ReadTimeout (3s by default). Do runs such a call on a goroutine of its own
 // and returns at the context's end; the call goes on, and what it brings
 // back late is handed to a callback, so that a grant that arrives after its
-// requester left can be given back. A Group tracks those goroutines, and its
-// Close waits for them for a bounded time only.
+// requester left can be given back. A Group tracks those goroutines (and
+// those of work in the background started with Go), and its Close waits
+// for them for a bounded time only.
 //
 // It knows nothing of Redis, leases or decisions: the callers (packages
 // tier and sync) say what a call is and what a late result means.
@@ -82,6 +83,24 @@ type call[T any] struct {
 	done  chan struct{}
 	v     T
 	err   error
+}
+
+// Go runs fn on a goroutine of its own that the Group tracks, as it tracks
+// the calls of Do: for work in the background that Close must wait for. It
+// reports false, and does not run fn, once Close has begun.
+func (g *Group) Go(fn func()) bool {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return false
+	}
+	g.wg.Add(1)
+	g.mu.Unlock()
+	go func() {
+		defer g.wg.Done()
+		fn()
+	}()
+	return true
 }
 
 // Close makes later calls fail with ErrClosed and waits for those still

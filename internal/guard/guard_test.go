@@ -63,3 +63,26 @@ func TestDoLate(t *testing.T) {
 		t.Fatal("Close after the call ended: still running")
 	}
 }
+
+// Go runs its function on a goroutine Close waits for, and refuses once
+// Close has begun.
+func TestGo(t *testing.T) {
+	var g guard.Group
+	release, ran := make(chan struct{}), make(chan struct{})
+	if !g.Go(func() { <-release; close(ran) }) {
+		t.Fatal("Go refused before Close")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if g.Close(ctx) {
+		t.Fatal("Close did not wait for the goroutine of Go")
+	}
+	if g.Go(func() { t.Error("ran after Close") }) {
+		t.Fatal("Go accepted after Close")
+	}
+	close(release)
+	<-ran
+	if !g.Close(context.Background()) {
+		t.Fatal("Close: the goroutine of Go still running after it ended")
+	}
+}
