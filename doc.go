@@ -28,6 +28,12 @@
 // Block and Unblock, which deny a key on every instance for a while
 // (Result.Blocked).
 //
+// While Redis is unavailable, a circuit breaker stops calling it and the
+// failure mode decides (WithFailureMode: FailLocal, FailOpen, FailClosed).
+// Stats counts what happened; WithEvents tells it as it happens, with the
+// cause: the first failure, each change of the breaker, and a warning of a
+// Redis whose maxmemory-policy may evict limiter keys.
+//
 // A denial is a Result, not an error. Errors are the sentinels in this
 // package (ErrInvalidKey, ErrUnavailable, …), matched with errors.Is, or the
 // caller's context error, unwrapped.

@@ -38,4 +38,10 @@ var (
 	ErrUnavailable = tier.ErrUnavailable
 	// ErrClosed: the Limiter was closed.
 	ErrClosed = tier.ErrClosed
+	// ErrEvictionPolicy is never returned by a call: it is wrapped by the
+	// Err of an EventWarning (WithEvents) about a Redis server whose
+	// maxmemory-policy may evict limiter keys: any but noeviction,
+	// volatile-* included, since every limiter key carries a TTL. An
+	// evicted key admits a whole new limit at once.
+	ErrEvictionPolicy = tier.ErrEvictionPolicy
 )

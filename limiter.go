@@ -134,6 +134,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 		Instances:   int64(cfg.instances),
 		MaxKeys:     cfg.maxKeys,
 		Observer:    observer(cfg.observer),
+		Events:      events(cfg.events),
 		RedisHook:   doorHook(cfg.redisHook),
 	})
 	if err != nil {
@@ -238,11 +239,3 @@ func check(p *Policy, key string, n int) error {
 // without Close is closed when the garbage collector finds it unreachable
 // (its goroutines do not keep it alive); Close says when.
 func (l *Limiter) Close() error { return l.engine.Close() }
-
-// observer returns f for the engine, taking its states; nil for nil.
-func observer(f func(BreakerState)) func(tier.BreakerState) {
-	if f == nil {
-		return nil
-	}
-	return func(s tier.BreakerState) { f(BreakerState(s)) }
-}

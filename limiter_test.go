@@ -184,6 +184,8 @@ func TestNewErrors(t *testing.T) {
 		{"zero timeout", c, []ratelease.Option{ratelease.WithRedisTimeout(0)}},
 		{"empty prefix", c, []ratelease.Option{ratelease.WithKeyPrefix("")}},
 		{"brace in prefix", c, []ratelease.Option{ratelease.WithKeyPrefix("a{b")}},
+		{"nil observer", c, []ratelease.Option{ratelease.WithObserver(nil)}},
+		{"nil events", c, []ratelease.Option{ratelease.WithEvents(nil)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if l, err := ratelease.New(tc.client, tc.opts...); !errors.Is(err, ratelease.ErrInvalidOption) || l != nil {

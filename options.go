@@ -21,6 +21,7 @@ type config struct {
 	failure      FailureMode
 	instances    int
 	observer     func(BreakerState)
+	events       func(Event)
 	redisHook    RedisHook
 	exact        bool
 	lease        LeaseConfig
@@ -292,10 +293,12 @@ func WithInstances(n int) Option {
 	})
 }
 
-// WithObserver calls f with each new state of the circuit breaker, on the
-// goroutine that changed it: state changes only, never on the hot path. f
-// must not block. With a Redis Cluster, each master's breaker reports its
-// own changes.
+// WithObserver calls f with each new state of the circuit breaker: state
+// changes only, never on the hot path. f is called in the order of the
+// changes, never concurrently, holding no lock, on a goroutine that was
+// calling Redis: it must not block. With a Redis Cluster, each master's
+// breaker reports its own changes. WithEvents tells the same changes with
+// their causes, and more.
 func WithObserver(f func(BreakerState)) Option {
 	return optionFunc(func(c *config) error {
 		if f == nil {

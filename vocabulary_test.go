@@ -1,6 +1,7 @@
 package ratelease
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"testing"
@@ -30,6 +31,9 @@ func TestVocabularyAgrees(t *testing.T) {
 			{"BreakerClosed", BreakerClosed, tier.BreakerClosed, int64(BreakerClosed), int64(tier.BreakerClosed)},
 			{"BreakerOpen", BreakerOpen, tier.BreakerOpen, int64(BreakerOpen), int64(tier.BreakerOpen)},
 			{"BreakerHalfOpen", BreakerHalfOpen, tier.BreakerHalfOpen, int64(BreakerHalfOpen), int64(tier.BreakerHalfOpen)},
+			{"EventFirstFailure", EventFirstFailure, tier.FirstFailure, int64(EventFirstFailure), int64(tier.FirstFailure)},
+			{"EventBreaker", EventBreaker, tier.BreakerChange, int64(EventBreaker), int64(tier.BreakerChange)},
+			{"EventWarning", EventWarning, tier.Warning, int64(EventWarning), int64(tier.Warning)},
 		}
 		for _, p := range pairs {
 			if p.rootN != p.tierN || fmt.Sprint(p.root) != fmt.Sprint(p.tier) {
@@ -44,6 +48,11 @@ func TestVocabularyAgrees(t *testing.T) {
 			}
 			if a, b := FailureMode(v).String(), tier.FailureMode(v).String(); a != b {
 				t.Errorf("FailureMode(%d): root %q, tier %q", v, a, b)
+			}
+			a, _ := EventKind(v).MarshalText()
+			b, _ := tier.EventKind(v).MarshalText()
+			if EventKind(v).String() != tier.EventKind(v).String() || string(a) != string(b) {
+				t.Errorf("EventKind(%d): root %v %q, tier %v %q", v, EventKind(v), a, tier.EventKind(v), b)
 			}
 		}
 		for v := int32(-4); v < 256; v++ {
@@ -61,6 +70,8 @@ func TestVocabularyAgrees(t *testing.T) {
 			{reflect.TypeFor[BreakerState](), reflect.TypeFor[tier.BreakerState]()},
 			{reflect.TypeFor[Stats](), reflect.TypeFor[tier.Stats]()},
 			{reflect.TypeFor[PolicyStats](), reflect.TypeFor[tier.PolicyStats]()},
+			{reflect.TypeFor[EventKind](), reflect.TypeFor[tier.EventKind]()},
+			{reflect.TypeFor[Event](), reflect.TypeFor[tier.Event]()},
 		} {
 			root, eng := p[0], p[1]
 			if root.PkgPath() != "github.com/ratelease/ratelease" {
@@ -72,6 +83,20 @@ func TestVocabularyAgrees(t *testing.T) {
 			if a, b := shape(root), shape(eng); a != b {
 				t.Errorf("%v is %s, %v is %s", root, a, eng, b)
 			}
+		}
+	})
+	// events converts every field of an event.
+	t.Run("event", func(t *testing.T) {
+		cause := errors.New("OOM command not allowed")
+		in := tier.Event{Kind: tier.BreakerChange, Breaker: tier.BreakerOpen, Err: cause, Node: "10.0.0.1:6379"}
+		var out Event
+		events(func(ev Event) { out = ev })(in)
+		if out != (Event{Kind: EventBreaker, Breaker: BreakerOpen, Err: cause, Node: "10.0.0.1:6379"}) ||
+			fmt.Sprintf("%+v", out) != fmt.Sprintf("%+v", in) {
+			t.Errorf("events(%+v) = %+v", in, out)
+		}
+		if ErrEvictionPolicy != tier.ErrEvictionPolicy {
+			t.Error("ErrEvictionPolicy is not the engine's")
 		}
 	})
 	// statsOf copies every field: each of a tier.Stats set to a value of

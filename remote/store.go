@@ -3,6 +3,7 @@ package remote
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -403,6 +404,13 @@ func (s *Store) MaxmemoryPolicies(ctx context.Context, node string) (map[string]
 		err = read(ctx, s.client, "")
 	}
 	return policies, err
+}
+
+// Refused reports whether err is Redis's own error reply (a redis.Error:
+// NOPERM, an unknown command...), rather than a failure to reach Redis.
+func Refused(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
 }
 
 // Sharded reports whether Node can name more than one server.

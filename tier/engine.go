@@ -35,6 +35,29 @@ const (
 	BreakerHalfOpen = door.BreakerHalfOpen
 )
 
+// Event is something that happened between the engine and Redis: a
+// breaker's change, the first failure of a run, a warning (the door's:
+// package internal/door).
+type Event = door.Event
+
+// EventKind says what an Event reports.
+type EventKind = door.EventKind
+
+// The kinds of events.
+const (
+	// FirstFailure: a call failed after a healthy period; Err is the failure.
+	FirstFailure = door.FirstFailure
+	// BreakerChange: a breaker changed state; Err, when it opens, is the
+	// failure that opened it.
+	BreakerChange = door.BreakerChange
+	// Warning: a server is configured in a way that endangers the limits.
+	Warning = door.Warning
+)
+
+// ErrEvictionPolicy is wrapped by the Err of a Warning about a server whose
+// maxmemory-policy may evict limiter keys.
+var ErrEvictionPolicy = door.ErrEvictionPolicy
+
 // Source says where a decision came from.
 type Source uint8
 
@@ -84,8 +107,8 @@ type Decision struct {
 	Blocked bool
 }
 
-// Config configures an Engine. Every field but Lease, Observer and
-// RedisHook is required.
+// Config configures an Engine. Every field but Lease, Observer, Events
+// and RedisHook is required.
 type Config struct {
 	Store *remote.Store
 	Clock clock.Clock
@@ -107,9 +130,13 @@ type Config struct {
 	Instances int64
 	// MaxKeys bounds the keys FailLocal keeps limits for (default 100,000).
 	MaxKeys int
-	// Observer, when not nil, is called with each new state of the circuit
-	// breaker, on the goroutine that changed it: it must not block.
+	// Observer, when not nil, is called with each new state of a circuit
+	// breaker; Events, when not nil, with every Event (and then each
+	// server's eviction policy is read once). Both are called in order,
+	// never concurrently, outside every lock, on a goroutine that called
+	// Redis: they must not block it for long (see door.Config).
 	Observer func(BreakerState)
+	Events   func(Event)
 	// RedisHook, when not nil, is told of each Redis round trip as it
 	// starts and ends (see door.Hook).
 	RedisHook door.Hook
@@ -185,7 +212,7 @@ func New(cfg Config) (*Engine, error) {
 	e := &Engine{clock: cfg.Clock, done: make(chan struct{})}
 	e.tables.others = &others{}
 	e.door = door.New(door.Config{Store: cfg.Store, Clock: cfg.Clock, Timeout: cfg.Timeout, Guard: cfg.Guard,
-		Observer: cfg.Observer, Recovered: e.chargeOutage, Hook: cfg.RedisHook})
+		Observer: cfg.Observer, Events: cfg.Events, Recovered: e.chargeOutage, Hook: cfg.RedisHook})
 	if cfg.Lease != nil {
 		l, err := leasesync.New(e.door, cfg.Clock, *cfg.Lease)
 		if err != nil {

@@ -78,23 +78,29 @@ func (e openError) Unwrap() []error {
 // breaker stops calls to a failing Redis. Callers ask allow before a call
 // and report its outcome with success, failure or abort (the Door does,
 // in Enter and Leave). The closed state is one atomic load; transitions
-// take a mutex (rare). Times are ns on the Door's clock.
+// take a mutex (rare). Times are ns on the Door's clock. Its events (its
+// changes, the first failure of a run) are posted under mu, so in the
+// order they happen, and delivered once mu is released.
 type breaker struct {
-	state    atomic.Int32 // a BreakerState
-	opens    atomic.Uint64
-	fails    atomic.Int32 // consecutive failures; written under mu
-	mu       sync.Mutex
-	backoff  time.Duration // requires mu held
-	probeAt  int64         // requires mu held: when open, no probe before this
-	lastErr  error         // requires mu held
-	onChange func(BreakerState)
+	state   atomic.Int32 // a BreakerState
+	opens   atomic.Uint64
+	fails   atomic.Int32 // consecutive failures; written under mu
+	mu      sync.Mutex
+	backoff time.Duration // requires mu held
+	probeAt int64         // requires mu held: when open, no probe before this
+	lastErr error         // requires mu held
+	node    string        // the server's name (see remote.Store.Node)
+	note    *notifier     // nil: nobody observes
+	// checked is set once the servers behind the breaker have been read
+	// for their eviction policy (checkEviction), or need not be.
+	checked atomic.Bool
 	// closed is called (on its own goroutine) after each close that ends an
 	// outage.
 	closed func()
 }
 
-func newBreaker(onChange func(BreakerState), closed func()) *breaker {
-	return &breaker{backoff: breakerMinBackoff, onChange: onChange, closed: closed}
+func newBreaker(node string, note *notifier, closed func()) *breaker {
+	return &breaker{backoff: breakerMinBackoff, node: node, note: note, closed: closed}
 }
 
 // State returns the current state.
@@ -108,17 +114,23 @@ func (b *breaker) allow(now int64) (ok, probe bool, cause error) {
 		return true, false, nil
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	switch b.State() {
 	case BreakerClosed:
-		return true, false, nil
+		ok = true
 	case BreakerOpen:
 		if now >= b.probeAt {
-			b.setLocked(BreakerHalfOpen)
-			return true, true, nil
+			b.setLocked(BreakerHalfOpen, nil)
+			ok, probe = true, true
 		}
 	}
-	return false, false, openError{b.lastErr}
+	if !ok {
+		cause = openError{b.lastErr}
+	}
+	b.mu.Unlock()
+	if probe { // changed the state: the rest of the time, while open, no event
+		b.note.deliver()
+	}
+	return ok, probe, cause
 }
 
 // success records a call that Redis answered.
@@ -127,70 +139,83 @@ func (b *breaker) success() {
 		return // the common case: no lock
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	b.fails.Store(0)
 	b.lastErr = nil
 	if b.State() != BreakerClosed {
 		b.backoff = breakerMinBackoff
-		b.setLocked(BreakerClosed)
+		b.setLocked(BreakerClosed, nil)
 		if b.closed != nil {
 			go b.closed()
 		}
 	}
+	b.mu.Unlock()
+	b.note.deliver()
 }
 
 // failure records a failed call at now: a probe's failure reopens the
-// breaker with a doubled backoff; enough failures in a row open it.
+// breaker with a doubled backoff; enough failures in a row open it. The
+// first failure of a run is an event of its own.
 func (b *breaker) failure(now int64, probe bool, err error) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	b.lastErr = err
 	switch {
 	case probe:
 		b.backoff = min(2*b.backoff, breakerMaxBackoff)
 		b.probeAt = now + int64(b.backoff)
-		b.setLocked(BreakerOpen)
+		b.setLocked(BreakerOpen, err)
 	case b.State() == BreakerClosed:
-		if b.fails.Add(1) >= breakerFailures {
+		fails := b.fails.Add(1)
+		if fails == 1 {
+			b.note.post(Event{Kind: FirstFailure, Breaker: BreakerClosed, Err: err, Node: b.node})
+		}
+		if fails >= breakerFailures {
 			b.probeAt = now + int64(b.backoff)
-			b.setLocked(BreakerOpen)
+			b.setLocked(BreakerOpen, err)
 		}
 	}
+	b.mu.Unlock()
+	b.note.deliver()
 }
 
 // abort records a probe that ended for the caller's own reasons (its
 // context): the next call may probe at once.
 func (b *breaker) abort(now int64) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.State() == BreakerHalfOpen {
 		b.probeAt = now
-		b.setLocked(BreakerOpen)
+		b.setLocked(BreakerOpen, b.lastErr)
 	}
+	b.mu.Unlock()
+	b.note.deliver()
 }
 
-// setLocked changes the state, counts an opening, and tells the observer:
-// opens counts what the observer hears as open. Requires mu held.
-func (b *breaker) setLocked(s BreakerState) {
+// setLocked changes the state, counts an opening, and posts the change
+// with its cause: opens counts what the observer hears as open. Requires
+// mu held.
+func (b *breaker) setLocked(s BreakerState, cause error) {
 	if BreakerState(b.state.Swap(int32(s))) == s {
 		return
 	}
 	if s == BreakerOpen {
 		b.opens.Add(1)
 	}
-	if b.onChange != nil {
-		b.onChange(s)
-	}
+	b.note.post(Event{Kind: BreakerChange, Breaker: s, Err: cause, Node: b.node})
 }
 
 // newBreaker returns a breaker for the server named node; when it closes
-// after an outage, the Door's owner hears of it (Config.Recovered).
+// after an outage, the Door's owner hears of it (Config.Recovered). Its
+// servers' eviction policy is read after its first success, when events
+// are observed and the breaker stands for servers that can be named.
 func (d *Door) newBreaker(node string) *breaker {
 	var closed func()
 	if d.recovered != nil {
 		closed = func() { d.recovered(node) }
 	}
-	return newBreaker(d.observer, closed)
+	b := newBreaker(node, d.note, closed)
+	if d.note == nil || d.note.events == nil || d.sharded && node == "" {
+		b.checked.Store(true)
+	}
+	return b
 }
 
 // Pass lets one call through the breaker of a key's server: Enter gives
@@ -229,6 +254,9 @@ func (d *Door) Leave(pass Pass, err error) error {
 	switch {
 	case err == nil:
 		b.success()
+		if !b.checked.Load() {
+			d.checkEviction(b) // once: the first time Redis answers
+		}
 		return nil
 	case errors.Is(err, ErrUnavailable):
 		b.failure(d.nanos(), pass.probe, err)

@@ -15,13 +15,20 @@
 //     (Enter, Ready) and told its outcome (Leave); when one closes after an
 //     outage, the Door tells its owner (Config.Recovered);
 //   - the counters of round trips and errors (Stats);
+//   - the events told to its owner's observers (events.go): each change of
+//     a breaker and the first failure of a run, with their causes, and a
+//     Warning for a server whose maxmemory-policy may evict limiter keys
+//     (read once per server, in the background, after the first call to
+//     it succeeds). They are delivered in order, outside every lock, on a
+//     goroutine that posted one;
 //   - the hook (hook.go, Config.Hook), told of each round trip as it
 //     starts and ends: what it does, its calls, its outcome.
 //
 // Files: door.go (the type, New, Bound, Classify, Stats, Close), calls.go
-// (Acquire, Refund, Charge, Batch), breaker.go, operator.go (Peek,
-// GiveBack, Reset, Block, Unblock: the operators' calls, whose caller
-// waits for the outcome), hook.go (Hook, Op, Outcome).
+// (Acquire, Refund, Charge, Batch), breaker.go, events.go (Event, the
+// notifier, the eviction check), operator.go (Peek, GiveBack, Reset, Block,
+// Unblock: the operators' calls, whose caller waits for the outcome),
+// hook.go (Hook, Op, Outcome).
 //
 // It must not decide requests or choose what a failure means to them
 // (package tier does, and charges what its fallback admitted through

@@ -33,9 +33,17 @@ type Config struct {
 	// it at the deadline: for clients that do not honour context deadlines
 	// themselves (see remote.HonoursDeadlines).
 	Guard bool
-	// Observer, when not nil, is called with each new state of a breaker,
-	// on the goroutine that changed it: it must not block.
+	// Observer, when not nil, is called with each new state of a breaker.
+	// Observer and Events are called in the order of the events, never
+	// concurrently, holding no lock, on a goroutine that made a call to
+	// Redis (or read a server's eviction policy, for a Warning): they must
+	// not block it for long.
 	Observer func(BreakerState)
+	// Events, when not nil, is called with every Event: the breakers'
+	// changes, the first failure of each run of failures, and warnings.
+	// With Events, the maxmemory-policy of each server is read once, after
+	// the first call to it succeeds (see Warning).
+	Events func(Event)
 	// Recovered, when not nil, is called on a goroutine of its own each
 	// time the breaker of the server named node closes after an outage
 	// ("" with a single server; see remote.Store.Node).
@@ -63,7 +71,7 @@ type Door struct {
 	breaker   *breaker
 	breakers  sync.Map
 	sharded   bool
-	observer  func(BreakerState)
+	note      *notifier // nil: nobody observes
 	recovered func(node string)
 	hook      Hook // nil: none
 	// single counts the calls of Acquire, Refund and Charge, batched those
@@ -75,7 +83,7 @@ type Door struct {
 func New(cfg Config) *Door {
 	d := &Door{
 		store: cfg.Store, clock: cfg.Clock, base: cfg.Clock.Now(), timeout: cfg.Timeout, guard: cfg.Guard,
-		sharded: cfg.Store.Sharded(), observer: cfg.Observer, recovered: cfg.Recovered, hook: cfg.Hook,
+		sharded: cfg.Store.Sharded(), note: newNotifier(cfg.Observer, cfg.Events), recovered: cfg.Recovered, hook: cfg.Hook,
 	}
 	d.breaker = d.newBreaker("")
 	return d

@@ -2,10 +2,12 @@ package systest_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,7 +19,9 @@ import (
 
 // The least-privilege ACL the README gives is enough: a user made with it,
 // word for word, decides every algorithm in exact and in lease mode, leases
-// and gives units back, and is refused a key outside the prefix.
+// and gives units back, and is refused a key outside the prefix. It leaves
+// out CONFIG GET, so WithEvents cannot warn of an evicting Redis; the
+// README says that +config|get, added, lets it.
 func TestReadmeACLSuffices(t *testing.T) {
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
@@ -65,8 +69,21 @@ func TestReadmeACLSuffices(t *testing.T) {
 	if err := user.Set(ctx, "other:key", "x", 0).Err(); err == nil {
 		t.Fatal("the ACL user wrote a key outside the prefix")
 	}
+	// An evicting Redis: the least-privilege user cannot read its
+	// maxmemory-policy, so the Limiter says nothing of it (and counts no
+	// error); given +config|get as well, it warns.
+	if err := admin.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var events []ratelease.Event
+	observe := ratelease.WithEvents(func(ev ratelease.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		events = append(events, ev)
+	})
 	for _, exact := range []bool{true, false} {
-		opts := []ratelease.Option{ratelease.WithFailureMode(ratelease.FailClosed), ratelease.WithRedisTimeout(2 * time.Second)}
+		opts := []ratelease.Option{ratelease.WithFailureMode(ratelease.FailClosed), ratelease.WithRedisTimeout(2 * time.Second), observe}
 		if exact {
 			opts = append(opts, ratelease.WithExact())
 		}
@@ -91,5 +108,32 @@ func TestReadmeACLSuffices(t *testing.T) {
 		if s := l.Stats(); s.Errors != 0 {
 			t.Fatalf("exact=%v: %d Redis calls failed as the ACL user", exact, s.Errors)
 		}
+	}
+	mu.Lock()
+	if len(events) != 0 {
+		t.Fatalf("events without +config|get: %+v; want none", events)
+	}
+	mu.Unlock()
+	const configGet = "+config|get"
+	if !strings.Contains(string(readme), "`"+configGet+"`") {
+		t.Fatalf("README.md does not say that %s enables the eviction warning", configGet)
+	}
+	if err := admin.Do(ctx, "ACL", "SETUSER", "ratelease", configGet).Err(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := ratelease.New(user, observe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Allow(ctx, policy(t, "acl", ratelease.PerSecond(5)), "k"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil { // waits for the reading
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(events) != 1 || !errors.Is(events[0].Err, ratelease.ErrEvictionPolicy) {
+		t.Fatalf("events with %s: %+v; want the eviction warning", configGet, events)
 	}
 }

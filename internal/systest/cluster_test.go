@@ -2,7 +2,9 @@ package systest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -94,9 +96,20 @@ func TestClusterMasterKilled(t *testing.T) {
 			const rate, burst = 500, 50
 			p := policy(t, "kill", ratelease.Limit{Rate: rate, Period: time.Second, Burst: burst})
 			keys := keysPerMaster(t, cl, "kill")
+			// Master 2 may evict: each Limiter's events name it, once.
+			if err := cl.Masters[2].Client(t).ConfigSet(context.Background(), "maxmemory-policy", "allkeys-lru").Err(); err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			var events []ratelease.Event
+			observe := ratelease.WithEvents(func(ev ratelease.Event) {
+				mu.Lock()
+				defer mu.Unlock()
+				events = append(events, ev)
+			})
 			ins := newInstances(t, 2, func() redis.UniversalClient {
 				return cl.Client(t, &redis.ClusterOptions{ContextTimeoutEnabled: true, MaxRetries: -1})
-			}, ratelease.WithFailureMode(mode), ratelease.WithRedisTimeout(200*time.Millisecond))
+			}, ratelease.WithFailureMode(mode), ratelease.WithRedisTimeout(200*time.Millisecond), observe)
 			s := span{start: now()}
 			phases := phasedLoad(t, limiters(ins), loadSpec{goroutines: 3, pause: 100 * time.Microsecond, keys: keys}, p,
 				[]time.Duration{time.Second, 2 * time.Second}, func(i int) {
@@ -141,6 +154,34 @@ func TestClusterMasterKilled(t *testing.T) {
 			}
 			if s := ins[0].l.Stats(); s.Breaker == ratelease.BreakerClosed || s.BreakerOpens == 0 {
 				t.Errorf("Stats after the kill: breaker %v, %d opens; want the dead master's open", s.Breaker, s.BreakerOpens)
+			}
+			// The events name the dead master's first failure and its
+			// breaker's opening, with their causes, and the evicting
+			// master's warning, once per Limiter; no failure of a live
+			// master.
+			closeAll(ins) // waits for the readings
+			mu.Lock()
+			defer mu.Unlock()
+			deadAddr, evicting := cl.Masters[0].Addr, cl.Masters[2].Addr
+			var failed, opened, warned int
+			for _, ev := range events {
+				switch {
+				case ev.Kind == ratelease.EventWarning && ev.Node == evicting && errors.Is(ev.Err, ratelease.ErrEvictionPolicy):
+					warned++
+				case ev.Kind == ratelease.EventFirstFailure && ev.Node == deadAddr && errors.Is(ev.Err, ratelease.ErrUnavailable):
+					failed++
+				case ev.Kind == ratelease.EventBreaker && ev.Node == deadAddr && ev.Breaker == ratelease.BreakerOpen && errors.Is(ev.Err, ratelease.ErrUnavailable):
+					opened++
+				case ev.Node == deadAddr || ev.Node == "" && ev.Kind != ratelease.EventWarning:
+					// the dead master's probes; keys whose master could
+					// not be named while the cluster's layout changed
+				default:
+					t.Errorf("event %v/%v on %q: %v", ev.Kind, ev.Breaker, ev.Node, ev.Err)
+				}
+			}
+			if warned != 2 || failed == 0 || opened == 0 {
+				t.Errorf("events: %d warnings of master 2, %d first failures and %d openings of the dead master; want 2 (one per Limiter), some, some",
+					warned, failed, opened)
 			}
 		})
 	}
