@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -203,5 +204,40 @@ func TestNoWarningWithoutConfig(t *testing.T) {
 	}
 	if s := e.l.Stats(); s.Errors != 0 || s.RoundTrips != 4 {
 		t.Fatalf("Stats: %+v; want 3 decisions and the refused reading, no error", s)
+	}
+}
+
+// The reading of the eviction policy is a Redis round trip like the
+// others: WithRedisHook is told of it, once, as "config".
+func TestEvictionReadingIsHooked(t *testing.T) {
+	srv := redistest.Start(t)
+	var mu sync.Mutex
+	var ops []string
+	hook := func(ctx context.Context, c ratelease.RedisCall) (context.Context, func(ratelease.RedisOutcome)) {
+		return ctx, func(o ratelease.RedisOutcome) {
+			mu.Lock()
+			defer mu.Unlock()
+			ops = append(ops, fmt.Sprintf("%v/%d/%v", c.Op, c.Keys, o.Err))
+		}
+	}
+	var log eventLog
+	l, err := ratelease.New(srv.Client(t), ratelease.WithExact(), ratelease.WithRedisHook(hook), ratelease.WithEvents(log.event))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := policy(t, "hooked", ratelease.PerSecond(10))
+	for range 2 {
+		if _, err := l.Allow(context.Background(), p, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	slices.Sort(ops)
+	if got, want := fmt.Sprint(ops), "[config/0/<nil> decide/1/<nil> decide/1/<nil>]"; got != want {
+		t.Fatalf("the hook was told of %s, want %s", got, want)
 	}
 }

@@ -35,10 +35,13 @@ const (
 	RedisUnblock = RedisOp(door.OpUnblock)
 	// RedisPing: Limiter.Ping.
 	RedisPing = RedisOp(door.OpPing)
+	// RedisConfig: the reading of a server's maxmemory-policy (CONFIG
+	// GET), once per server, with WithEvents (see EventWarning).
+	RedisConfig = RedisOp(door.OpConfig)
 )
 
 // String returns "decide", "lease", "refund", "charge", "peek", "reset",
-// "block", "unblock", "ping", or "none" for the zero value.
+// "block", "unblock", "ping", "config", or "none" for the zero value.
 func (o RedisOp) String() string {
 	switch o {
 	case RedisDecide:
@@ -59,6 +62,8 @@ func (o RedisOp) String() string {
 		return "unblock"
 	case RedisPing:
 		return "ping"
+	case RedisConfig:
+		return "config"
 	}
 	return "none"
 }
@@ -69,7 +74,7 @@ type RedisCall struct {
 	Op RedisOp
 	// Keys is the number of calls it carries, each about one key: 1, or
 	// the length of a pipeline (RedisLease, RedisRefund, RedisCharge); 0
-	// for RedisPing.
+	// for RedisPing and RedisConfig.
 	Keys int
 }
 

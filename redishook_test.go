@@ -306,7 +306,7 @@ func TestRedisOpString(t *testing.T) {
 	for op, want := range map[ratelease.RedisOp]string{0: "none", ratelease.RedisDecide: "decide",
 		ratelease.RedisLease: "lease", ratelease.RedisRefund: "refund", ratelease.RedisCharge: "charge",
 		ratelease.RedisPeek: "peek", ratelease.RedisReset: "reset", ratelease.RedisBlock: "block",
-		ratelease.RedisUnblock: "unblock", ratelease.RedisPing: "ping", 99: "none"} {
+		ratelease.RedisUnblock: "unblock", ratelease.RedisPing: "ping", ratelease.RedisConfig: "config", 99: "none"} {
 		if got := op.String(); got != want {
 			t.Errorf("RedisOp(%d).String() = %q, want %q", op, got, want)
 		}

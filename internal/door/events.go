@@ -138,6 +138,8 @@ func (n *notifier) run(q []Event) {
 // checkEviction reads, once per breaker, the maxmemory-policy of the
 // servers behind b, on a goroutine of its own (Close waits for it, within
 // its timeout), and posts a Warning for each that may evict limiter keys.
+// The reading is a round trip like the others: counted, and told to the
+// hook (OpConfig).
 // It runs after a call through b succeeded (Leave): the first time the
 // Door reaches a server, off the caller's path. Only when events are
 // observed (else b is marked checked at birth).
@@ -146,9 +148,13 @@ func (d *Door) checkEviction(b *breaker) {
 		return
 	}
 	d.guards.Go(func() {
-		ctx, cancel := d.Bound(context.Background())
+		ctx, end := d.start(context.Background(), OpConfig, 0)
+		ctx, cancel := d.Bound(ctx)
 		defer cancel()
 		policies, err := d.store.MaxmemoryPolicies(ctx, b.node)
+		if end != nil {
+			end(single(err, 0))
+		}
 		d.single.roundTrips.Add(1)
 		if err != nil && !remote.Refused(err) {
 			// Not a refusal of CONFIG (silent: an ACL without it, a managed

@@ -30,6 +30,9 @@ const (
 	OpUnblock
 	// OpPing: Ping, to every master with a Redis Cluster.
 	OpPing
+	// OpConfig: the reading of a server's maxmemory-policy (CONFIG GET),
+	// once per server, when events are observed (see Warning).
+	OpConfig
 )
 
 // Outcome is what one round trip came to (Config.Hook).
@@ -46,7 +49,7 @@ type Outcome struct {
 
 // Hook is called as a round trip starts, with the context it is made for,
 // what it does, and the number of calls it carries (each about one key; 0
-// for OpPing). It returns the context to make it with (ctx or one derived
+// for OpPing and OpConfig). It returns the context to make it with (ctx or one derived
 // from it, with no earlier end) and a function called once with its
 // outcome when it ends, or nil.
 type Hook func(ctx context.Context, op Op, keys int) (context.Context, func(Outcome))
