@@ -73,7 +73,8 @@ const (
 	// Fallback: answered by the outage fallback while Redis is unavailable.
 	Fallback
 	// Cached: a denial answered locally: Redis denied this key moments ago
-	// and its RetryAfter has not passed, so it is not asked again.
+	// (less than a lease TTL), and its RetryAfter has not passed, so it is
+	// not asked again.
 	Cached
 )
 
