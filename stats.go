@@ -87,7 +87,8 @@ type PolicyStats struct {
 	Local uint64
 	// Remote counts the decisions made by one Redis call.
 	Remote uint64
-	// Cached counts the denials repeated locally until their RetryAfter.
+	// Cached counts the denials repeated locally (for their RetryAfter or
+	// the lease TTL, whichever is shorter).
 	Cached uint64
 	// Fallback counts the decisions of the failure mode while Redis was
 	// unavailable.
