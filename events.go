@@ -52,17 +52,7 @@ const (
 )
 
 // String returns "first-failure", "breaker", "warning", or "unknown".
-func (k EventKind) String() string {
-	switch k {
-	case EventFirstFailure:
-		return "first-failure"
-	case EventBreaker:
-		return "breaker"
-	case EventWarning:
-		return "warning"
-	}
-	return "unknown"
-}
+func (k EventKind) String() string { return tier.EventKind(k).String() }
 
 // MarshalText makes the kind a word in JSON and logs, as String says it.
 func (k EventKind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }

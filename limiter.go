@@ -80,19 +80,7 @@ const (
 
 // String returns "local", "remote", "fallback", "cached", or "none" for the
 // zero value.
-func (s Source) String() string {
-	switch s {
-	case Local:
-		return "local"
-	case Remote:
-		return "remote"
-	case Fallback:
-		return "fallback"
-	case Cached:
-		return "cached"
-	}
-	return "none"
-}
+func (s Source) String() string { return tier.Source(s).String() }
 
 // New returns a Limiter that keeps its limits in client: any
 // redis.UniversalClient (*redis.Client, *redis.ClusterClient, *redis.Ring,

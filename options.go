@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ratelease/ratelease/clock"
+	"github.com/ratelease/ratelease/tier"
 )
 
 // Option configures a Limiter in New.
@@ -214,17 +215,7 @@ const (
 )
 
 // String returns "fail-local", "fail-open", "fail-closed", or "unknown".
-func (m FailureMode) String() string {
-	switch m {
-	case FailLocal:
-		return "fail-local"
-	case FailOpen:
-		return "fail-open"
-	case FailClosed:
-		return "fail-closed"
-	}
-	return "unknown"
-}
+func (m FailureMode) String() string { return tier.FailureMode(m).String() }
 
 // BreakerState is the state of a Limiter's circuit breaker (Stats().Breaker,
 // WithObserver and Event.Breaker). The zero value is BreakerClosed.
@@ -248,17 +239,7 @@ const (
 )
 
 // String returns "closed", "open", "half-open", or "unknown".
-func (s BreakerState) String() string {
-	switch s {
-	case BreakerClosed:
-		return "closed"
-	case BreakerOpen:
-		return "open"
-	case BreakerHalfOpen:
-		return "half-open"
-	}
-	return "unknown"
-}
+func (s BreakerState) String() string { return tier.BreakerState(s).String() }
 
 // MarshalText makes the state a word in JSON, expvar and logs, as String
 // says it.
