@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
@@ -161,13 +162,8 @@ func (d *Door) checkEviction(b *breaker) {
 			// Redis), but a failure: counted, not retried.
 			d.single.errors.Add(1)
 		}
-		addrs := make([]string, 0, len(policies))
-		for addr := range policies {
-			addrs = append(addrs, addr)
-		}
-		slices.Sort(addrs)
 		posted := false
-		for _, addr := range addrs {
+		for _, addr := range slices.Sorted(maps.Keys(policies)) {
 			if p := policies[addr]; p != "noeviction" {
 				on := ""
 				if addr != "" {
