@@ -64,7 +64,7 @@ func TestNoCapWithoutScarcity(t *testing.T) {
 }
 
 // A member held to its share takes at most two batches at a time (a batch
-// is its share's worth of an eighth of a horizon) from the room the others'
+// is its share's worth of a tenth of a horizon) from the room the others'
 // buckets do not hold; short of room, it is not back before its share has
 // made a batch: the denial says when.
 func TestFairShareWaitsForABatch(t *testing.T) {
@@ -73,25 +73,27 @@ func TestFairShareWaitsForABatch(t *testing.T) {
 	// room is always short of what they want over a horizon (200).
 	p := mustPolicy(t, "p", tb(1000, 100, time.Second))
 	lease(t, f, p, "a", 1000, 1, 1)
-	// Each share is 500/s; a batch 6.25 units (an eighth of 100ms at
-	// 500/s), which is what each bucket holds. a's bucket, full, keeps 6
-	// whole units of the room from b.
+	// Each share is 500/s; a batch 5 units (a tenth of 100ms at 500/s),
+	// which is what each bucket holds. a's bucket, full, keeps 5 units of
+	// the room from b.
 	var grants []int64
 	var d remote.Decision
-	for range 10 {
+	for range 12 {
 		if d = lease(t, f, p, "b", 1000, 1, 1000); d.Granted == 0 {
 			break
 		}
 		grants = append(grants, d.Granted)
 	}
-	if fmt.Sprint(grants) != "[12 12 12 12 12 12 12 9]" || d.RetryAfter != 12*ms {
-		t.Fatalf("grants %v, then %+v; want two batches at a time while the room beyond a's bucket lasts (93), then a wait until b's share makes a batch (6 at 500/s)", grants, d)
+	// 99 left after a's unit: nine grants of two batches, then 9 left, of
+	// which a's bucket keeps 5: b's 4 are short of a batch by one unit,
+	// which its share makes in 2ms.
+	if fmt.Sprint(grants) != "[10 10 10 10 10 10 10 10 10]" || d.RetryAfter != 2*ms {
+		t.Fatalf("grants %v, then %+v; want two batches at a time while the room beyond a's bucket lasts (94), then a wait until b's share makes a batch (1 more unit at 500/s)", grants, d)
 	}
-	f.Advance(12 * ms)
-	// Room 6 + 12, less a's 6: b's batch from its bucket, and as much
-	// again from the room no bucket holds.
-	if d := lease(t, f, p, "b", 1000, 1, 1000); d.Granted != 12 {
-		t.Fatalf("b when its batch is there: %+v, want 12", d)
+	f.Advance(2 * ms)
+	// Room 9 + 2, less a's 5: b's batch and a unit more.
+	if d := lease(t, f, p, "b", 1000, 1, 1000); d.Granted != 6 {
+		t.Fatalf("b when its batch is there: %+v, want 6", d)
 	}
 }
 

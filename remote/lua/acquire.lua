@@ -36,7 +36,7 @@
 -- while someone wants it. The shares are held to only while the room is
 -- short of what the members want over a horizon. A member short of its
 -- bucket, or finding the limits short, waits until there is a useful batch
--- (a quarter horizon of its share, less for a small burst, or what a window
+-- (a tenth of a horizon of its share, less for a small burst, or what a window
 -- has left), not for every unit as it frees up. While the demand fits in R
 -- the member buckets stay full and change nothing.
 --
@@ -153,7 +153,7 @@ if mkey then
     f = math.min(demand, L)
     local h = horizon
     if valid >= 0 and valid < h then h = valid end
-    -- The batch worth waiting for: the share's worth of an eighth of a
+    -- The batch worth waiting for: the share's worth of a tenth of a
     -- horizon (of what is left of the window, for a window): small, so
     -- that what a member holds unused at any time is little, and large
     -- enough that it asks only a few times a horizon; from a bucket, no
@@ -161,10 +161,10 @@ if mkey then
     -- burst is never outwaited. (A window that will not have a batch before
     -- it ends gives what it has left: see below.) A member's bucket holds a
     -- batch (at least min): what the buckets hold is kept from the others,
-    -- so it is room that waits unused, an eighth of what the key makes in
+    -- so it is room that waits unused, a tenth of what the key makes in
     -- a horizon in all, within its capacity.
     local function size_of(fx, least_grant)
-      local b = fx * h / 8000000
+      local b = fx * h / 10000000
       if valid < 0 then b = math.min(b, fx / R * C / 2) end
       return math.floor(b), math.max(least_grant, b)
     end
