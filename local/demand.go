@@ -2,15 +2,18 @@ package local
 
 import "math"
 
-// Demand estimates how fast units are used, as an exponentially weighted
-// moving average of units per second with time constant Tau, Tau/4 while
-// the demand rises. The zero value
-// is ready: it knows nothing yet (Rate 0). Not safe for concurrent use: its
+// Demand estimates how fast units are used. For its first Tau it is the
+// average since the first observation, over at least FirstWindow; from
+// then on an exponentially weighted moving average of units per second
+// with time constant Tau, Tau/4 while the demand rises. The zero value is
+// ready: it knows nothing yet (Rate 0). Not safe for concurrent use: its
 // owner updates it under its own lock, off the hit path.
 type Demand struct {
 	rate    float64 // units per second
 	last    int64   // ns of the last Observe
-	started bool    // an Observe has set last
+	first   int64   // ns of the first Observe
+	total   float64 // units used since first, during the first Tau
+	started bool    // an Observe has set last and first
 	known   bool    // a rate has been measured
 }
 
@@ -18,11 +21,29 @@ type Demand struct {
 // halves after about 0.7·Tau.
 const Tau = 1e9 // ns
 
+// FirstWindow is the shortest time a rate is measured over. Requests that
+// arrive together (a service's goroutines starting at once) are not a
+// rate: two of them a round trip apart would make one of thousands a
+// second, and a key's first leases would claim a fair share it does not
+// use.
+const FirstWindow = 20e6 // ns
+
 // Observe records that used units were used since the last observation,
 // at now (ns). The first observation only starts the clock.
 func (d *Demand) Observe(used, now int64) {
 	if !d.started {
-		d.last, d.started = now, true
+		d.last, d.first, d.started = now, now, true
+		return
+	}
+	if since := now - d.first; since < Tau {
+		// The first Tau: the average since the first observation, which
+		// learns a steady demand at once; an average with the zero before
+		// it would take a few Taus.
+		d.total += float64(used)
+		if now > d.last {
+			d.last = now
+			d.rate, d.known = d.total*1e9/float64(max(since, FirstWindow)), true
+		}
 		return
 	}
 	dt := now - d.last
@@ -32,8 +53,6 @@ func (d *Demand) Observe(used, now int64) {
 	d.last = now
 	r := float64(used) * 1e9 / float64(dt)
 	if !d.known {
-		// The second observation is the first rate: averaging it with the
-		// zero before it would take a few Taus to learn a steady demand.
 		d.rate, d.known = r, true
 		return
 	}

@@ -151,6 +151,28 @@ func TestDemandConverges(t *testing.T) {
 	}
 }
 
+// A key's first requests arriving together are not a rate: four at once,
+// then two more a round trip (300µs) later, give at most what they would
+// over FirstWindow, not thousands a second. A steady demand is then learnt
+// from the average since the first request, well within Tau.
+func TestDemandStartsFromAnAverage(t *testing.T) {
+	var d local.Demand
+	now := int64(1e9)
+	d.Observe(4, now)
+	now += 300e3
+	d.Observe(2, now)
+	if r, most := d.Rate(), 2*1e9/float64(local.FirstWindow); r > most {
+		t.Fatalf("rate %.0f after two requests 300µs apart, want at most %.0f (over FirstWindow)", r, most)
+	}
+	for range 20 { // 2400/s, in steps of 5ms: 100ms
+		now += 5e6
+		d.Observe(12, now)
+	}
+	if r := d.Rate(); r < 0.97*2400 || r > 1.03*2400 {
+		t.Fatalf("rate %.0f after 100ms of 2400/s, want within 3%% of it", r)
+	}
+}
+
 // A rising demand is followed four times as fast as a falling one: from
 // 100/s to 1000/s, 0.5s later the estimate is past 860 (1 - e^-2); from
 // 1000/s back to 100/s, 0.5s later it is still above 600 (e^-0.5).

@@ -97,6 +97,26 @@ func TestFairShareWaitsForABatch(t *testing.T) {
 	}
 }
 
+// Members whose demands fit in the rate but who find the limit empty (an
+// estimate lags a demand that grew) are not back before the limit has made
+// a batch of the asker's demand (a tenth of a horizon of it, at most its
+// part of the capacity), rather than for every unit as it frees up. A
+// member alone is told the limit's own time.
+func TestEmptyLimitWithDemandsThatFit(t *testing.T) {
+	f := newFake(t)
+	p := mustPolicy(t, "p", tb(1000, 100, time.Second))
+	if d := lease(t, f, p, "a", 500, 1, 100); d.Granted != 100 {
+		t.Fatalf("a alone, demand fitting: %+v, want all 100", d)
+	}
+	if d := lease(t, f, p, "a", 500, 1, 100); d.Granted != 0 || d.RetryAfter != ms {
+		t.Fatalf("a alone at an empty limit: %+v, want denied for the next unit (1ms)", d)
+	}
+	// b's demand and a's fit in 1000/s: no shares, but the limit is empty.
+	if d := lease(t, f, p, "b", 500, 1, 100); d.Granted != 0 || d.RetryAfter != 5*ms || d.Members != 2 {
+		t.Fatalf("b at an empty limit beside a: %+v, want denied until a batch of 5 (50ms of 500/s / 10) is made: 5ms", d)
+	}
+}
+
 // With plenty of room there is nothing to share: a member takes what it
 // asks for, even wanting more than the rate.
 func TestPlentyOfRoomTakesAll(t *testing.T) {

@@ -157,15 +157,18 @@ if mkey then
     -- horizon (of what is left of the window, for a window): small, so
     -- that what a member holds unused at any time is little, and large
     -- enough that it asks only a few times a horizon; from a bucket, no
-    -- more than half this member's part of the capacity, so that a small
-    -- burst is never outwaited. (A window that will not have a batch before
-    -- it ends gives what it has left: see below.) A member's bucket holds a
-    -- batch (at least min): what the buckets hold is kept from the others,
-    -- so it is room that waits unused, a tenth of what the key makes in
-    -- a horizon in all, within its capacity.
+    -- more than this member's part of the capacity and no more than half
+    -- of it, so that the batches together fit in the capacity and each
+    -- fits twice: a small burst is never outwaited, and the bucket does
+    -- not fill up and overflow while its members wait for their batches.
+    -- (A window that will not have a batch before it ends gives what it
+    -- has left: see below.) A member's bucket holds a batch (at least
+    -- min): what the buckets hold is kept from the others, so it is room
+    -- that waits unused, a tenth of what the key makes in a horizon in
+    -- all, within its capacity.
     local function size_of(fx, least_grant)
       local b = fx * h / 10000000
-      if valid < 0 then b = math.min(b, fx / R * C / 2) end
+      if valid < 0 then b = math.min(b, fx / R * C, C / 2) end
       return math.floor(b), math.max(least_grant, b)
     end
     local batch, size = size_of(f, min)
@@ -268,6 +271,13 @@ if grant < need then
       local wait = cdiv(need * 1000000, refill)
       if tokens >= bucket / 2 then wait = cdiv(wait, 2) end
       retry = math.max(retry, wait)
+    elseif mkey and refill == 0 and members > 1 and decider == tight then
+      -- The members' demands fit in R, yet the limit is empty: a demand
+      -- grew faster than its estimate. Back once the limit has made a
+      -- batch of this member's demand (at most its part of the capacity),
+      -- not for every unit as it frees up, which would poll.
+      local b = math.max(need, math.min(demand * horizon / 10000000, C / members))
+      retry = math.max(retry, cdiv(b * 1000000, R))
     end
     save(0)
     return { 0, NOW, decider, 0, AV[decider], math.max(1, retry), reset, 0, members, 0 }
