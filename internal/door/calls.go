@@ -34,16 +34,18 @@ func (d *Door) acquire(ctx context.Context, r remote.Request) (remote.Decision, 
 		return remote.Decision{}, err
 	}
 	hctx, end := d.start(ctx, OpDecide, 1)
-	dec, err := bounded(d, hctx,
-		func(ctx context.Context) (remote.Decision, error) { return d.store.Acquire(ctx, r) },
-		func(late remote.Decision, err error) {
-			if err == nil && late.Granted > 0 {
-				d.single.lateGranted.Add(uint64(late.Granted))
-				if d.refund(r.Policy, r.Key, late.Granted, late.At) { // already on a tracked goroutine
-					d.single.lateRefunded.Add(uint64(late.Granted))
-				}
-			}
-		})
+	var dec remote.Decision
+	var err error
+	if d.guard {
+		dec, err = d.acquireGuarded(hctx, r)
+	} else {
+		// Without the guard's closures, which would cost two allocations
+		// a call (r would move to the heap with them).
+		rctx, cancel := d.Bound(hctx)
+		dec, err = d.store.Acquire(rctx, r)
+		cancel()
+		err = Classify(hctx, err)
+	}
 	if end != nil {
 		end(single(err, dec.Granted))
 	}
@@ -56,6 +58,21 @@ func (d *Door) acquire(ctx context.Context, r remote.Request) (remote.Decision, 
 		return remote.Decision{}, err
 	}
 	return dec, nil
+}
+
+// acquireGuarded is acquire's call with Guard: a grant that arrives after
+// the deadline is refunded where it arrives.
+func (d *Door) acquireGuarded(ctx context.Context, r remote.Request) (remote.Decision, error) {
+	return bounded(d, ctx,
+		func(ctx context.Context) (remote.Decision, error) { return d.store.Acquire(ctx, r) },
+		func(late remote.Decision, err error) {
+			if err == nil && late.Granted > 0 {
+				d.single.lateGranted.Add(uint64(late.Granted))
+				if d.refund(r.Policy, r.Key, late.Granted, late.At) { // already on a tracked goroutine
+					d.single.lateRefunded.Add(uint64(late.Granted))
+				}
+			}
+		})
 }
 
 // bounded makes one call fn within the timeout and ctx: with Guard on a
