@@ -19,12 +19,19 @@ import (
 // package sync); the allowance never reads a clock itself.
 type Allowance struct {
 	cur  slot
-	hits atomic.Uint64
 	prev slot
 	// added and drained total the units put in and taken out other than by
 	// Take: what Take took is added - drained - units, with no counter of
 	// its own on the hit path.
 	added, drained atomic.Int64
+	// extra counts the units taken that were not a hit's first: the n-1
+	// more of a Take of n, and what TakeUpTo took (CountHit takes one
+	// back). The hits are the units taken less extra: a hit of one unit
+	// writes nothing but its compare-and-swap, where a counter of hits
+	// doubled the cost of a hot key's hits under contention. extra is
+	// added before the units it counts are taken, so that Hits can
+	// undercount for a moment but never overcount.
+	extra atomic.Int64
 	// deniedUntil: Redis denied deniedN units of this key until then (ns);
 	// requests for as many units or more before it are denied locally
 	// without asking again.
@@ -56,9 +63,14 @@ func (s *slot) take(n, now int64) bool {
 // Take takes n units if at least n are held, unexpired, in one generation
 // at now. It reports whether it did.
 func (a *Allowance) Take(n, now int64) bool {
+	if n > 1 {
+		a.extra.Add(n - 1)
+	}
 	if (a.prev.units.Load() >= n && a.prev.take(n, now)) || a.cur.take(n, now) {
-		a.hits.Add(1)
 		return true
+	}
+	if n > 1 {
+		a.extra.Add(1 - n)
 	}
 	return false
 }
@@ -74,8 +86,15 @@ func (a *Allowance) Taken() int64 {
 // Units returns the units held, expired or not.
 func (a *Allowance) Units() int64 { return a.cur.units.Load() + a.prev.units.Load() }
 
-// Hits returns the number of successful Takes so far.
-func (a *Allowance) Hits() uint64 { return a.hits.Load() }
+// Hits returns the number of hits so far: successful Takes, and the
+// TakeUpTos counted by CountHit. It is exact while no Add or Drain runs
+// (the entry's lock orders them); Takes running concurrently may or may
+// not be counted yet, and one may be undercounted for a moment.
+func (a *Allowance) Hits() uint64 {
+	// extra last: a take seen in the units is seen in extra too.
+	taken := a.Taken()
+	return uint64(max(0, taken-a.extra.Load()))
+}
 
 // Add adds g units granted by Redis at Redis time at (µs), valid until
 // expires (ns), at time now. Units already held and unexpired keep their

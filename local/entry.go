@@ -25,8 +25,8 @@ type Entry[P any] struct {
 	key    string
 	policy P
 
-	// mu guards what follows; it is held only to make or apply a lease,
-	// never on the hit path.
+	// mu guards what follows; it is held only to make or apply a lease, to
+	// drain the allowance or to read its hits, never on the hit path.
 	mu sync.Mutex
 	// demand is the estimated rate at which units of this entry are wanted:
 	// admitted, and denied locally.
@@ -47,6 +47,8 @@ type Entry[P any] struct {
 	windowEnd int64
 	// lastGrant is the size of the last grant, for the next lease's growth.
 	lastGrant int64
+	// hits is the most Hits has reported.
+	hits uint64
 
 	// asked counts the units denied locally (cached denials): wanted, but
 	// not taken. Added to off the hit path.
@@ -93,8 +95,15 @@ func (e *Entry[P]) Take(n, now int64) bool { return e.allowance.Take(n, now) }
 // Units returns the units held, expired or not.
 func (e *Entry[P]) Units() int64 { return e.allowance.Units() }
 
-// Hits returns the number of successful Takes so far.
-func (e *Entry[P]) Hits() uint64 { return e.allowance.Hits() }
+// Hits returns the number of requests answered from the allowance so far.
+// It never goes down: a hit undercounted for a moment (see Allowance.Hits)
+// is not reported.
+func (e *Entry[P]) Hits() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.hits = max(e.hits, e.allowance.Hits())
+	return e.hits
+}
 
 // Deny records that Redis denied n units of this key until until (ns).
 func (e *Entry[P]) Deny(until, n int64) { e.allowance.Deny(until, n) }
@@ -105,10 +114,18 @@ func (e *Entry[P]) Denied(now, n int64) (bool, int64) { return e.allowance.Denie
 
 // DrainExpired takes the units expired at now, for a refund (see
 // Allowance.DrainExpired).
-func (e *Entry[P]) DrainExpired(now int64) (units, at int64) { return e.allowance.DrainExpired(now) }
+func (e *Entry[P]) DrainExpired(now int64) (units, at int64) {
+	e.mu.Lock() // with Hits: see Allowance.Hits
+	defer e.mu.Unlock()
+	return e.allowance.DrainExpired(now)
+}
 
 // Drain takes every unit held, for a refund (see Allowance.Drain).
-func (e *Entry[P]) Drain() (units, at int64) { return e.allowance.Drain() }
+func (e *Entry[P]) Drain() (units, at int64) {
+	e.mu.Lock() // with Hits: see Allowance.Hits
+	defer e.mu.Unlock()
+	return e.allowance.Drain()
+}
 
 // Wanted counts n units denied locally (a cached denial): wanted all the
 // same, so the demand counts them.

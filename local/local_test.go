@@ -117,6 +117,93 @@ func TestAllowanceConcurrentTakesNeverExceedTheLease(t *testing.T) {
 	}
 }
 
+// Hits count requests, not units: a Take of 5 is one hit, a failed Take
+// none, a TakeUpTo one only when CountHit says its units decided; neither
+// a lease nor a drain changes them.
+func TestHitsCountRequests(t *testing.T) {
+	e := local.NewBound[string](10, nil).NewTable("p", nil).GetOrCreate("k")
+	e.Fill(local.Grant{Units: 100, Keep: 100, At: 1, Expires: 1e9}, 0)
+	for range 3 {
+		e.Take(1, 10)
+	}
+	e.Take(5, 10)
+	if e.Take(1000, 10) {
+		t.Fatal("took 1000 of 92")
+	}
+	if h := e.Hits(); h != 4 {
+		t.Fatalf("hits %d after three Takes of 1 and one of 5, want 4", h)
+	}
+	if got := e.TakeUpTo(10, 10); got != 10 {
+		t.Fatalf("TakeUpTo(10) = %d", got)
+	}
+	e.CountHit()
+	e.TakeUpTo(3, 10) // units of a decision Redis made: no hit
+	e.Fill(local.Grant{Units: 50, Keep: 50, At: 2, Expires: 2e9}, 20)
+	if u, _ := e.Drain(); u != 129 {
+		t.Fatalf("drained %d, want 100-8-13+50", u)
+	}
+	if h := e.Hits(); h != 5 {
+		t.Fatalf("hits %d, want 5", h)
+	}
+}
+
+// Hits never go down, whatever runs alongside: Takes of one and of several
+// units, leases and drains under the entry's lock; at the end they count
+// every successful Take.
+func TestHitsAreMonotone(t *testing.T) {
+	e := local.NewBound[string](10, nil).NewTable("p", nil).GetOrCreate("k")
+	var took atomic.Int64
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for g := range 4 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if e.Take(int64(1+g%2*2), 10) {
+					took.Add(1)
+				}
+				if i%64 == 0 {
+					runtime.Gosched()
+				}
+			}
+		})
+	}
+	wg.Go(func() { // leases and drains
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			e.Fill(local.Grant{Units: 40, Keep: 40, At: int64(i), Expires: 1e9}, 1)
+			if i%3 == 0 {
+				e.Drain()
+			}
+			runtime.Gosched()
+		}
+	})
+	var last uint64
+	deadline := time.Now().Add(200 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		h := e.Hits()
+		if h < last {
+			close(stop)
+			wg.Wait()
+			t.Fatalf("hits went down from %d to %d", last, h)
+		}
+		last = h
+	}
+	close(stop)
+	wg.Wait()
+	if h := e.Hits(); h != uint64(took.Load()) {
+		t.Fatalf("hits %d at the end, want the %d successful Takes", h, took.Load())
+	}
+}
+
 func TestAllowanceDenial(t *testing.T) {
 	var a local.Allowance
 	a.Deny(100, 5)

@@ -25,8 +25,11 @@ func (s *slot) takeUpTo(n, now int64) int64 {
 // from the previous generation first, and returns how many it took. It
 // does not count a hit: the caller does (CountHit) when the units decide.
 func (a *Allowance) TakeUpTo(n, now int64) int64 {
+	a.extra.Add(n) // before the take: see extra
 	g := a.prev.takeUpTo(n, now)
-	return g + a.cur.takeUpTo(n-g, now)
+	g += a.cur.takeUpTo(n-g, now)
+	a.extra.Add(g - n)
+	return g
 }
 
 // Holds reports whether n units are held unexpired in one generation at
@@ -48,7 +51,7 @@ func (e *Entry[P]) Holds(n, now int64) bool { return e.allowance.Holds(n, now) }
 
 // CountHit counts a request answered from the allowance other than by
 // Take (an AllowAtMost).
-func (e *Entry[P]) CountHit() { e.allowance.hits.Add(1) }
+func (e *Entry[P]) CountHit() { e.allowance.extra.Add(-1) }
 
 // ClearDenial forgets the recorded denial: units were given back to the
 // key, so Redis is asked again.
@@ -59,8 +62,8 @@ func (e *Entry[P]) ClearDenial() { e.allowance.Deny(0, 0) }
 // refunded: the state they would go back to is gone. It returns the units
 // dropped.
 func (e *Entry[P]) Forget() int64 {
-	units, _ := e.allowance.Drain()
 	e.mu.Lock()
+	units, _ := e.allowance.Drain()
 	units += e.back
 	e.back = 0
 	e.mu.Unlock()

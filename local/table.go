@@ -220,7 +220,7 @@ func (b *Bound[P]) evict(e *Entry[P]) {
 func (b *Bound[P]) remove(e *Entry[P]) {
 	e.evicted.Store(true)
 	e.table.remove(e)
-	units, at := e.allowance.Drain()
+	units, at := e.Drain()
 	if b.onEvict != nil {
 		b.onEvict(e, units, at)
 	}
