@@ -66,6 +66,9 @@ local min, max, reserve = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]
 local member, demand = ARGV[4], tonumber(ARGV[5])
 local back, back_at, horizon = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local bkey = KEYS[#KEYS]
+-- A batch is a tenth of a horizon of a rate: rate (units/s) * h (us) /
+-- TENTH is its size in units.
+local TENTH = 10000000
 local n = #KEYS - 1
 local mkey
 if member ~= '' then
@@ -167,7 +170,7 @@ if mkey then
     -- that waits unused, a tenth of what the key makes in a horizon in
     -- all, within its capacity.
     local function size_of(fx, least_grant)
-      local b = fx * h / 10000000
+      local b = fx * h / TENTH
       if valid < 0 then b = math.min(b, fx / R * C, C / 2) end
       return math.floor(b), math.max(least_grant, b)
     end
@@ -276,7 +279,7 @@ if grant < need then
       -- grew faster than its estimate. Back once the limit has made a
       -- batch of this member's demand (at most its part of the capacity),
       -- not for every unit as it frees up, which would poll.
-      local b = math.max(need, math.min(demand * horizon / 10000000, C / members))
+      local b = math.max(need, math.min(demand * horizon / TENTH, C / members))
       retry = math.max(retry, cdiv(b * 1000000, R))
     end
     save(0)
