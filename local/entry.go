@@ -241,11 +241,12 @@ func (e *Entry[P]) EndLease() {
 	e.mu.Unlock()
 }
 
-// Leasing reports whether a lease of the entry is in flight.
-func (e *Entry[P]) Leasing() bool {
+// Leasing returns the channel of the entry's lease in flight, closed when
+// it ends (after its answer is in the allowance), or nil when none is.
+func (e *Entry[P]) Leasing() <-chan struct{} {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.leasing != nil
+	return e.leasing
 }
 
 // Grant is a lease's grant, as Fill puts it into an entry.

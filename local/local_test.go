@@ -370,7 +370,7 @@ func TestTableReadMapAndEviction(t *testing.T) {
 func TestEntryLease(t *testing.T) {
 	e := local.NewBound[string](10, nil).NewTable("p", nil).GetOrCreate("k")
 	first, wait := e.StartLease(2, 0)
-	if wait != nil || first.Rate != 0 || !e.Leasing() {
+	if wait != nil || first.Rate != 0 || e.Leasing() == nil {
 		t.Fatalf("first lease: %+v, %v", first, wait)
 	}
 	if _, wait := e.StartLease(1, 0); wait == nil {
@@ -398,7 +398,7 @@ func TestEntryLease(t *testing.T) {
 	e.Wanted(2)
 	e.SetAside(3, 7, 1e9)
 	e.SetAside(1, 6, 1.5e9)
-	if _, ok := e.TryStartLease(1e9, func() bool { return false }); ok || e.Leasing() {
+	if _, ok := e.TryStartLease(1e9, func() bool { return false }); ok || e.Leasing() != nil {
 		t.Fatal("a prefetch started although ready said no")
 	}
 	// 4 taken and 2 wanted over the second since the first lease.

@@ -67,9 +67,9 @@ func (e *Engine) AllowAtMost(ctx context.Context, p *remote.Policy, key string, 
 	switch {
 	case got > 0 && (err != nil || cause != nil || d.Granted == 0):
 		// The local units are admitted already: they are the grant, with
-		// what a lease in flight put in meanwhile.
-		now := e.leaser.Now()
-		return e.heldDecision(p, ent, got+ent.TakeUpTo(n-got, now), now), nil
+		// what a lease in flight took from Redis meanwhile.
+		got += e.afterInFlight(ctx, ent, n-got)
+		return e.heldDecision(p, ent, got, e.leaser.Now()), nil
 	case err != nil:
 		return Decision{}, err
 	case cause != nil:
@@ -77,9 +77,7 @@ func (e *Engine) AllowAtMost(ctx context.Context, p *remote.Policy, key string, 
 	}
 	dec := e.decided(p, d)
 	if found && got+d.Granted < n {
-		// A lease in flight (a prefetch) may have taken what Redis lacked
-		// meanwhile, into the allowance.
-		got += ent.TakeUpTo(n-got-d.Granted, e.leaser.Now())
+		got += e.afterInFlight(ctx, ent, n-got-d.Granted)
 	}
 	dec.Granted = got + d.Granted
 	if found { // what this instance holds is charged in Redis, not used
@@ -88,6 +86,21 @@ func (e *Engine) AllowAtMost(ctx context.Context, p *remote.Policy, key string, 
 		dec.ResetAfter = max(0, dec.ResetAfter-time.Duration(held*p.UnitRefill(dec.Limit)))
 	}
 	return dec, nil
+}
+
+// afterInFlight takes up to n units from ent's allowance once the lease of
+// ent in flight, if any, has put its grant there (or ctx is done), and
+// returns how many it took. Redis granted an AllowAtMost less than it
+// asked: a lease in flight (a prefetch) may have taken the rest meanwhile,
+// and its answer may have come but not yet reached the allowance.
+func (e *Engine) afterInFlight(ctx context.Context, ent *leasesync.Entry, n int64) int64 {
+	if ch := ent.Leasing(); ch != nil {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+	}
+	return ent.TakeUpTo(n, e.leaser.Now())
 }
 
 // heldDecision is the Decision of got units taken from ent's allowance at
