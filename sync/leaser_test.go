@@ -208,7 +208,7 @@ func TestPrefetchWaitsOutDenial(t *testing.T) {
 	if !e.Take(7, l.Now()) { // 2 left, under low water (3)
 		t.Fatal("no units to take")
 	}
-	leasing := e.Leasing
+	leasing := func() bool { return e.Leasing() != nil }
 	l.Prefetch(e) // the bucket is empty: denied for about a second
 	waitFor(t, func() bool { return !leasing() })
 	if s := l.Stats(); s.Leases != 2 || s.Denied != 1 {
