@@ -5,8 +5,9 @@ import (
 )
 
 // Allowance holds the units leased for one (policy, key) and when they
-// lapse. Take is lock-free: atomic loads and a compare-and-swap. The zero
-// value holds nothing. Safe for concurrent use.
+// lapse. Take is lock-free: atomic loads and, for one unit, an atomic add
+// (a compare-and-swap for more). The zero value holds nothing. Safe for
+// concurrent use.
 //
 // Units live in two generations, each with its own expiry: cur, the newest
 // lease, and prev, what was left of the lease before it when cur arrived.
@@ -40,39 +41,79 @@ type Allowance struct {
 
 // slot is one generation of units: how many, until when (ns), and the
 // Redis time (µs) of the oldest grant among them, which a refund names.
+//
+// units below zero count as none: a take of one unit subtracts it with one
+// atomic add and, finding none, leaves the count below zero rather than
+// write again. Every other write of units takes that into account: it
+// swaps the count out (a negative one is none), subtracts by
+// compare-and-swap from a count it saw hold enough, or adds to a count
+// raised to zero first (put).
+//
+// units has a cache line of its own: under contention, a hit's atomic add
+// is then its one transfer of a line between cores, and the expiry and the
+// other generation's count, read by every hit, stay in each core's cache.
 type slot struct {
-	units, expires, at atomic.Int64
+	units   atomic.Int64
+	_       [56]byte
+	expires atomic.Int64
+	at      atomic.Int64
 }
 
-// take takes n units if the slot holds them, unexpired, at now.
-func (s *slot) take(n, now int64) bool {
+// take takes n units if the slot holds them, unexpired, at now, and
+// returns the units it holds after the take.
+func (s *slot) take(n, now int64) (left int64, ok bool) {
 	if now >= s.expires.Load() {
-		return false
+		return 0, false
+	}
+	if n == 1 { // below zero is none: no need to give it back
+		left = s.units.Add(-1)
+		return max(0, left), left >= 0
 	}
 	for {
 		u := s.units.Load()
 		if u < n {
-			return false
+			return 0, false
 		}
 		if s.units.CompareAndSwap(u, u-n) {
-			return true
+			return u - n, true
+		}
+	}
+}
+
+// held returns the units the slot holds, expired or not.
+func (s *slot) held() int64 { return max(0, s.units.Load()) }
+
+// put adds g units to the slot: to none if its count is below zero.
+func (s *slot) put(g int64) {
+	for {
+		u := s.units.Load()
+		if s.units.CompareAndSwap(u, max(0, u)+g) {
+			return
 		}
 	}
 }
 
 // Take takes n units if at least n are held, unexpired, in one generation
-// at now. It reports whether it did.
-func (a *Allowance) Take(n, now int64) bool {
+// at now. It reports whether it did and, if so, about how many units are
+// left (Units, but from the take's own reading of its generation: under
+// contention, each load of the units after the take costs a cache miss).
+func (a *Allowance) Take(n, now int64) (left int64, ok bool) {
 	if n > 1 {
 		a.extra.Add(n - 1)
 	}
-	if (a.prev.units.Load() >= n && a.prev.take(n, now)) || a.cur.take(n, now) {
-		return true
+	prev := a.prev.units.Load()
+	if prev >= n {
+		if left, ok = a.prev.take(n, now); ok {
+			return left + a.cur.held(), true
+		}
+	}
+	if left, ok = a.cur.take(n, now); ok {
+		return left + max(0, prev), true
 	}
 	if n > 1 {
 		a.extra.Add(1 - n)
 	}
-	return false
+	return 0, false
 }
 
 // Taken returns the units taken so far. Calls running concurrently may or
@@ -84,7 +125,7 @@ func (a *Allowance) Taken() int64 {
 }
 
 // Units returns the units held, expired or not.
-func (a *Allowance) Units() int64 { return a.cur.units.Load() + a.prev.units.Load() }
+func (a *Allowance) Units() int64 { return a.cur.held() + a.prev.held() }
 
 // Hits returns the number of hits so far: successful Takes, and the
 // TakeUpTos counted by CountHit. It is exact while no Add or Drain runs
@@ -105,20 +146,17 @@ func (a *Allowance) Hits() uint64 {
 func (a *Allowance) Add(g, at, expires, now int64) (stale, staleAt int64) {
 	stale, staleAt = a.DrainExpired(now)
 	if u := a.cur.units.Swap(0); u > 0 {
-		if a.prev.units.Load() > 0 {
-			// prev is older: its expiry and grant time stay, and hold for
-			// these units too.
-			a.prev.units.Add(u)
-		} else {
+		if a.prev.units.Load() <= 0 {
 			a.prev.expires.Store(a.cur.expires.Load())
 			a.prev.at.Store(a.cur.at.Load())
-			a.prev.units.Add(u)
-		}
+		} // else prev is older: its expiry and grant time stay, and hold
+		// for these units too.
+		a.prev.put(u)
 	}
 	a.cur.expires.Store(expires)
 	a.cur.at.Store(at)
 	a.added.Add(g)
-	a.cur.units.Add(g)
+	a.cur.put(g)
 	return stale, staleAt
 }
 

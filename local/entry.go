@@ -90,7 +90,7 @@ func (e *Entry[P]) Evicted() bool { return e.evicted.Load() }
 
 // Take takes n units from the allowance if it holds them, unexpired, at
 // now: lock-free (see Allowance.Take).
-func (e *Entry[P]) Take(n, now int64) bool { return e.allowance.Take(n, now) }
+func (e *Entry[P]) Take(n, now int64) (left int64, ok bool) { return e.allowance.Take(n, now) }
 
 // Units returns the units held, expired or not.
 func (e *Entry[P]) Units() int64 { return e.allowance.Units() }

@@ -16,21 +16,24 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// took is whether a Take took.
+func took(_ int64, ok bool) bool { return ok }
+
 func TestAllowanceTakeAndExpiry(t *testing.T) {
 	var a local.Allowance
-	if a.Take(1, 0) {
+	if took(a.Take(1, 0)) {
 		t.Fatal("zero allowance granted a unit")
 	}
 	if stale, _ := a.Add(5, 111, 100, 10); stale != 0 {
 		t.Fatalf("stale %d from an empty allowance", stale)
 	}
-	if !a.Take(3, 50) || a.Units() != 2 {
-		t.Fatalf("Take(3): units %d", a.Units())
+	if left, ok := a.Take(3, 50); !ok || left != 2 || a.Units() != 2 {
+		t.Fatalf("Take(3): %d left, %v; units %d", left, ok, a.Units())
 	}
-	if a.Take(3, 50) {
+	if took(a.Take(3, 50)) {
 		t.Fatal("took 3 of 2")
 	}
-	if a.Take(1, 100) {
+	if took(a.Take(1, 100)) {
 		t.Fatal("took a unit at its expiry")
 	}
 	if a.Hits() != 1 {
@@ -50,14 +53,14 @@ func TestAllowanceGenerations(t *testing.T) {
 	var a local.Allowance
 	a.Add(4, 10, 100, 0)  // expires at 100
 	a.Add(6, 20, 150, 50) // a prefetch at 50: 4 old + 6 new
-	if !a.Take(3, 60) || a.Units() != 7 {
-		t.Fatalf("after Take(3): %d units, want 7", a.Units())
+	if left, ok := a.Take(3, 60); !ok || left != 7 || a.Units() != 7 {
+		t.Fatalf("after Take(3): %d left (%v), %d units, want 7", left, ok, a.Units())
 	}
 	// At 100 the one old unit left lapses; the 6 new ones do not.
 	if u, at := a.DrainExpired(100); u != 1 || at != 10 {
 		t.Fatalf("DrainExpired(100) = %d, %d; want the 1 old unit granted at 10", u, at)
 	}
-	if !a.Take(6, 120) || a.Take(1, 120) {
+	if !took(a.Take(6, 120)) || took(a.Take(1, 120)) {
 		t.Fatal("the new units did not serve until their own expiry")
 	}
 	// A third lease while prev still holds units: cur joins prev under
@@ -66,13 +69,13 @@ func TestAllowanceGenerations(t *testing.T) {
 	b.Add(2, 1, 100, 0)
 	b.Add(2, 2, 200, 10)
 	b.Add(2, 3, 300, 20) // prev (2 units, expiring at 100) gets cur's 2
-	if b.Take(5, 99) || !b.Take(4, 99) {
+	if took(b.Take(5, 99)) || !took(b.Take(4, 99)) {
 		t.Fatal("want 4 units in prev and no single take of 5 across generations")
 	}
 	if u, at := b.DrainExpired(100); u != 0 || at != 0 {
 		t.Fatalf("DrainExpired(100) = %d, %d; prev was used up", u, at)
 	}
-	if !b.Take(2, 299) || b.Take(1, 299) {
+	if !took(b.Take(2, 299)) || took(b.Take(1, 299)) {
 		t.Fatal("the newest lease did not serve until 300")
 	}
 	// Units past their expiry are not merged: Add hands them back, with the
@@ -99,7 +102,7 @@ func TestAllowanceConcurrentTakesNeverExceedTheLease(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < 500; i++ {
 				n := int64(1 + i%3)
-				if a.Take(n, 1) {
+				if took(a.Take(n, 1)) {
 					taken.Add(n)
 				}
 			}
@@ -117,6 +120,84 @@ func TestAllowanceConcurrentTakesNeverExceedTheLease(t *testing.T) {
 	}
 }
 
+// A take of one unit that finds none leaves the count below zero (one
+// atomic add, nothing given back): that counts as none, to every reader and
+// to the next grant, which is held whole.
+func TestAllowanceTakesOfOneFromNone(t *testing.T) {
+	var a local.Allowance
+	a.Add(2, 1, 100, 0)
+	for i := range 5 {
+		if left, ok := a.Take(1, 10); ok != (i < 2) || left != max(0, int64(1-i)) {
+			t.Fatalf("take %d: %d left, %v", i, left, ok)
+		}
+	}
+	if a.Units() != 0 || a.Taken() != 2 || a.Hits() != 2 || a.Holds(1, 10) {
+		t.Fatalf("after 3 takes from none: units %d, taken %d, hits %d", a.Units(), a.Taken(), a.Hits())
+	}
+	if got := a.TakeUpTo(4, 10); got != 0 {
+		t.Fatalf("TakeUpTo from none took %d", got)
+	}
+	a.Add(3, 2, 200, 20) // cur, below zero, moves nothing to prev
+	if a.Units() != 3 || !took(a.Take(3, 30)) || took(a.Take(1, 30)) {
+		t.Fatalf("a grant of 3 after takes from none: units %d", a.Units())
+	}
+	a.Take(1, 30)
+	a.Add(4, 3, 300, 40) // cur below zero again; prev, emptied by a Take of 3, is 0
+	if u, _ := a.Drain(); u != 4 || a.Taken() != 5 {
+		t.Fatalf("Drain = %d, Taken %d; want 4 and the 5 taken", u, a.Taken())
+	}
+}
+
+// Units are neither made nor lost while takes of one and of several run
+// against leases and drains: what was added is what was taken, drained
+// and is left.
+func TestAllowanceConservesUnits(t *testing.T) {
+	var a local.Allowance
+	var taken, out atomic.Int64
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for g := range 4 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				n := int64(1 + g%2*2)
+				if took(a.Take(n, 10)) {
+					taken.Add(n)
+				}
+				if i%64 == 0 {
+					runtime.Gosched()
+				}
+			}
+		})
+	}
+	var added int64
+	var mu sync.Mutex // Adds and drains run one at a time, as under Entry.mu
+	for i := range 2000 {
+		mu.Lock()
+		stale, _ := a.Add(int64(1+i%7), int64(i), int64(11+i%2*100), int64(i%3*10))
+		added += int64(1 + i%7)
+		out.Add(stale)
+		if i%5 == 0 {
+			u, _ := a.Drain()
+			out.Add(u)
+		}
+		mu.Unlock()
+		runtime.Gosched()
+	}
+	close(stop)
+	wg.Wait()
+	if got := taken.Load() + out.Load() + a.Units(); got != added {
+		t.Fatalf("taken %d + drained %d + held %d = %d, want the %d added", taken.Load(), out.Load(), a.Units(), got, added)
+	}
+	if a.Taken() != taken.Load() {
+		t.Fatalf("Taken() = %d, want %d", a.Taken(), taken.Load())
+	}
+}
+
 // Hits count requests, not units: a Take of 5 is one hit, a failed Take
 // none, a TakeUpTo one only when CountHit says its units decided; neither
 // a lease nor a drain changes them.
@@ -127,7 +208,7 @@ func TestHitsCountRequests(t *testing.T) {
 		e.Take(1, 10)
 	}
 	e.Take(5, 10)
-	if e.Take(1000, 10) {
+	if took(e.Take(1000, 10)) {
 		t.Fatal("took 1000 of 92")
 	}
 	if h := e.Hits(); h != 4 {
@@ -152,7 +233,7 @@ func TestHitsCountRequests(t *testing.T) {
 // every successful Take.
 func TestHitsAreMonotone(t *testing.T) {
 	e := local.NewBound[string](10, nil).NewTable("p", nil).GetOrCreate("k")
-	var took atomic.Int64
+	var hits atomic.Int64
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for g := range 4 {
@@ -163,8 +244,8 @@ func TestHitsAreMonotone(t *testing.T) {
 					return
 				default:
 				}
-				if e.Take(int64(1+g%2*2), 10) {
-					took.Add(1)
+				if took(e.Take(int64(1+g%2*2), 10)) {
+					hits.Add(1)
 				}
 				if i%64 == 0 {
 					runtime.Gosched()
@@ -199,8 +280,8 @@ func TestHitsAreMonotone(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
-	if h := e.Hits(); h != uint64(took.Load()) {
-		t.Fatalf("hits %d at the end, want the %d successful Takes", h, took.Load())
+	if h := e.Hits(); h != uint64(hits.Load()) {
+		t.Fatalf("hits %d at the end, want the %d successful Takes", h, hits.Load())
 	}
 }
 
@@ -392,7 +473,7 @@ func TestEntryLease(t *testing.T) {
 	if e.Members() != 3 || e.Shared() {
 		t.Fatalf("members %d, shared %v", e.Members(), e.Shared())
 	}
-	if !e.Take(4, 1e9) {
+	if !took(e.Take(4, 1e9)) {
 		t.Fatal("the grant's units are not in the allowance")
 	}
 	e.Wanted(2)

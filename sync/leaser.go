@@ -163,7 +163,7 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 				return remote.Decision{}, false, ctx.Err()
 			}
 			now = l.Now()
-			if e.Take(n, now) {
+			if _, ok := e.Take(n, now); ok {
 				return remote.Decision{}, true, nil
 			}
 			if denied, _ := e.Denied(now, n); denied {

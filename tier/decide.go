@@ -53,18 +53,22 @@ func (e *Engine) Hit(p *remote.Policy, key string, n int64) (limit int, remainin
 	}
 	now := e.leaser.Now()
 	ent, found := st.table.Get(key)
-	if !found || !ent.Take(n, now) {
+	if !found {
 		return 0, 0, 0, false
 	}
-	e.afterTake(ent)
-	limit, remaining, resetAfter = hitState(p, ent.LastWord(), ent.Units(), now)
+	left, ok := ent.Take(n, now)
+	if !ok {
+		return 0, 0, 0, false
+	}
+	e.afterTake(ent, left)
+	limit, remaining, resetAfter = hitState(p, ent.LastWord(), left, now)
 	return limit, remaining, resetAfter, true
 }
 
 // afterTake starts a background lease for ent if its allowance ran low
-// with the take.
-func (e *Engine) afterTake(ent *leasesync.Entry) {
-	if ent.Units() < ent.LowWater() {
+// with the take, which left left units.
+func (e *Engine) afterTake(ent *leasesync.Entry, left int64) {
+	if left < ent.LowWater() {
 		e.leaser.Prefetch(ent) // which asks the door's breaker, if a lease would start
 	}
 }
@@ -163,9 +167,9 @@ func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, key string, 
 // even while Redis denies the key: a prefetch may have been denied while
 // some were left. done is false on a miss.
 func (e *Engine) fromLocal(p *remote.Policy, ent *leasesync.Entry, n, now int64) (Decision, bool) {
-	if ent.Take(n, now) {
-		e.afterTake(ent)
-		return e.localDecision(p, ent, now), true
+	if left, ok := ent.Take(n, now); ok {
+		e.afterTake(ent, left)
+		return hitDecision(hitState(p, ent.LastWord(), left, now)), true
 	}
 	if denied, left := ent.Denied(now, n); denied {
 		ent.Wanted(n) // the demand counts it

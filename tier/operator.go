@@ -46,7 +46,7 @@ func (e *Engine) AllowAtMost(ctx context.Context, p *remote.Policy, key string, 
 		now := e.leaser.Now()
 		got = ent.TakeUpTo(n, now)
 		if got > 0 {
-			e.afterTake(ent)
+			e.afterTake(ent, ent.Units())
 		}
 		if got == n {
 			return e.heldDecision(p, ent, got, now), nil
