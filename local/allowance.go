@@ -19,8 +19,14 @@ import (
 // Times are nanoseconds on the owner's monotonic clock (see Leaser.Now in
 // package sync); the allowance never reads a clock itself.
 type Allowance struct {
-	cur  slot
-	prev slot
+	// cur, then the fields that share its units' cache line with it: no
+	// take of one unit reads or writes them, and the padding keeps prev and
+	// the expiries, which every take reads, at least a line away from
+	// cur.units, wherever the allowance starts. A take of one unit then
+	// moves one line between cores: cur.units, with its atomic add. (Before,
+	// the expiry read just ahead of the add shared its line, which crossed
+	// twice, and two goroutines on one key took twice as long.)
+	cur slot
 	// added and drained total the units put in and taken out other than by
 	// Take: what Take took is added - drained - units, with no counter of
 	// its own on the hit path.
@@ -28,19 +34,25 @@ type Allowance struct {
 	// extra counts the units taken that were not a hit's first: the n-1
 	// more of a Take of n, and what TakeUpTo took (CountHit takes one
 	// back). The hits are the units taken less extra: a hit of one unit
-	// writes nothing but its compare-and-swap, where a counter of hits
-	// doubled the cost of a hot key's hits under contention. extra is
-	// added before the units it counts are taken, so that Hits can
-	// undercount for a moment but never overcount.
+	// writes nothing but its atomic add, where a counter of hits doubled
+	// the cost of a hot key's hits under contention. extra is added before
+	// the units it counts are taken, so that Hits can undercount for a
+	// moment but never overcount.
 	extra atomic.Int64
+	_     [24]byte
+
+	prev slot
+	// curExpires and prevExpires: when (ns) each generation lapses.
+	curExpires, prevExpires atomic.Int64
 	// deniedUntil: Redis denied deniedN units of this key until then (ns);
 	// requests for as many units or more before it are denied locally
 	// without asking again.
 	deniedUntil, deniedN atomic.Int64
 }
 
-// slot is one generation of units: how many, until when (ns), and the
-// Redis time (µs) of the oldest grant among them, which a refund names.
+// slot is the units of one generation, and the Redis time (µs) of the
+// oldest grant among them, which a refund names. Its expiry is the
+// Allowance's (curExpires, prevExpires), on another cache line.
 //
 // units below zero count as none: a take of one unit subtracts it with one
 // atomic add and, finding none, leaves the count below zero rather than
@@ -48,23 +60,13 @@ type Allowance struct {
 // swaps the count out (a negative one is none), subtracts by
 // compare-and-swap from a count it saw hold enough, or adds to a count
 // raised to zero first (put).
-//
-// units has a cache line of its own: under contention, a hit's atomic add
-// is then its one transfer of a line between cores, and the expiry and the
-// other generation's count, read by every hit, stay in each core's cache.
 type slot struct {
-	units   atomic.Int64
-	_       [56]byte
-	expires atomic.Int64
-	at      atomic.Int64
+	units, at atomic.Int64
 }
 
-// take takes n units if the slot holds them, unexpired, at now, and
-// returns the units it holds after the take.
-func (s *slot) take(n, now int64) (left int64, ok bool) {
-	if now >= s.expires.Load() {
-		return 0, false
-	}
+// take takes n units if the slot holds them, and returns the units it
+// holds after the take. The caller checks the expiry.
+func (s *slot) take(n int64) (left int64, ok bool) {
 	if n == 1 { // below zero is none: no need to give it back
 		left = s.units.Add(-1)
 		return max(0, left), left >= 0
@@ -93,6 +95,17 @@ func (s *slot) put(g int64) {
 	}
 }
 
+// generation is a slot with its expiry.
+type generation struct {
+	*slot
+	expires *atomic.Int64
+}
+
+// generations returns the allowance's generations, oldest first.
+func (a *Allowance) generations() [2]generation {
+	return [2]generation{{&a.prev, &a.prevExpires}, {&a.cur, &a.curExpires}}
+}
+
 // Take takes n units if at least n are held, unexpired, in one generation
 // at now. It reports whether it did and, if so, about how many units are
 // left (Units, but from the take's own reading of its generation: under
@@ -102,13 +115,15 @@ func (a *Allowance) Take(n, now int64) (left int64, ok bool) {
 		a.extra.Add(n - 1)
 	}
 	prev := a.prev.units.Load()
-	if prev >= n {
-		if left, ok = a.prev.take(n, now); ok {
+	if prev >= n && now < a.prevExpires.Load() {
+		if left, ok = a.prev.take(n); ok {
 			return left + a.cur.held(), true
 		}
 	}
-	if left, ok = a.cur.take(n, now); ok {
-		return left + max(0, prev), true
+	if now < a.curExpires.Load() {
+		if left, ok = a.cur.take(n); ok {
+			return left + max(0, prev), true
+		}
 	}
 	if n > 1 {
 		a.extra.Add(1 - n)
@@ -147,13 +162,13 @@ func (a *Allowance) Add(g, at, expires, now int64) (stale, staleAt int64) {
 	stale, staleAt = a.DrainExpired(now)
 	if u := a.cur.units.Swap(0); u > 0 {
 		if a.prev.units.Load() <= 0 {
-			a.prev.expires.Store(a.cur.expires.Load())
+			a.prevExpires.Store(a.curExpires.Load())
 			a.prev.at.Store(a.cur.at.Load())
 		} // else prev is older: its expiry and grant time stay, and hold
 		// for these units too.
 		a.prev.put(u)
 	}
-	a.cur.expires.Store(expires)
+	a.curExpires.Store(expires)
 	a.cur.at.Store(at)
 	a.added.Add(g)
 	a.cur.put(g)
@@ -163,9 +178,9 @@ func (a *Allowance) Add(g, at, expires, now int64) (stale, staleAt int64) {
 // DrainExpired takes the units of every generation expired at now, for a
 // refund, and returns how many there were and their oldest grant time.
 func (a *Allowance) DrainExpired(now int64) (units, at int64) {
-	for _, s := range []*slot{&a.prev, &a.cur} {
-		if s.units.Load() > 0 && s.expires.Load() <= now {
-			units, at = a.drain(s, units, at)
+	for _, g := range a.generations() {
+		if g.units.Load() > 0 && g.expires.Load() <= now {
+			units, at = a.drain(g.slot, units, at)
 		}
 	}
 	return units, at

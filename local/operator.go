@@ -3,20 +3,20 @@ package local
 // What the operators of a Limiter (Peek, Reset, AllowAtMost, Refund) do
 // with local state. None of it is on the hit path.
 
-// takeUpTo takes up to n units from s, as many as it holds unexpired at
+// takeUpTo takes up to n units from g, as many as it holds unexpired at
 // now, and returns how many it took.
-func (s *slot) takeUpTo(n, now int64) int64 {
-	if now >= s.expires.Load() {
+func (g generation) takeUpTo(n, now int64) int64 {
+	if now >= g.expires.Load() {
 		return 0
 	}
 	for {
-		u := s.units.Load()
-		g := min(u, n)
-		if g <= 0 {
+		u := g.units.Load()
+		t := min(u, n)
+		if t <= 0 {
 			return 0
 		}
-		if s.units.CompareAndSwap(u, u-g) {
-			return g
+		if g.units.CompareAndSwap(u, u-t) {
+			return t
 		}
 	}
 }
@@ -26,17 +26,19 @@ func (s *slot) takeUpTo(n, now int64) int64 {
 // does not count a hit: the caller does (CountHit) when the units decide.
 func (a *Allowance) TakeUpTo(n, now int64) int64 {
 	a.extra.Add(n) // before the take: see extra
-	g := a.prev.takeUpTo(n, now)
-	g += a.cur.takeUpTo(n-g, now)
-	a.extra.Add(g - n)
-	return g
+	var got int64
+	for _, g := range a.generations() {
+		got += g.takeUpTo(n-got, now)
+	}
+	a.extra.Add(got - n)
+	return got
 }
 
 // Holds reports whether n units are held unexpired in one generation at
 // now: whether Take(n, now) would succeed, taking nothing.
 func (a *Allowance) Holds(n, now int64) bool {
-	for _, s := range []*slot{&a.prev, &a.cur} {
-		if now < s.expires.Load() && s.units.Load() >= n {
+	for _, g := range a.generations() {
+		if now < g.expires.Load() && g.units.Load() >= n {
 			return true
 		}
 	}
