@@ -97,6 +97,31 @@ func TestFairShareWaitsForABatch(t *testing.T) {
 	}
 }
 
+// From a bucket, a member whose own bucket holds its batch but who finds
+// the limit short (here a caller outside the shares took it all) is owed
+// that batch: it is told to come back when the limit has made it, not half
+// a batch of its share later. (The members' buckets may hold more than the
+// limit does; put off longer, the limit would fill up unused meanwhile.)
+func TestFairShareOwedBatchComesBackWhenTheLimitHasIt(t *testing.T) {
+	f := newFake(t)
+	p := mustPolicy(t, "p", tb(1000, 100, time.Second))
+	for _, m := range []string{"a", "b", "c"} {
+		lease(t, f, p, m, 1000, 1, 1)
+	}
+	// Shares of 333/s, batches of 3 (a tenth of 100ms of 333/s); the
+	// buckets are full. An exact caller takes the 97 units left.
+	if d := acquire(t, f.s, p, "k", 97, 97, false); d.Granted != 97 {
+		t.Fatalf("the exact caller: %+v, want 97", d)
+	}
+	if d := lease(t, f, p, "a", 1000, 1, 100); d.Granted != 0 || d.RetryAfter != 3*ms {
+		t.Fatalf("a at an empty limit, its bucket full: %+v, want denied until the limit has made a's batch of 3 at 1000/s (3ms)", d)
+	}
+	f.Advance(3 * ms)
+	if d := lease(t, f, p, "a", 1000, 1, 100); d.Granted != 3 {
+		t.Fatalf("a when the limit has its batch: %+v, want 3", d)
+	}
+}
+
 // Members whose demands fit in the rate but who find the limit empty (an
 // estimate lags a demand that grew) are not back before the limit has made
 // a batch of the asker's demand (a tenth of a horizon of it, at most its

@@ -69,6 +69,8 @@ local bkey = KEYS[#KEYS]
 -- A batch is a tenth of a horizon of a rate: rate (units/s) * h (us) /
 -- TENTH is its size in units.
 local TENTH = 10000000
+-- From a bucket, the batches together may hold the capacity and an eighth.
+local OVER = 1.125
 local n = #KEYS - 1
 local mkey
 if member ~= '' then
@@ -160,18 +162,21 @@ if mkey then
     -- horizon (of what is left of the window, for a window): small, so
     -- that what a member holds unused at any time is little, and large
     -- enough that it asks only a few times a horizon; from a bucket, no
-    -- more than this member's part of the capacity and no more than half
-    -- of it, so that the batches together fit in the capacity and each
-    -- fits twice: a small burst is never outwaited, and the bucket does
-    -- not fill up and overflow while its members wait for their batches.
-    -- (A window that will not have a batch before it ends gives what it
-    -- has left: see below.) A member's bucket holds a batch (at least
-    -- min): what the buckets hold is kept from the others, so it is room
-    -- that waits unused, a tenth of what the key makes in a horizon in
-    -- all, within its capacity.
+    -- more than this member's part of the capacity and an eighth (OVER)
+    -- and no more than half of the capacity, so that each batch fits
+    -- twice (a small burst is never outwaited) and the batches together
+    -- hold little more than the capacity: the bucket does not fill up and
+    -- overflow while its members wait for their batches. (The eighth over
+    -- saves a tenth of the leases where the capacity sets the batches,
+    -- for about half a point of accuracy: docs/leasing.md, "Small
+    -- bursts".) (A window that will not have a
+    -- batch before it ends gives what it has left: see below.) A member's
+    -- bucket holds a batch (at least min): what the buckets hold is kept
+    -- from the others, so it is room that waits unused, a tenth of what
+    -- the key makes in a horizon in all, little more than its capacity.
     local function size_of(fx, least_grant)
       local b = fx * h / TENTH
-      if valid < 0 then b = math.min(b, fx / R * C, C / 2) end
+      if valid < 0 then b = math.min(b, OVER * fx / R * C, C / 2) end
       return math.floor(b), math.max(least_grant, b)
     end
     local batch, size = size_of(f, min)
@@ -270,7 +275,12 @@ if grant < need then
     -- every member asking again as soon as a batch is free would poll.
     -- A member whose bucket is more than half full has been getting less
     -- than its share: it comes back in half that time, ahead of the others.
-    if refill > 0 and members > 1 and decider == tight then
+    -- From a bucket, a member whose own bucket holds its batch is owed it:
+    -- it comes back when the limit has made it (retry), no later. (The
+    -- batches may hold more than the capacity together, see size_of; a
+    -- member put off by a whole batch would leave the limit to fill up
+    -- and overflow meanwhile.)
+    if refill > 0 and members > 1 and decider == tight and (valid >= 0 or tokens < need) then
       local wait = cdiv(need * 1000000, refill)
       if tokens >= bucket / 2 then wait = cdiv(wait, 2) end
       retry = math.max(retry, wait)
