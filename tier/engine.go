@@ -153,8 +153,10 @@ type Engine struct {
 	tables   tables
 	closed   atomic.Bool
 	// done is closed by Close: it wakes every Wait asleep (see sleep).
-	done  chan struct{}
-	stats counters
+	done chan struct{}
+	// waiting queues the waiters of exact-mode Waits by key.
+	waiting waitQueues
+	stats   counters
 }
 
 // counters are the engine's statistics of its decisions, updated

@@ -20,7 +20,9 @@ func (e *Engine) allowExact(ctx context.Context, p *remote.Policy, key string, n
 }
 
 // Wait blocks until n units of key are granted, or ctx ends, or the engine
-// is closed. It sleeps on the engine's clock for each denial's RetryAfter,
+// is closed. Without leases the waiters of a key in this engine queue, first
+// come first served, and only the head asks Redis (see waitQueues). It
+// sleeps on the engine's clock for each denial's RetryAfter,
 // and returns at once with context.DeadlineExceeded when ctx's deadline
 // comes before the units could, and with ErrClosed when Close is called
 // while it sleeps (or was called before).
@@ -44,6 +46,17 @@ func (e *Engine) Wait(ctx context.Context, p *remote.Policy, key string, n int64
 	if _, err := e.check(p); err != nil {
 		return err
 	}
+	// One waiter of the key at a time asks Redis, in the order they came.
+	leave, err := e.joinWait(ctx, p, key)
+	if err != nil {
+		return err
+	}
+	var pause time.Duration // for the next waiter: see waitQueue
+	defer func() {
+		if leave != nil {
+			leave(pause)
+		}
+	}()
 	reserve := p.Uses(remote.LeakyBucket) // a leaky bucket's Wait reserves a slot
 	for {
 		if e.closed.Load() {
@@ -65,9 +78,18 @@ func (e *Engine) Wait(ctx context.Context, p *remote.Policy, key string, n int64
 		}
 		e.decided(p, d)
 		if d.Granted > 0 {
+			if short := n - d.Remaining; short > 0 {
+				// A bucket left short of as many units again: the next
+				// waiter asks once they have refilled.
+				pause = time.Duration(short * p.UnitRefill(d.Decider))
+			}
 			if d.Wait <= 0 {
 				return nil
 			}
+			// A reserved slot: the next waiter may reserve the one after it
+			// while this one sleeps until its own.
+			leave(pause)
+			leave = nil
 			if err := e.sleep(ctx, d.Wait); err != nil {
 				// The slot is not used: give it back (its own context, the
 				// door's; Redis expires it if that fails).
