@@ -212,6 +212,13 @@ if mkey then
       cap = math.max(room, math.floor(math.max(0, tokens)))
       need = math.max(min, math.min(batch, max))
       refill = f
+      -- A window's room comes all at once, as it opens: nearly all of it
+      -- spare. Spare taken from a window is charged to the bucket too,
+      -- into debt, and the member is back for its next batch once its
+      -- bucket and its part (f/R) of the spare left hold it: else the
+      -- member whose leases come back fastest took the window, and the
+      -- others what it left.
+      if valid >= 0 then debt = true end
     else
       debt = true
     end
@@ -227,10 +234,10 @@ if mkey then
     if tokens then
       -- A member in debt pays for spare too: it took its part before.
       local charged = math.min(g, math.max(0, tokens))
+      spare = spare - (g - charged) -- what the bucket did not hold
       if debt or tokens < 0 then charged = g end
       tk = string.format('%.3f', math.max(-C, tokens - charged))
       tokens = tokens - charged
-      spare = spare - (g - charged)
     end
     redis.call('HSET', mkey, member, string.format('%d %d %s %d', NOW + ttl, demand, tk, NOW))
     redis.call('PEXPIRE', mkey, int(cdiv(last - NOW, 1000)))
@@ -258,7 +265,14 @@ if refill > 0 then
   -- Under the fair share a grant is a batch or two (what the bucket made
   -- beyond a whole batch is not lost to rounding): what a member holds
   -- unused at any moment stays small, and its bucket keeps the rest.
-  grant = math.min(grant, math.max(2 * need, math.floor(tokens)))
+  local most = math.max(2 * need, math.floor(tokens))
+  if valid >= 0 and valid * refill < need * 1000000 then
+    -- The window ends before this member's bucket makes another batch:
+    -- it may take its part of the room nobody's bucket claims, which
+    -- would otherwise end with the window.
+    most = math.max(most, math.floor(spare * refill / R))
+  end
+  grant = math.min(grant, most)
 end
 if grant < need then
   -- The decider is the denying limit whose retry_after is longest: need
@@ -319,6 +333,10 @@ end
 local next = 0
 if refill > 0 and members > 1 then
   local short_by = need - math.max(0, tokens) - math.max(0, spare)
+  if valid >= 0 then short_by = need - tokens - math.max(0, spare) * refill / R end -- (see debt above)
   if short_by > 0.000001 then next = cdiv(short_by * 1000000, refill) end
+  -- A member whose bucket makes its batch only after the window ends
+  -- comes back before it does, for its part of what the window has left.
+  if valid >= 0 and next >= valid then next = math.max(1, cdiv(valid, 2)) end
 end
 return { grant, NOW, decider, wait, left, next, reset, math.max(0, valid), members, 0 }
