@@ -162,3 +162,63 @@ func TestFairShareWindowFlood(t *testing.T) {
 		t.Errorf("granted %d in all, want between 0.97 and 1 of %.0f", total, bound)
 	}
 }
+
+// Six members flood a window with requests of n = 187 units each (AllowN
+// with a sixteenth of the limit), their leases coming back at different
+// speeds, as in TestFairShareWindowFlood. A lease's grant comes in whole
+// multiples of n, so no remainder below n waits unused until its window
+// ends (it did: 7 to 113 units a member), and the leases take at least
+// 0.96 of what requests of n units each, one call apiece, take (exact
+// mode's way) of the same windows.
+func TestLeaseGrantsWholeRequests(t *testing.T) {
+	for _, alg := range []remote.Algorithm{remote.FixedWindow, remote.SlidingWindowCounter} {
+		t.Run(alg.String(), func(t *testing.T) {
+			lease := windowFloodOfN(t, alg, false)
+			exact := windowFloodOfN(t, alg, true)
+			t.Logf("lease mode's calls took %d units, exact mode's %d: %.3f", lease, exact, float64(lease)/float64(exact))
+			if float64(lease) < 0.96*float64(exact) {
+				t.Errorf("leases took %d, less than 0.96 of %d", lease, exact)
+			}
+		})
+	}
+}
+
+// windowFloodOfN runs the flood of TestLeaseGrantsWholeRequests on a fresh
+// Redis: with leases (member, demand, min n, max 4n), or one call of n
+// units per request (exact); it returns the units granted in all.
+func windowFloodOfN(t *testing.T, alg remote.Algorithm, exact bool) int64 {
+	f := newFake(t)
+	const rate, members, n = 3000, 6, 187
+	const step, runFor, horizon = time.Millisecond, 4 * time.Second, 1125 * time.Millisecond
+	p := mustPolicy(t, "p", win(alg, rate, time.Second))
+	f.Advance(time.Second - time.Duration(redistest.Epoch.UnixMicro()%1e6)*time.Microsecond)
+	var total int64
+	held := make([]int64, members) // granted, not used yet: used n at a time
+	next := make([]time.Duration, members)
+	for now := time.Duration(0); now < runFor; now += step {
+		for i := range held {
+			if held[i] >= n {
+				held[i] -= n
+				total += n
+			}
+			if now < next[i] || held[i] >= n {
+				continue
+			}
+			req := remote.Request{Policy: p, Key: "k", Min: n, Max: 4 * n, Member: string(rune('a' + i)), Demand: 1_000_000, Horizon: horizon}
+			if exact {
+				req = remote.Request{Policy: p, Key: "k", Min: n, Max: n}
+			}
+			d, err := f.s.Acquire(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Granted%n != 0 {
+				t.Fatalf("member %d granted %d, not a multiple of %d", i, d.Granted, n)
+			}
+			held[i] += d.Granted
+			next[i] = now + d.RetryAfter + d.Next + time.Duration(i+1)*step
+		}
+		f.Advance(step)
+	}
+	return total
+}

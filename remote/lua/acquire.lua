@@ -274,6 +274,12 @@ if refill > 0 then
   end
   grant = math.min(grant, most)
 end
+if member ~= '' and min > 1 and grant - grant % min >= need then
+  -- A lease for a request of min units: the requests that follow are
+  -- likely of min units too, and a remainder below min would wait unused
+  -- until it lapses. Whole multiples of min are granted.
+  grant = grant - grant % min
+end
 if grant < need then
   -- The decider is the denying limit whose retry_after is longest: need
   -- units fit only once every limit has room.
