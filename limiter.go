@@ -185,6 +185,12 @@ func (l *Limiter) Wait(ctx context.Context, p *Policy, key string) error {
 // WaitN blocks until n units of key are admitted under every limit of p,
 // sleeping for each denial's RetryAfter. With a LeakyBucket in p it queues:
 // it reserves its slot (up to Burst units may wait) and sleeps until it.
+// Decided exactly (WithExact, or a policy that does not lease), a policy of
+// buckets only (TokenBucket, LeakyBucket) reserves too, as x/time/rate's
+// WaitN does: the units are taken now, one Redis call, and used when they
+// conform (up to Burst or a Period's Rate of units, whichever is more, may
+// wait beyond the bucket); and the waiters of a key in this Limiter queue,
+// first come first served, only the first asking Redis.
 // It returns ctx's error, unwrapped, when ctx ends first, and
 // context.DeadlineExceeded at once when the deadline would pass before the
 // units could be admitted; a slot it reserved is then given back. Close

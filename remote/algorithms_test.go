@@ -140,6 +140,28 @@ func TestLeakyBucketReserveQueuesUpToBurst(t *testing.T) {
 	})
 }
 
+// A token bucket's Wait (reserve) takes its units ahead of time, up to a
+// burst or a period's rate beyond what the bucket holds, whichever is more
+// (here the burst), each told when it conforms: used then, the units follow
+// the bucket's schedule (x/time/rate's WaitN).
+func TestTokenBucketReserveQueuesUpToBurst(t *testing.T) {
+	runSteps(t, tb(2, 2, time.Second/5), []step{
+		{n: 1, reserve: true, granted: 1, remaining: 3, resetAfter: 100 * ms},
+		{n: 1, reserve: true, granted: 1, remaining: 2, resetAfter: 200 * ms},
+		{n: 1, reserve: true, granted: 1, remaining: 1, resetAfter: 300 * ms, wait: 100 * ms},
+		{n: 1, reserve: true, granted: 1, remaining: 0, resetAfter: 400 * ms, wait: 200 * ms},
+		{n: 1, reserve: true, granted: 0, remaining: 0, retryAfter: 100 * ms, resetAfter: 400 * ms},
+		{advance: 150 * ms, n: 1, reserve: true, granted: 1, remaining: 0, resetAfter: 350 * ms, wait: 150 * ms},
+		// Without reserve, nothing conforms now.
+		{n: 1, granted: 0, remaining: 0, retryAfter: 250 * ms, resetAfter: 350 * ms},
+	})
+	// At 10/s with a burst of 2, a second's rate waits: 10 beyond the 2.
+	runSteps(t, tb(10, 2, time.Second), []step{
+		{n: 12, reserve: true, granted: 12, remaining: 0, resetAfter: 1200 * ms, wait: 1000 * ms},
+		{n: 1, reserve: true, granted: 0, remaining: 0, retryAfter: 100 * ms, resetAfter: 1200 * ms},
+	})
+}
+
 // The seeds' boundary example: 10/s, 10 units just before a window boundary
 // and 10 just after. A fixed window admits all 20 within 100ms; the token
 // bucket refills only one unit in that time; the sliding log admits none.

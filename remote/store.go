@@ -83,9 +83,9 @@ type Request struct {
 	Min int64
 	// Max is the most units to grant.
 	Max int64
-	// Reserve lets a leaky bucket queue the request (the Decision's Wait
-	// says until when) instead of admitting only what conforms now. Other
-	// algorithms ignore it.
+	// Reserve lets a leaky or token bucket queue the request (the
+	// Decision's Wait says until when) instead of admitting only what
+	// conforms now: up to Burst units wait. Windows ignore it.
 	Reserve bool
 	// Member, when not empty, names the instance that leases, and makes
 	// the call count it among the key's members with its Demand (units per

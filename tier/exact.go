@@ -57,7 +57,12 @@ func (e *Engine) Wait(ctx context.Context, p *remote.Policy, key string, n int64
 			leave(pause)
 		}
 	}()
-	reserve := p.Uses(remote.LeakyBucket) // a leaky bucket's Wait reserves a slot
+	// A leaky bucket's Wait reserves a slot; so does a policy of buckets
+	// only (token and leaky), as x/time/rate's WaitN does: its units are
+	// taken ahead of time and used when they conform, one call each. (A
+	// window would count a unit taken ahead in the window it was taken in.)
+	reserve := p.Uses(remote.LeakyBucket) || !(p.Uses(remote.FixedWindow) ||
+		p.Uses(remote.SlidingWindowCounter) || p.Uses(remote.SlidingWindowLog))
 	for {
 		if e.closed.Load() {
 			return ErrClosed

@@ -7,7 +7,7 @@
 --           granted
 -- ARGV[1]   min: grant at least this many units, or nothing
 -- ARGV[2]   max: grant at most this many units (min <= max)
--- ARGV[3]   reserve: 1 lets leaky buckets queue the request (WaitN), 0 admits
+-- ARGV[3]   reserve: 1 lets buckets queue the request (WaitN), 0 admits
 --           only what conforms now
 -- ARGV[4]   member: the id of the instance leasing, or '' (exact mode, and
 --           a lease of a key with no measured demand yet)

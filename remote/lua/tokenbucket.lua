@@ -2,18 +2,40 @@
 -- State a = D. A full bucket holds burst units and refills at rate per
 -- period, so over any span T the units granted never exceed
 -- burst + rate*T/period, with no rounding drift.
+--
+-- Reserve (ARGV reserve 1, exact-mode WaitN, as x/time/rate's): a request
+-- takes its units ahead of time and the reply's wait says when they
+-- conform (the debt is back within the capacity). Used then, they follow
+-- the bucket's own schedule, so the bound holds however many wait; a
+-- cancelled wait refunds them. Up to a burst or a period's rate of units,
+-- whichever is more, may wait beyond what the bucket holds (fewer where
+-- the debt would reach 2^53): waiters beyond that poll, and every waiter
+-- of a key but the head of each instance's queue would then ask at each
+-- refill.
+local function tb_queued(rate, period, burst)
+  return burst + math.min(math.max(burst, rate), math.floor(9007199254740991 / period) - burst)
+end
+
 ALG[0] = {
   load = gcra_load,
 
-  avail = function(D, _, _, rate, period, burst) return gcra_room(D, period, burst) end,
+  avail = function(D, _, _, rate, period, burst, reserve)
+    if reserve == 1 then return gcra_room(D, period, tb_queued(rate, period, burst)) end
+    return gcra_room(D, period, burst)
+  end,
 
-  -- n fit once the debt falls to (burst - n) * period.
-  retry = function(_, D, _, _, rate, period, burst, n)
+  -- n fit once the debt falls to (burst - n) * period (reserve: the queue
+  -- more).
+  retry = function(_, D, _, _, rate, period, burst, n, reserve)
+    if reserve == 1 then return gcra_until(D, rate, (tb_queued(rate, period, burst) - n) * period) end
     return gcra_until(D, rate, (burst - n) * period)
   end,
 
-  commit = function(key, D, _, _, rate, period, _, g)
-    return gcra_commit(key, D, rate, period, g), 0, 0, 0
+  -- The wait: until the debt is back within the capacity (0 unless
+  -- reserved ahead).
+  commit = function(key, D, _, _, rate, period, burst, g)
+    D = gcra_commit(key, D, rate, period, g)
+    return D, 0, 0, gcra_until(D, rate, burst * period)
   end,
 
   reset = function(D, _, _, rate) return gcra_until(D, rate, 0) end,
