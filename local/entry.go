@@ -47,6 +47,9 @@ type Entry[P any] struct {
 	windowEnd int64
 	// lastGrant is the size of the last grant, for the next lease's growth.
 	lastGrant int64
+	// cold: the lease in flight asks for its requester's units alone
+	// (see SetCold).
+	cold bool
 	// hits is the most Hits has reported.
 	hits uint64
 
@@ -188,19 +191,24 @@ type Lease struct {
 	// back with this lease: they are the lease's now, no longer the
 	// entry's.
 	Back, BackAt int64
+	// Cold, handed with a lease in flight (StartLease): that lease asks
+	// for its requester's units alone (see SetCold), and leaves nothing
+	// for a request waiting on it.
+	Cold bool
 }
 
 // StartLease starts a lease of the entry at now for a request of n units
 // (0 for a prefetch), unless one is in flight: then it returns that one's
 // channel, closed when it ends, and the caller waits for it and looks at
-// the allowance again. Starting, it counts the units taken and wanted
-// since the last lease, and n, into the demand, and hands over the units
-// set aside. The caller ends the lease with EndLease.
+// the allowance again (unless the Lease it returns with it says Cold).
+// Starting, it counts the units taken and wanted since the last lease, and
+// n, into the demand, and hands over the units set aside. The caller ends
+// the lease with EndLease.
 func (e *Entry[P]) StartLease(n, now int64) (Lease, <-chan struct{}) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if ch := e.leasing; ch != nil {
-		return Lease{}, ch
+		return Lease{Cold: e.cold}, ch
 	}
 	return e.startLocked(n, now), nil
 }
@@ -228,8 +236,20 @@ func (e *Entry[P]) startLocked(n, now int64) Lease {
 	e.demand.Observe(taken-e.seen+asked-e.askedSeen+n, now)
 	e.seen, e.askedSeen = taken, asked
 	l := Lease{Rate: e.demand.Rate(), WindowEnd: e.windowEnd, LastGrant: e.lastGrant, Back: e.back, BackAt: e.backAt}
-	e.back = 0
+	// A request's lease with no demand known asks for n alone, unless the
+	// leaser's sizing says otherwise (SetCold).
+	e.back, e.cold = 0, n > 0 && l.Rate == 0
 	return l
+}
+
+// SetCold records whether the lease in flight, started by StartLease,
+// asks for its requester's units alone: the requests that meet it in
+// flight are told (Lease.Cold), and need not wait for it. StartLease
+// assumes so for a request's lease with no demand known.
+func (e *Entry[P]) SetCold(cold bool) {
+	e.mu.Lock()
+	e.cold = cold
+	e.mu.Unlock()
 }
 
 // EndLease ends the lease in flight: waiters wake and look at the

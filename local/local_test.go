@@ -454,8 +454,12 @@ func TestEntryLease(t *testing.T) {
 	if wait != nil || first.Rate != 0 || e.Leasing() == nil {
 		t.Fatalf("first lease: %+v, %v", first, wait)
 	}
-	if _, wait := e.StartLease(1, 0); wait == nil {
-		t.Fatal("a second lease started while one is in flight")
+	if l, wait := e.StartLease(1, 0); wait == nil || !l.Cold {
+		t.Fatalf("a second lease: %+v, %v; want the first in flight, cold (a request's, no demand known)", l, wait)
+	}
+	e.SetCold(false) // the leaser sized it past its requester's units
+	if l, _ := e.StartLease(1, 0); l.Cold {
+		t.Fatalf("a second lease: %+v, want the first not cold after SetCold(false)", l)
 	}
 	if _, ok := e.TryStartLease(0, func() bool { return true }); ok {
 		t.Fatal("a prefetch started while a lease is in flight")
@@ -486,6 +490,9 @@ func TestEntryLease(t *testing.T) {
 	l, ok := e.TryStartLease(1e9, func() bool { return true })
 	if !ok || l.Rate != 6 || l.WindowEnd != 3e9 || l.LastGrant != 10 || l.Back != 4 || l.BackAt != 6 {
 		t.Fatalf("prefetch: %+v, %v; want rate 6, window end 3e9, last grant 10, 4 units back granted at 6", l, ok)
+	}
+	if l, wait := e.StartLease(1, 1e9); wait == nil || l.Cold {
+		t.Fatalf("a request meeting a prefetch: %+v, %v; want it in flight, not cold", l, wait)
 	}
 	e.SetAside(2, 9, 2e9)
 	if u, _ := e.DrainOldBack(3e9); u != 0 {

@@ -156,6 +156,17 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 	for {
 		now := l.Now()
 		st, inFlight := e.StartLease(n, now)
+		if inFlight != nil && st.Cold {
+			// The lease in flight asks for its requester's units alone
+			// (a key with no demand known yet, so that a key used once
+			// costs one call): waiting for it would find nothing, then
+			// lease again, one after another. This request asks for its
+			// own, at the same time, as exact mode would; its units count
+			// as wanted.
+			e.Wanted(n)
+			d, err = l.batcher.lease(ctx, l.plan(e, local.Lease{}, n, now), n)
+			return d, false, err
+		}
 		if inFlight != nil {
 			select {
 			case <-inFlight:
@@ -171,7 +182,11 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 			}
 			continue
 		}
-		d, err = l.batcher.lease(ctx, l.plan(e, st, n, now), n)
+		c := l.plan(e, st, n, now)
+		if c.req.Max > max(n, 1) && st.Rate == 0 {
+			e.SetCold(false) // Min leases more: the others wait for it
+		}
+		d, err = l.batcher.lease(ctx, c, n)
 		e.EndLease()
 		return d, false, err
 	}
