@@ -43,7 +43,8 @@ import (
 //	  go test -run '^TestShapeMatrix$' -timeout 60m -v ./internal/systest
 //
 // which writes the table of docs/shapes.md, stamped with its date, commit
-// and machine.
+// and machine. RATELEASE_SHAPES_DEBUG=1 logs each instance's figures, and
+// each Wait that gave up long before a run's end.
 func TestShapeMatrix(t *testing.T) {
 	full := os.Getenv("RATELEASE_SHAPES") == "full"
 	if full {
@@ -250,6 +251,9 @@ func runCell(t *testing.T, addr string, clockOf func() int64, c shapeCell, d tim
 						err := in.l.WaitN(ctx, p, k, n)
 						if errors.Is(err, context.DeadlineExceeded) {
 							done = true
+							if left := time.Until(start.Add(d)); left > 50*time.Millisecond && os.Getenv("RATELEASE_SHAPES_DEBUG") != "" {
+								t.Logf("exact=%v instance %d: a Wait gave up %v before the end", exact, i, left)
+							}
 							return
 						}
 						if err != nil {
@@ -275,7 +279,7 @@ func runCell(t *testing.T, addr string, clockOf func() int64, c shapeCell, d tim
 	wg.Wait()
 	s.end = clockOf()
 	tot := sum(ins)
-	if os.Getenv("SHAPES_DEBUG") != "" {
+	if os.Getenv("RATELEASE_SHAPES_DEBUG") != "" {
 		st := ins[0].l.Stats()
 		for i, in := range ins {
 			t.Logf("exact=%v instance %d: decisions %d admitted units %d", exact, i, in.decisions.Load(), in.units.Load())
