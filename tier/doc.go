@@ -31,7 +31,8 @@
 // Files: engine.go (the types, New, Stats, Close), decide.go (the hit, the
 // miss, leased decisions), tables.go (the state of each policy, by its ID,
 // and when it goes), stats.go (the counters of each policy), exact.go
-// (exact decisions, Wait), fallback.go, operator.go (AllowAtMost, Refund,
+// (exact decisions, Wait), waitqueue.go (the queue of exact-mode Waits by
+// key), fallback.go, operator.go (AllowAtMost, Refund,
 // Peek, Reset, Block, Unblock, and the count of shadow mode's would-be
 // denials, which the root admits).
 //
