@@ -130,8 +130,9 @@ func (e *Entry[P]) Drain() (units, at int64) {
 	return e.allowance.Drain()
 }
 
-// Wanted counts n units denied locally (a cached denial): wanted all the
-// same, so the demand counts them.
+// Wanted counts n units wanted but not taken from the allowance (a
+// cached denial, or a request that leased its own units alongside a cold
+// lease): the demand counts them.
 func (e *Entry[P]) Wanted(n int64) { e.asked.Add(n) }
 
 // Word is the last word from Redis on an entry's key: what the Results of

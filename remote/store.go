@@ -85,7 +85,9 @@ type Request struct {
 	Max int64
 	// Reserve lets a leaky or token bucket queue the request (the
 	// Decision's Wait says until when) instead of admitting only what
-	// conforms now: up to Burst units wait. Windows ignore it.
+	// conforms now: up to Burst units wait in a leaky bucket, up to Burst
+	// or a Period's Rate (whichever is more) beyond a token bucket.
+	// Windows ignore it.
 	Reserve bool
 	// Member, when not empty, names the instance that leases, and makes
 	// the call count it among the key's members with its Demand (units per

@@ -9,9 +9,8 @@
 -- the bucket's own schedule, so the bound holds however many wait; a
 -- cancelled wait refunds them. Up to a burst or a period's rate of units,
 -- whichever is more, may wait beyond what the bucket holds (fewer where
--- the debt would reach 2^53): waiters beyond that poll, and every waiter
--- of a key but the head of each instance's queue would then ask at each
--- refill.
+-- the debt would reach 2^53); beyond that a waiter is denied, and the
+-- first waiter of each instance asks again at each refill.
 local function tb_queued(rate, period, burst)
   return burst + math.min(math.max(burst, rate), math.floor(9007199254740991 / period) - burst)
 end
