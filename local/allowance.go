@@ -175,6 +175,25 @@ func (a *Allowance) Add(g, at, expires, now int64) (stale, staleAt int64) {
 	return stale, staleAt
 }
 
+// Merge moves the units of cur into prev when both hold units unexpired at
+// now, so that a Take of more units than either holds alone finds them
+// together: a remainder of one lease and the next lease's units serve a
+// request neither could. They take prev's expiry, the earlier: no unit
+// outlives its own lease's validity. It reports whether it moved any. Like
+// Add, it must not run concurrently with Add, DrainExpired or Drain (the
+// entry's lock); Take may.
+func (a *Allowance) Merge(now int64) bool {
+	if a.prev.units.Load() <= 0 || now >= a.prevExpires.Load() || now >= a.curExpires.Load() {
+		return false
+	}
+	u := a.cur.units.Swap(0)
+	if u <= 0 {
+		return false
+	}
+	a.prev.put(u)
+	return true
+}
+
 // DrainExpired takes the units of every generation expired at now, for a
 // refund, and returns how many there were and their oldest grant time.
 func (a *Allowance) DrainExpired(now int64) (units, at int64) {

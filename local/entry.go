@@ -123,6 +123,15 @@ func (e *Entry[P]) DrainExpired(now int64) (units, at int64) {
 	return e.allowance.DrainExpired(now)
 }
 
+// Merge puts the units of the entry's two leases together, when both hold
+// units unexpired at now (see Allowance.Merge), and reports whether it
+// did.
+func (e *Entry[P]) Merge(now int64) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.allowance.Merge(now)
+}
+
 // Drain takes every unit held, for a refund (see Allowance.Drain).
 func (e *Entry[P]) Drain() (units, at int64) {
 	e.mu.Lock() // with Hits: see Allowance.Hits

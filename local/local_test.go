@@ -149,8 +149,8 @@ func TestAllowanceTakesOfOneFromNone(t *testing.T) {
 }
 
 // Units are neither made nor lost while takes of one and of several run
-// against leases and drains: what was added is what was taken, drained
-// and is left.
+// against leases, merges and drains: what was added is what was taken,
+// drained and is left.
 func TestAllowanceConservesUnits(t *testing.T) {
 	var a local.Allowance
 	var taken, out atomic.Int64
@@ -184,6 +184,9 @@ func TestAllowanceConservesUnits(t *testing.T) {
 		if i%5 == 0 {
 			u, _ := a.Drain()
 			out.Add(u)
+		}
+		if i%3 == 1 {
+			a.Merge(5)
 		}
 		mu.Unlock()
 		runtime.Gosched()
@@ -591,5 +594,33 @@ func TestTableEmptiesAndRetires(t *testing.T) {
 	b.Clear() // b leaves q
 	if len(emptied) != 2 || emptied[1] != q {
 		t.Fatalf("emptied %v", emptied)
+	}
+}
+
+// What is left of one lease and the next lease's units serve together a
+// request that neither holds alone: Merge moves the newer units to the
+// older generation, under its (earlier) expiry, so that none outlives its
+// own lease; it moves nothing when either generation is empty or expired.
+func TestAllowanceMerge(t *testing.T) {
+	var a local.Allowance
+	a.Add(3, 1, 10, 0) // a lease's remainder, valid until 10
+	a.Add(4, 2, 20, 1) // the next lease, valid until 20
+	if took(a.Take(5, 2)) {
+		t.Fatal("took 5 units that no generation holds alone")
+	}
+	if a.Merge(10) {
+		t.Fatal("merged into an expired generation")
+	}
+	if !a.Merge(2) || !took(a.Take(5, 2)) || a.Units() != 2 {
+		t.Fatalf("after Merge: units %d, want 5 taken and 2 left", a.Units())
+	}
+	if took(a.Take(1, 10)) {
+		t.Fatal("a merged unit outlived the earlier lease's expiry")
+	}
+	if a.Merge(3) {
+		t.Fatal("merged with nothing in the newer generation")
+	}
+	if u, at := a.DrainExpired(10); u != 2 || at != 1 || a.Taken() != 5 {
+		t.Fatalf("drained %d units granted at %d, taken %d; want 2 at 1, 5 taken", u, at, a.Taken())
 	}
 }

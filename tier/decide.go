@@ -168,7 +168,12 @@ func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, key string, 
 // even while Redis denies the key: a prefetch may have been denied while
 // some were left. done is false on a miss.
 func (e *Engine) fromLocal(p *remote.Policy, ent *leasesync.Entry, n, now int64) (Decision, bool) {
-	if left, ok := ent.Take(n, now); ok {
+	left, ok := ent.Take(n, now)
+	if !ok && n > 1 && ent.Units() >= n && ent.Merge(now) {
+		// Neither lease held n units, both together may.
+		left, ok = ent.Take(n, now)
+	}
+	if ok {
 		e.afterTake(ent, left)
 		return hitDecision(hitState(p, ent.LastWord(), left, now)), true
 	}
