@@ -71,7 +71,7 @@ func TestShapeMatrix(t *testing.T) {
 			row.check(t)
 		})
 	}
-	if out := os.Getenv("RATELEASE_SHAPES_OUT"); out != "" && !t.Failed() {
+	if out := os.Getenv("RATELEASE_SHAPES_OUT"); out != "" {
 		if err := os.WriteFile(out, []byte(shapeReport(rows, runFor)), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -483,7 +483,10 @@ func (r shapeRow) check(t *testing.T) {
 	lc, ec := ratio(float64(r.lease.cmds), float64(r.lease.decisions)), ratio(float64(r.exact.cmds), float64(r.exact.decisions))
 	target(t, lt <= et && lc <= ec, lt <= 1.1*et && lc <= 1.1*ec,
 		"lease mode: %.4f round trips and %.4f commands per decision, exact mode %.4f and %.4f: target at most exact's (held at 1.1x)", lt, lc, et, ec)
-	if r.exact.worst >= 0.9 {
+	// (Not for Wait on a window: in the last window, a waiter denied until
+	// its end gives up at once, its deadline coming first, and which
+	// waiters those are is chance, not a share.)
+	if r.exact.worst >= 0.9 && !(r.cell.shape.kind == "wait" && r.cell.alg != ratelease.TokenBucket) {
 		target(t, r.lease.worst >= 0.9, r.lease.worst >= 0.5,
 			"lease mode: the worst instance got %.2f of its max-min fair share; target at least 0.9 (held at 0.5)", r.lease.worst)
 	}
