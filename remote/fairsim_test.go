@@ -222,3 +222,32 @@ func windowFloodOfN(t *testing.T, alg remote.Algorithm, exact bool) int64 {
 	}
 	return total
 }
+
+// A quota window that refills far slower than a horizon (50 units per 240
+// hours), flooded by two members: its spare is not charged into debt, which
+// no bucket would repay for days, so the members take all 50 between them
+// (they took 32, each locked out for hours by its own debt).
+func TestFairShareSlowWindowIsTakenWhole(t *testing.T) {
+	f := newFake(t)
+	p := mustPolicy(t, "p", win(remote.FixedWindow, 50, 240*time.Hour))
+	var total int64
+	next := make([]time.Duration, 2)
+	for now := time.Duration(0); now < time.Second; now += time.Millisecond {
+		for i := range next {
+			if now < next[i] {
+				continue
+			}
+			d, err := f.s.Acquire(context.Background(), remote.Request{Policy: p, Key: "k", Min: 1, Max: 10,
+				Member: string(rune('a' + i)), Demand: 1_000_000, Horizon: 1125 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			total += d.Granted
+			next[i] = now + d.RetryAfter + d.Next
+		}
+		f.Advance(time.Millisecond)
+	}
+	if total != 50 {
+		t.Fatalf("granted %d of the window's 50", total)
+	}
+}

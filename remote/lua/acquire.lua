@@ -118,6 +118,7 @@ local bucket = 0 -- the size of this member's bucket
 local save = function() return 0 end -- writes this member's entry, less a grant
 local spare = 0 -- room no member's bucket claims
 local debt = false -- a grant is charged to the bucket in full, into debt
+local shared = false -- a window's spare is shared out (see below)
 if mkey then
   local ttl = math.max(3 * horizon, 1000000)
   local raw = redis.call('HGETALL', mkey)
@@ -217,8 +218,11 @@ if mkey then
       -- into debt, and the member is back for its next batch once its
       -- bucket and its part (f/R) of the spare left hold it: else the
       -- member whose leases come back fastest took the window, and the
-      -- others what it left.
-      if valid >= 0 then debt = true end
+      -- others what it left. Only where the bucket makes a batch within a
+      -- horizon: a window that refills slower (a quota of a few units a
+      -- day) would keep a member in debt for days.
+      shared = valid >= 0 and f * horizon >= need * 1000000
+      if shared then debt = true end
     else
       debt = true
     end
@@ -339,10 +343,10 @@ end
 local next = 0
 if refill > 0 and members > 1 then
   local short_by = need - math.max(0, tokens) - math.max(0, spare)
-  if valid >= 0 then short_by = need - tokens - math.max(0, spare) * refill / R end -- (see debt above)
+  if shared then short_by = need - tokens - math.max(0, spare) * refill / R end -- (see debt above)
   if short_by > 0.000001 then next = cdiv(short_by * 1000000, refill) end
   -- A member whose bucket makes its batch only after the window ends
   -- comes back before it does, for its part of what the window has left.
-  if valid >= 0 and next >= valid then next = math.max(1, cdiv(valid, 2)) end
+  if shared and next >= valid then next = math.max(1, cdiv(valid, 2)) end
 end
 return { grant, NOW, decider, wait, left, next, reset, math.max(0, valid), members, 0 }
