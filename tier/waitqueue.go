@@ -64,7 +64,7 @@ func (e *Engine) joinWait(ctx context.Context, p *remote.Policy, key string) (le
 		ws.mu.Unlock()
 		if pause > 0 {
 			if err = e.sleep(ctx, pause); err != nil {
-				leave(pause)
+				leave(0) // the next head keeps the time it was given
 				return nil, err
 			}
 		}
@@ -79,7 +79,9 @@ func (e *Engine) joinWait(ctx context.Context, p *remote.Policy, key string) (le
 }
 
 // leave takes turn out of k's queue; the head leaving gives the turn to
-// the next waiter, who is not to ask Redis before notBefore.
+// the next waiter, who is not to ask Redis before notBefore, or before the
+// time an earlier head gave, whichever is later (a head that gives up
+// unadmitted learnt nothing new of the bucket).
 func (ws *waitQueues) leave(k waitKey, turn chan struct{}, notBefore time.Time) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
@@ -97,7 +99,9 @@ func (ws *waitQueues) leave(k waitKey, turn chan struct{}, notBefore time.Time) 
 		return
 	}
 	if i == 0 {
-		q.notBefore = notBefore
+		if notBefore.After(q.notBefore) {
+			q.notBefore = notBefore
+		}
 		close(q.turns[0])
 	}
 }
