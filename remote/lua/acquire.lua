@@ -118,7 +118,6 @@ local bucket = 0 -- the size of this member's bucket
 local save = function() return 0 end -- writes this member's entry, less a grant
 local spare = 0 -- room no member's bucket claims
 local debt = false -- a grant is charged to the bucket in full, into debt
-local shared = false -- a window's spare is shared out (see below)
 if mkey then
   local ttl = math.max(3 * horizon, 1000000)
   local raw = redis.call('HGETALL', mkey)
@@ -213,16 +212,6 @@ if mkey then
       cap = math.max(room, math.floor(math.max(0, tokens)))
       need = math.max(min, math.min(batch, max))
       refill = f
-      -- A window's room comes all at once, as it opens: nearly all of it
-      -- spare. Spare taken from a window is charged to the bucket too,
-      -- into debt, and the member is back for its next batch once its
-      -- bucket and its part (f/R) of the spare left hold it: else the
-      -- member whose leases come back fastest took the window, and the
-      -- others what it left. Only where the bucket makes a batch within a
-      -- horizon: a window that refills slower (a quota of a few units a
-      -- day) would keep a member in debt for days.
-      shared = valid >= 0 and f * horizon >= need * 1000000
-      if shared then debt = true end
     else
       debt = true
     end
@@ -238,10 +227,10 @@ if mkey then
     if tokens then
       -- A member in debt pays for spare too: it took its part before.
       local charged = math.min(g, math.max(0, tokens))
-      spare = spare - (g - charged) -- what the bucket did not hold
       if debt or tokens < 0 then charged = g end
       tk = string.format('%.3f', math.max(-C, tokens - charged))
       tokens = tokens - charged
+      spare = spare - (g - charged)
     end
     redis.call('HSET', mkey, member, string.format('%d %d %s %d', NOW + ttl, demand, tk, NOW))
     redis.call('PEXPIRE', mkey, int(cdiv(last - NOW, 1000)))
@@ -269,14 +258,7 @@ if refill > 0 then
   -- Under the fair share a grant is a batch or two (what the bucket made
   -- beyond a whole batch is not lost to rounding): what a member holds
   -- unused at any moment stays small, and its bucket keeps the rest.
-  local most = math.max(2 * need, math.floor(tokens))
-  if valid >= 0 and valid * refill < need * 1000000 then
-    -- The window ends before this member's bucket makes another batch:
-    -- it may take its part of the room nobody's bucket claims, which
-    -- would otherwise end with the window.
-    most = math.max(most, math.floor(spare * refill / R))
-  end
-  grant = math.min(grant, most)
+  grant = math.min(grant, math.max(2 * need, math.floor(tokens)))
 end
 if member ~= '' and min > 1 and grant - grant % min >= need then
   -- A lease for a request of min units: the requests that follow are
@@ -343,10 +325,6 @@ end
 local next = 0
 if refill > 0 and members > 1 then
   local short_by = need - math.max(0, tokens) - math.max(0, spare)
-  if shared then short_by = need - tokens - math.max(0, spare) * refill / R end -- (see debt above)
   if short_by > 0.000001 then next = cdiv(short_by * 1000000, refill) end
-  -- A member whose bucket makes its batch only after the window ends
-  -- comes back before it does, for its part of what the window has left.
-  if shared and next >= valid then next = math.max(1, cdiv(valid, 2)) end
 end
 return { grant, NOW, decider, wait, left, next, reset, math.max(0, valid), members, 0 }
