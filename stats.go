@@ -36,9 +36,24 @@ type Stats struct {
 	// UnitsRefunded counts the leased units given back to Redis unused (on
 	// expiry, eviction from the key store, and Close).
 	UnitsRefunded uint64
-	// UnitsExpired counts those of UnitsRefunded that lapsed unused (their
-	// lease's TTL passed).
+	// UnitsExpired counts the leased units that lapsed unused (their
+	// lease's TTL or window passed): given back (in UnitsRefunded) or, when
+	// a refund could no longer give anything back, dropped (in
+	// UnitsDropped).
 	UnitsExpired uint64
+	// UnitsUsed counts the leased units that admitted requests took.
+	UnitsUsed uint64
+	// UnitsDropped counts the leased units neither used nor given back:
+	// lapsed when a refund could no longer give anything back, forgotten
+	// by a Reset, or in a refund Redis did not take (an error; they come
+	// back when the key's state expires in Redis).
+	UnitsDropped uint64
+	// UnitsHeld counts the leased units held now: in allowances, set aside
+	// to go back, or on their way back. The units add up: at any moment
+	// no lease or refund is in flight, UnitsLeased = UnitsUsed +
+	// UnitsRefunded + UnitsDropped + UnitsHeld, and after Close UnitsHeld
+	// is 0.
+	UnitsHeld uint64
 	// Instances is the most instances that shared a key this instance
 	// leased in the last minute, as Redis counted them (1 in exact mode).
 	Instances int64
@@ -125,6 +140,7 @@ func statsOf(s tier.Stats) Stats {
 		Local: s.Local, Remote: s.Remote, Cached: s.Cached, Fallback: s.Fallback,
 		RoundTrips: s.RoundTrips, Errors: s.Errors,
 		Leases: s.Leases, UnitsLeased: s.UnitsLeased, UnitsRefunded: s.UnitsRefunded, UnitsExpired: s.UnitsExpired,
+		UnitsUsed: s.UnitsUsed, UnitsDropped: s.UnitsDropped, UnitsHeld: s.UnitsHeld,
 		Instances:       s.Instances,
 		Breaker:         BreakerState(s.Breaker),
 		BreakerOpens:    s.BreakerOpens,

@@ -44,11 +44,16 @@ type Allowance struct {
 	prev slot
 	// curExpires and prevExpires: when (ns) each generation lapses.
 	curExpires, prevExpires atomic.Int64
-	// deniedUntil: Redis denied deniedN units of this key until then (ns);
-	// requests for as many units or more before it are denied locally
-	// without asking again.
-	deniedUntil, deniedN atomic.Int64
+	// denial: Redis denied n units of this key until then (ns); requests
+	// for as many units or more before it are denied locally without
+	// asking again. One pointer, so that both are stored at once: a
+	// denial cleared while another is recorded is one or the other, never
+	// one's time with the other's units. nil: none.
+	denial atomic.Pointer[denial]
 }
+
+// denial is a recorded denial; it is never changed once stored.
+type denial struct{ until, n int64 }
 
 // slot is the units of one generation, and the Redis time (µs) of the
 // oldest grant among them, which a refund names. Its expiry is the
@@ -226,17 +231,16 @@ func (a *Allowance) drain(s *slot, units, at int64) (int64, int64) {
 }
 
 // Deny records that Redis denied n units of this key until until (ns).
-func (a *Allowance) Deny(until, n int64) {
-	a.deniedN.Store(n)
-	a.deniedUntil.Store(until)
-}
+func (a *Allowance) Deny(until, n int64) { a.denial.Store(&denial{until, n}) }
+
+// ClearDenial forgets the recorded denial.
+func (a *Allowance) ClearDenial() { a.denial.Store(nil) }
 
 // Denied reports whether a recorded denial holds for n units at now (it was
 // for n units or fewer, and has not lapsed), and how long until it lapses.
 func (a *Allowance) Denied(now, n int64) (bool, int64) {
-	u := a.deniedUntil.Load()
-	if now < u && n >= a.deniedN.Load() {
-		return true, u - now
+	if d := a.denial.Load(); d != nil && now < d.until && n >= d.n {
+		return true, d.until - now
 	}
 	return false, 0
 }

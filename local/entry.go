@@ -50,6 +50,11 @@ type Entry[P any] struct {
 	// cold: the lease in flight asks for its requester's units alone
 	// (see SetCold).
 	cold bool
+	// gone: the entry left its table (Retire); nothing is put in it after.
+	gone bool
+	// epoch counts the times the entry's key was forgotten (Forget): a
+	// lease started before, and answered after, puts nothing in.
+	epoch uint64
 	// hits is the most Hits has reported.
 	hits uint64
 
@@ -115,12 +120,37 @@ func (e *Entry[P]) Deny(until, n int64) { e.allowance.Deny(until, n) }
 // how long until it lapses (see Allowance.Denied).
 func (e *Entry[P]) Denied(now, n int64) (bool, int64) { return e.allowance.Denied(now, n) }
 
-// DrainExpired takes the units expired at now, for a refund (see
-// Allowance.DrainExpired).
-func (e *Entry[P]) DrainExpired(now int64) (units, at int64) {
+// Lapsed is what an entry did with units that lapsed unused: Units in
+// all, Aside of them set aside to go back to Redis; the others were not
+// worth a refund, and are dropped.
+type Lapsed struct{ Units, Aside int64 }
+
+// Keep tells whether units that lapsed unused, granted at Redis time at
+// (µs), are worth setting aside to go back (a refund would give something
+// back). It is called under the entry's lock: it must not call the entry.
+type Keep func(units, at int64) bool
+
+// Lapse takes the units expired at now out of the allowance and, under
+// the same lock, sets aside those keep says are worth a refund (see
+// SetAside): no eviction, Close or Forget can come between the two.
+func (e *Entry[P]) Lapse(now int64, keep Keep) Lapsed {
 	e.mu.Lock() // with Hits: see Allowance.Hits
 	defer e.mu.Unlock()
-	return e.allowance.DrainExpired(now)
+	units, at := e.allowance.DrainExpired(now)
+	return e.lapsedLocked(units, at, now, keep)
+}
+
+// lapsedLocked sets aside units that lapsed at now, if keep says so.
+// Requires mu held, and the entry not gone (a gone entry holds nothing).
+func (e *Entry[P]) lapsedLocked(units, at, now int64, keep Keep) Lapsed {
+	if units <= 0 {
+		return Lapsed{}
+	}
+	if !keep(units, at) {
+		return Lapsed{Units: units}
+	}
+	e.setAsideLocked(units, at, now)
+	return Lapsed{Units: units, Aside: units}
 }
 
 // Merge puts the units of the entry's two leases together, when both hold
@@ -137,6 +167,30 @@ func (e *Entry[P]) Drain() (units, at int64) {
 	e.mu.Lock() // with Hits: see Allowance.Hits
 	defer e.mu.Unlock()
 	return e.allowance.Drain()
+}
+
+// retire marks the entry gone (it left its table) and takes every unit it
+// holds, for a refund, in one step under its lock: no lease, lapse or
+// abandoned lease puts units in after it (Fill and SetAside refuse them,
+// and their callers give them back). The units set aside stay, for
+// DrainBack.
+func (e *Entry[P]) retire() (units, at int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.gone = true
+	e.evicted.Store(true)
+	return e.allowance.Drain()
+}
+
+// Taken returns the units requests took from the allowance so far (see
+// Allowance.Taken): final once the entry is gone.
+func (e *Entry[P]) Taken() int64 { return e.allowance.Taken() }
+
+// Back returns the units set aside to go back.
+func (e *Entry[P]) Back() int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.back
 }
 
 // Wanted counts n units wanted but not taken from the allowance (a
@@ -205,6 +259,9 @@ type Lease struct {
 	// for its requester's units alone (see SetCold), and leaves nothing
 	// for a request waiting on it.
 	Cold bool
+	// Epoch is the entry's epoch at the start (see Forget): its grant is
+	// filled with it (Grant.Epoch).
+	Epoch uint64
 }
 
 // StartLease starts a lease of the entry at now for a request of n units
@@ -218,7 +275,7 @@ func (e *Entry[P]) StartLease(n, now int64) (Lease, <-chan struct{}) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if ch := e.leasing; ch != nil {
-		return Lease{Cold: e.cold}, ch
+		return Lease{Cold: e.cold, Epoch: e.epoch}, ch
 	}
 	return e.startLocked(n, now), nil
 }
@@ -245,7 +302,7 @@ func (e *Entry[P]) startLocked(n, now int64) Lease {
 	taken, asked := e.allowance.Taken(), e.asked.Load()
 	e.demand.Observe(taken-e.seen+asked-e.askedSeen+n, now)
 	e.seen, e.askedSeen = taken, asked
-	l := Lease{Rate: e.demand.Rate(), WindowEnd: e.windowEnd, LastGrant: e.lastGrant, Back: e.back, BackAt: e.backAt}
+	l := Lease{Rate: e.demand.Rate(), WindowEnd: e.windowEnd, LastGrant: e.lastGrant, Back: e.back, BackAt: e.backAt, Epoch: e.epoch}
 	// A request's lease with no demand known asks for n alone, unless the
 	// leaser's sizing says otherwise (SetCold).
 	e.back, e.cold = 0, n > 0 && l.Rate == 0
@@ -266,9 +323,31 @@ func (e *Entry[P]) SetCold(cold bool) {
 // allowance again.
 func (e *Entry[P]) EndLease() {
 	e.mu.Lock()
+	e.endLocked()
+	e.mu.Unlock()
+}
+
+func (e *Entry[P]) endLocked() {
 	close(e.leasing)
 	e.leasing = nil
-	e.mu.Unlock()
+}
+
+// AbandonLease ends the lease in flight, l, which was never sent (Close
+// began): the units set aside that it took along are set aside again, at
+// now. If the entry is gone meanwhile, they are returned instead, for the
+// caller to give back: nothing the lease held is lost.
+func (e *Entry[P]) AbandonLease(l Lease, now int64) (units, at int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.endLocked()
+	if l.Back <= 0 {
+		return 0, 0
+	}
+	if e.gone {
+		return l.Back, l.BackAt
+	}
+	e.setAsideLocked(l.Back, l.BackAt, now)
+	return 0, 0
 }
 
 // Leasing returns the channel of the entry's lease in flight, closed when
@@ -289,32 +368,59 @@ type Grant struct {
 	At, Expires int64
 	// WindowEnd, when not 0, is when (ns) the grant lapses with its window.
 	WindowEnd int64
+	// Epoch is the epoch its lease started in (Lease.Epoch).
+	Epoch uint64
 }
 
 // Fill puts g into the entry at now: the size, for the next lease's
-// growth, and the units kept, into the allowance. It returns the units
-// held that had lapsed meanwhile, and their oldest grant time, for the
-// caller to set aside. Fills are serialized: an abandoned lease's grant
-// may land while the next lease's does.
-func (e *Entry[P]) Fill(g Grant, now int64) (stale, staleAt int64) {
+// growth, and the units kept, into the allowance; the units held that had
+// lapsed meanwhile come out, and those keep says are worth a refund are
+// set aside, under the same lock. Fills are serialized: an abandoned
+// lease's grant may land while the next lease's does.
+//
+// It refuses the units kept when the entry is gone (evicted, or at
+// Close): kept is false, and the caller gives them back. It drops them
+// when the entry's key was forgotten since the lease started (Forget):
+// kept is true, forgot true, and they go nowhere, as Forget's do.
+func (e *Entry[P]) Fill(g Grant, now int64, keep Keep) (l Lapsed, kept, forgot bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.gone {
+		return Lapsed{}, g.Keep <= 0, false
+	}
+	if g.Epoch != e.epoch {
+		return Lapsed{}, true, g.Keep > 0
+	}
 	e.lastGrant = g.Units
 	if g.Keep <= 0 {
-		return 0, 0
+		return Lapsed{}, true, false
 	}
 	if g.WindowEnd != 0 {
 		e.windowEnd = g.WindowEnd
 	}
-	return e.allowance.Add(g.Keep, g.At, g.Expires, now)
+	stale, staleAt := e.allowance.Add(g.Keep, g.At, g.Expires, now)
+	return e.lapsedLocked(stale, staleAt, now, keep), true, false
 }
 
 // SetAside sets aside units that lapsed unused at now (granted at Redis
 // time at, µs), to go back with the entry's next lease, or with
-// DrainOldBack.
-func (e *Entry[P]) SetAside(units, at, now int64) {
+// DrainOldBack. It refuses them when the entry is gone, and reports
+// whether it took them: the caller gives back what it refused.
+func (e *Entry[P]) SetAside(units, at, now int64) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.gone {
+		return false
+	}
+	e.setAsideLocked(units, at, now)
+	return true
+}
+
+// setAsideLocked sets aside units. Requires mu held.
+func (e *Entry[P]) setAsideLocked(units, at, now int64) {
+	if units <= 0 {
+		return
+	}
 	if e.back == 0 {
 		e.backAt, e.backSince = at, now
 	}

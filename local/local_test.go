@@ -206,7 +206,7 @@ func TestAllowanceConservesUnits(t *testing.T) {
 // a lease nor a drain changes them.
 func TestHitsCountRequests(t *testing.T) {
 	e := local.NewBound[string](10, nil).NewTable("p", nil).GetOrCreate("k")
-	e.Fill(local.Grant{Units: 100, Keep: 100, At: 1, Expires: 1e9}, 0)
+	e.Fill(local.Grant{Units: 100, Keep: 100, At: 1, Expires: 1e9}, 0, keepAll)
 	for range 3 {
 		e.Take(1, 10)
 	}
@@ -222,7 +222,7 @@ func TestHitsCountRequests(t *testing.T) {
 	}
 	e.CountHit()
 	e.TakeUpTo(3, 10) // units of a decision Redis made: no hit
-	e.Fill(local.Grant{Units: 50, Keep: 50, At: 2, Expires: 2e9}, 20)
+	e.Fill(local.Grant{Units: 50, Keep: 50, At: 2, Expires: 2e9}, 20, keepAll)
 	if u, _ := e.Drain(); u != 129 {
 		t.Fatalf("drained %d, want 100-8-13+50", u)
 	}
@@ -263,7 +263,7 @@ func TestHitsAreMonotone(t *testing.T) {
 				return
 			default:
 			}
-			e.Fill(local.Grant{Units: 40, Keep: 40, At: int64(i), Expires: 1e9}, 1)
+			e.Fill(local.Grant{Units: 40, Keep: 40, At: int64(i), Expires: 1e9}, 1, keepAll)
 			if i%3 == 0 {
 				e.Drain()
 			}
@@ -378,7 +378,7 @@ func TestBoundEvictsLeastRecentlyLeasedAndHandsBackUnits(t *testing.T) {
 	b := local.NewBound(2, func(e *local.Entry[string], units, at int64) { got = append(got, evicted{e.Key(), units, at}) })
 	p, q := b.NewTable("p", nil), b.NewTable("q", nil)
 	a := p.GetOrCreate("a")
-	a.Fill(local.Grant{Units: 5, Keep: 5, At: 77, Expires: math.MaxInt64}, 0)
+	a.Fill(local.Grant{Units: 5, Keep: 5, At: 77, Expires: math.MaxInt64}, 0, keepAll)
 	c := q.GetOrCreate("c")
 	if p.GetOrCreate("a") != a {
 		t.Fatal("GetOrCreate made a second entry for one key")
@@ -467,8 +467,8 @@ func TestEntryLease(t *testing.T) {
 	if _, ok := e.TryStartLease(0, func() bool { return true }); ok {
 		t.Fatal("a prefetch started while a lease is in flight")
 	}
-	if stale, _ := e.Fill(local.Grant{Units: 10, Keep: 8, At: 5, Expires: 2e9, WindowEnd: 3e9}, 0); stale != 0 {
-		t.Fatalf("stale %d from an empty allowance", stale)
+	if lp, kept, _ := e.Fill(local.Grant{Units: 10, Keep: 8, At: 5, Expires: 2e9, WindowEnd: 3e9}, 0, keepAll); lp.Units != 0 || !kept {
+		t.Fatalf("lapsed %d, kept %v from an empty allowance", lp.Units, kept)
 	}
 	e.Answered(local.Word{Limit: 1, Remaining: 90, ResetAt: 4e9}, 3, true)
 	e.SetLowWater(2)
@@ -519,7 +519,7 @@ func BenchmarkTake(b *testing.B) {
 	bound := local.NewBound[string](1000, nil)
 	tab := bound.NewTable("p", nil)
 	e := tab.GetOrCreate("user:42")
-	e.Fill(local.Grant{Units: math.MaxInt64 / 2, Keep: math.MaxInt64 / 2, At: 1, Expires: math.MaxInt64}, 0)
+	e.Fill(local.Grant{Units: math.MaxInt64 / 2, Keep: math.MaxInt64 / 2, At: 1, Expires: math.MaxInt64}, 0, keepAll)
 	key := string([]byte("user:42"))
 	b.Run("seq", func(b *testing.B) {
 		b.ReportAllocs()
@@ -551,7 +551,7 @@ func BenchmarkIdleKeyMemory(b *testing.B) {
 		tab := bound.NewTable("p", nil)
 		for i := 0; i < keys; i++ {
 			e := tab.GetOrCreate("user:" + strconv.Itoa(1_000_000+i)) // 12-byte keys
-			e.Fill(local.Grant{Units: 10, Keep: 10, At: 1, Expires: math.MaxInt64}, 0)
+			e.Fill(local.Grant{Units: 10, Keep: 10, At: 1, Expires: math.MaxInt64}, 0, keepAll)
 		}
 		for i := 0; i < keys; i++ { // enough lookups to build the snapshot
 			tab.Get("user:" + strconv.Itoa(1_000_000+i))
@@ -572,7 +572,7 @@ func TestTableEmptiesAndRetires(t *testing.T) {
 	b := local.NewBound[string](1, nil)
 	p, q := b.NewTable("p", onEmpty), b.NewTable("q", onEmpty)
 	a := p.GetOrCreate("a")
-	a.Fill(local.Grant{Units: 5, Keep: 5, At: 1, Expires: math.MaxInt64}, 0)
+	a.Fill(local.Grant{Units: 5, Keep: 5, At: 1, Expires: math.MaxInt64}, 0, keepAll)
 	a.Take(1, 0)
 	a.Take(2, 0)
 	if p.Retire() {
@@ -624,3 +624,6 @@ func TestAllowanceMerge(t *testing.T) {
 		t.Fatalf("drained %d units granted at %d, taken %d; want 2 at 1, 5 taken", u, at, a.Taken())
 	}
 }
+
+// keepAll sets aside every unit that lapses.
+func keepAll(int64, int64) bool { return true }

@@ -57,10 +57,11 @@ func (e *Entry[P]) CountHit() { e.allowance.extra.Add(-1) }
 
 // ClearDenial forgets the recorded denial: units were given back to the
 // key, so Redis is asked again.
-func (e *Entry[P]) ClearDenial() { e.allowance.Deny(0, 0) }
+func (e *Entry[P]) ClearDenial() { e.allowance.ClearDenial() }
 
 // Forget drops what the entry holds of its key (the key was reset): its
-// units, those set aside to go back, and the recorded denial. Nothing is
+// units, those set aside to go back, and the recorded denial; and the
+// grants of the leases started before, when they land (Fill). Nothing is
 // refunded: the state they would go back to is gone. It returns the units
 // dropped.
 func (e *Entry[P]) Forget() int64 {
@@ -68,6 +69,7 @@ func (e *Entry[P]) Forget() int64 {
 	units, _ := e.allowance.Drain()
 	units += e.back
 	e.back = 0
+	e.epoch++
 	e.mu.Unlock()
 	e.ClearDenial()
 	return units

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -89,11 +90,25 @@ func (t *Table[P]) GetOrCreate(key string) *Entry[P] {
 		}
 	}
 	e := &Entry[P]{key: key, policy: t.policy, table: t}
+	b := t.bound
+	// Counted among the entries being made, so that Clear waits for it to
+	// be in the bound (or for it to find the bound cleared): an entry in
+	// the table but not yet in the bound would escape Clear, and what a
+	// lease put in it would never go back.
+	b.adding.Add(1)
+	defer b.adding.Add(-1)
+	if b.cleared.Load() {
+		// Cleared (Close): the entry is made gone, and kept nowhere. A
+		// lease of it is refused, and nothing is put in it.
+		t.left()
+		e.retire()
+		return e
+	}
 	if v, loaded := t.all.LoadOrStore(key, e); loaded {
 		t.left() // (the entry found is counted)
 		return v.(*Entry[P])
 	}
-	t.bound.add(e)
+	b.add(e)
 	return e
 }
 
@@ -156,6 +171,10 @@ type Bound[P any] struct {
 	lru     *simplelru.LRU[*Entry[P], struct{}] // requires mu held
 	evicted []*Entry[P]                         // requires mu held; drained by add
 	onEvict func(e *Entry[P], units, at int64)
+	// cleared: Clear has begun; adding counts the entries being made
+	// (GetOrCreate), which Clear waits for.
+	cleared atomic.Bool
+	adding  atomic.Int64
 }
 
 // NewBound returns a Bound of at most max entries (max >= 1). onEvict, if
@@ -218,9 +237,8 @@ func (b *Bound[P]) evict(e *Entry[P]) {
 
 // remove takes e out of its table and hands its units to onEvict.
 func (b *Bound[P]) remove(e *Entry[P]) {
-	e.evicted.Store(true)
+	units, at := e.retire()
 	e.table.remove(e)
-	units, at := e.Drain()
 	if b.onEvict != nil {
 		b.onEvict(e, units, at)
 	}
@@ -240,8 +258,14 @@ func (b *Bound[P]) Range(f func(*Entry[P]) bool) {
 }
 
 // Clear removes every entry, handing each one's units to onEvict, as Close
-// needs.
+// needs. Entries being made meanwhile are in the bound before it clears
+// it (it waits for them: a few steps each); those made after are gone as
+// soon as made (GetOrCreate), and hold nothing.
 func (b *Bound[P]) Clear() {
+	b.cleared.Store(true)
+	for b.adding.Load() > 0 {
+		runtime.Gosched()
+	}
 	b.mu.Lock()
 	all := b.lru.Keys()
 	b.lru.Purge()

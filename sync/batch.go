@@ -14,7 +14,8 @@ import (
 type call struct {
 	req   remote.Request
 	entry *Entry
-	start int64 // ns, when the request was made: validity counts from here
+	start int64  // ns, when the request was made: validity counts from here
+	epoch uint64 // the entry's epoch at the lease's start (local.Lease.Epoch)
 	done  chan struct{}
 	d     remote.Decision
 	err   error
@@ -35,10 +36,15 @@ type owner interface {
 	// apply puts the answer to c into its entry, n units of the grant the
 	// caller's (0: all of it into the allowance).
 	apply(c *call, n int64)
-	// countLease counts the answer d to the lease request r; countRefund
-	// the units of a refund Redis took.
+	// returning counts units on their way back: a refund queued, or the
+	// units a lease call gives back (its Back), queued with it.
+	returning(units int64)
+	// countLease counts the answer d to the lease request r (its Back
+	// went back with it); countRefund counts the units of a refund, which
+	// Redis took (ok) or not (an error: they are dropped, and come back by
+	// themselves when their key's state expires).
 	countLease(r remote.Request, d remote.Decision)
-	countRefund(units int64)
+	countRefund(units int64, ok bool)
 }
 
 var _ owner = (*Leaser)(nil)
@@ -103,6 +109,7 @@ func (b *batcher) lease(ctx context.Context, c *call, n int64) (remote.Decision,
 	b.pending.Add(1)
 	b.calls = append(b.calls, c)
 	b.mu.Unlock()
+	b.owner.returning(c.req.Back)
 	b.wake()
 	select {
 	case <-c.done:
@@ -123,6 +130,7 @@ func (b *batcher) lease(ctx context.Context, c *call, n int64) (remote.Decision,
 // queueBack queues the refund g: taken even once Close has begun, which
 // queues the last ones.
 func (b *batcher) queueBack(g remote.Grant) {
+	b.owner.returning(g.Units)
 	b.mu.Lock()
 	b.backs = append(b.backs, g)
 	b.mu.Unlock()
@@ -331,13 +339,15 @@ func (b *batcher) sendBatch(ctx context.Context, calls []*call, backs []remote.G
 	for i, err := range gerrs {
 		// A refund that failed is not retried: its units come back by
 		// themselves when their key's state expires.
-		if err == nil {
-			b.owner.countRefund(backs[i].Units)
-		}
+		b.owner.countRefund(backs[i].Units, err == nil)
 	}
 	for i, c := range calls {
 		if errs[i] == nil {
 			b.owner.countLease(c.req, ds[i])
+		} else {
+			// Whether the units it gave back reached Redis is not known:
+			// counted as dropped (they come back by themselves).
+			b.owner.countRefund(c.req.Back, false)
 		}
 		b.finish(c, ds[i], errs[i])
 	}

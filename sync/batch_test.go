@@ -35,11 +35,15 @@ func (r *recorder) countLease(remote.Request, remote.Decision) {
 	r.leases++
 }
 
-func (r *recorder) countRefund(units int64) {
+func (r *recorder) countRefund(units int64, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.refunded += units
+	if ok {
+		r.refunded += units
+	}
 }
+
+func (r *recorder) returning(int64) {}
 
 // appliedTo returns the n of each apply of c so far.
 func (r *recorder) appliedTo(c *call) []int64 {

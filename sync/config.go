@@ -86,6 +86,13 @@ type Stats struct {
 	// UnitsExpired: units that lapsed unused (TTL or window end), given
 	// back or, when a refund could no longer give anything back, dropped.
 	UnitsLeased, UnitsRefunded, UnitsExpired uint64
+	// UnitsUsed: leased units that requests took; UnitsDropped: leased
+	// units neither used nor given back (lapsed past any refund's worth,
+	// forgotten by a Reset, or in a refund Redis did not take); UnitsHeld:
+	// units held now (in allowances, set aside, or on their way back). At
+	// any quiet moment UnitsLeased = UnitsUsed + UnitsRefunded +
+	// UnitsDropped + UnitsHeld; after Close, UnitsHeld is 0.
+	UnitsUsed, UnitsDropped, UnitsHeld uint64
 	// Instances is the most members any key leased in the last minute had
 	// (1 before the first lease).
 	Instances int64

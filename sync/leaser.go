@@ -59,18 +59,24 @@ type Leaser struct {
 	// countRefund (its owner).
 	batcher *batcher
 
-	// stopped: Close has begun. Close sets it under mu, which orders the
-	// start of a prefetch (wg.Add) with Close's Wait.
-	mu      stdsync.Mutex
+	// stopped: Close has begun. leasing counts the leases under way (from
+	// before their start to their end), which Close waits for: a lease
+	// holds the units set aside that it takes along until it ends.
 	stopped atomic.Bool
+	leasing atomic.Int64
 	stop    chan struct{}     // stops the sweeper
-	wg      stdsync.WaitGroup // the sweeper and the prefetches
+	wg      stdsync.WaitGroup // the sweeper
 
 	// stats counts leases and units; the door counts round trips and
-	// errors.
+	// errors. used: the units of grants their requesters took; goneUsed:
+	// those taken from allowances of entries no longer in the bound.
+	// returning: units on their way back (refunds queued or sent, and the
+	// Back of lease calls), not answered yet.
 	stats struct {
-		leases, denied            atomic.Uint64
-		leased, refunded, expired atomic.Uint64
+		leases, denied                     atomic.Uint64
+		leased, refunded, expired, dropped atomic.Uint64
+		used, goneUsed                     atomic.Uint64
+		returning                          atomic.Int64
 	}
 }
 
@@ -153,6 +159,10 @@ func (l *Leaser) sawMembers(m, now int64) {
 // reports that: no Redis call of its own). A denial is recorded in e, so
 // that requests before its RetryAfter are denied locally.
 func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decision, taken bool, err error) {
+	if !l.begin() {
+		return remote.Decision{}, false, ErrClosed
+	}
+	defer l.leasing.Add(-1)
 	for {
 		now := l.Now()
 		st, inFlight := e.StartLease(n, now)
@@ -164,7 +174,7 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 			// own, at the same time, as exact mode would; its units count
 			// as wanted.
 			e.Wanted(n)
-			d, err = l.batcher.lease(ctx, l.plan(e, local.Lease{}, n, now), n)
+			d, err = l.batcher.lease(ctx, l.plan(e, local.Lease{Epoch: st.Epoch}, n, now), n)
 			return d, false, err
 		}
 		if inFlight != nil {
@@ -187,9 +197,36 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 			e.SetCold(false) // Min leases more: the others wait for it
 		}
 		d, err = l.batcher.lease(ctx, c, n)
-		e.EndLease()
+		l.end(e, st, err)
 		return d, false, err
 	}
+}
+
+// begin counts a lease under way, unless Close has begun: it reports
+// whether it did. The count comes first, so that Close, which sets
+// stopped and then waits for the count to fall to zero, either waits for
+// this lease or is seen here.
+func (l *Leaser) begin() bool {
+	l.leasing.Add(1)
+	if l.stopped.Load() {
+		l.leasing.Add(-1)
+		return false
+	}
+	return true
+}
+
+// end ends the lease st of e, which its call to the batcher ended with
+// err: a call refused (Close began) never went out, and the units set
+// aside that it took along are set aside again, or, if e left its table
+// meanwhile, given back (Close waits for this before it stops the
+// batcher).
+func (l *Leaser) end(e *Entry, st local.Lease, err error) {
+	if err != ErrClosed {
+		e.EndLease()
+		return
+	}
+	units, at := e.AbandonLease(st, l.Now())
+	l.giveBack(e, units, at)
 }
 
 // Prefetch starts a lease for e in the background, if none is in flight, no
@@ -208,26 +245,20 @@ func (l *Leaser) Prefetch(e *Entry) {
 	if denied, _ := e.Denied(now, math.MaxInt64); denied {
 		return
 	}
-	st, ok := e.TryStartLease(now, func() bool { return l.door.Ready(e.Policy(), e.Key()) })
+	// The breaker is asked, and the lease counted (begin), under the
+	// entry's lock, before the lease takes along the units set aside.
+	st, ok := e.TryStartLease(now, func() bool { return l.door.Ready(e.Policy(), e.Key()) && l.begin() })
 	if !ok {
 		return
 	}
 	c := l.plan(e, st, 0, now)
-	l.mu.Lock() // Close sets stopped under mu: no Add after its Wait
-	if l.stopped.Load() {
-		l.mu.Unlock()
-		e.EndLease()
-		return
-	}
-	l.wg.Add(1)
-	l.mu.Unlock()
 	go func() {
-		defer l.wg.Done()
+		defer l.leasing.Add(-1)
 		ctx, cancel := l.door.Bound(context.Background())
 		defer cancel()
 		// A failed prefetch changes nothing: the next miss leases itself.
-		_, _ = l.batcher.lease(ctx, c, 0)
-		e.EndLease()
+		_, err := l.batcher.lease(ctx, c, 0)
+		l.end(e, st, err)
 	}()
 }
 
@@ -262,7 +293,7 @@ func (l *Leaser) plan(e *Entry, st local.Lease, n, now int64) *call {
 		req: remote.Request{Policy: p, Key: e.Key(), Min: max(n, 1), Max: size,
 			Member: l.id, Demand: int64(math.Ceil(rate)), Horizon: h,
 			Back: st.Back, BackAt: st.BackAt},
-		entry: e, start: now, done: make(chan struct{}),
+		entry: e, start: now, epoch: st.Epoch, done: make(chan struct{}),
 	}
 }
 
@@ -305,16 +336,23 @@ func (l *Leaser) apply(c *call, n int64) {
 		e.Deny(now+min(int64(d.RetryAfter), int64(l.cfg.TTL)), max(n, 1))
 		return
 	}
+	l.stats.used.Add(uint64(n)) // the requester's
 	valid := l.cfg.TTL
-	g := local.Grant{Units: d.Granted, Keep: d.Granted - n, At: d.At}
+	g := local.Grant{Units: d.Granted, Keep: d.Granted - n, At: d.At, Epoch: c.epoch}
 	if d.ValidFor >= 0 {
 		valid = min(valid, d.ValidFor)
 		g.WindowEnd = start + int64(d.ValidFor)
 	}
 	g.Expires = start + int64(valid) - l.slack
-	stale, staleAt := e.Fill(g, now)
-	if g.Keep > 0 {
-		l.lapsed(e, stale, staleAt, now)
+	lapsed, kept, forgot := e.Fill(g, now, l.keep(e, now))
+	l.lapsed(lapsed)
+	switch {
+	case !kept: // e left its table while the lease was in flight: nobody will use them
+		l.giveBack(e, g.Keep, g.At)
+	case forgot: // e's key was reset meanwhile: they would go back to a state that is gone
+		l.stats.dropped.Add(uint64(g.Keep))
+	}
+	if g.Keep > 0 && kept && !forgot {
 		// Low water: a fraction of the lease, and never less than what the
 		// demand takes during a few round trips, so that a prefetch lands
 		// in time. A lease of a few units is not renewed ahead: a renewal
@@ -335,9 +373,4 @@ func (l *Leaser) apply(c *call, n int64) {
 		e.Deny(now+int64(d.Next), 1)
 	}
 	l.bound.Touch(e)
-	if e.Evicted() { // evicted while the lease was in flight: nobody will use it
-		if u, at := e.Drain(); u > 0 {
-			l.giveBack(e, u, at)
-		}
-	}
 }

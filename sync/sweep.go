@@ -4,21 +4,23 @@ import (
 	"context"
 	"time"
 
+	"github.com/ratelease/ratelease/local"
 	"github.com/ratelease/ratelease/remote"
 )
 
-// lapsed sets aside units of e that lapsed unused at now (granted at at),
-// to go back with e's next lease, or on their own at a later sweep; units
-// that a refund could no longer give anything back for are dropped.
-func (l *Leaser) lapsed(e *Entry, units, at, now int64) {
-	if units <= 0 {
-		return
-	}
-	l.stats.expired.Add(uint64(units))
-	if !e.Policy().Refundable(units, at, now/1e3+l.offset.Load()) {
-		return
-	}
-	e.SetAside(units, at, now)
+// keep returns what tells whether units of e that lapsed unused at now,
+// granted at Redis time at, are worth setting aside, to go back with e's
+// next lease or on their own at a later sweep: not when a refund could no
+// longer give anything back (they are dropped).
+func (l *Leaser) keep(e *Entry, now int64) local.Keep {
+	p, redisNow := e.Policy(), now/1e3+l.offset.Load()
+	return func(units, at int64) bool { return p.Refundable(units, at, redisNow) }
+}
+
+// lapsed counts units that lapsed unused: set aside, or dropped.
+func (l *Leaser) lapsed(lp local.Lapsed) {
+	l.stats.expired.Add(uint64(lp.Units))
+	l.stats.dropped.Add(uint64(lp.Units - lp.Aside))
 }
 
 // evicted gives back what e held when it left its table (evicted, or at
@@ -26,6 +28,7 @@ func (l *Leaser) lapsed(e *Entry, units, at, now int64) {
 // its place among the key's members, so that its demand stops counting.
 func (l *Leaser) evicted(e *Entry, units, at int64) {
 	l.goneHits.Add(e.Hits())
+	l.stats.goneUsed.Add(uint64(e.Taken())) // final: e is gone
 	back, backAt := e.DrainBack()
 	l.giveBack(e, back, backAt)
 	if e.Members() > 0 && (units > 0 || e.Shared()) {
@@ -48,6 +51,12 @@ func (l *Leaser) giveBack(e *Entry, units, at int64) {
 	}
 }
 
+// Forget drops what e holds of its key, which was reset (see
+// Entry.Forget), and counts the units dropped.
+func (l *Leaser) Forget(e *Entry) {
+	l.stats.dropped.Add(uint64(e.Forget()))
+}
+
 // sweeper, every quarter TTL, sets aside the units that lapsed unused, and
 // gives back on their own those set aside a sweep ago that no lease of
 // their key has taken along meanwhile.
@@ -64,9 +73,7 @@ func (l *Leaser) sweeper() {
 		}
 		now := l.Now()
 		l.bound.Range(func(e *Entry) bool {
-			if u, at := e.DrainExpired(now); u > 0 {
-				l.lapsed(e, u, at, now)
-			}
+			l.lapsed(e.Lapse(now, l.keep(e, now)))
 			// Set aside a sweep ago, and no lease is being made or applied
 			// to take them along: they go on their own.
 			back, at := e.DrainOldBack(now - int64(every))
@@ -86,17 +93,20 @@ func (l *Leaser) sweeper() {
 func (l *Leaser) Close() {
 	ctx, cancel := l.door.Bound(context.Background())
 	defer cancel()
-	l.mu.Lock()
-	first := !l.stopped.Swap(true) // no prefetch starts after this
-	l.mu.Unlock()
-	if !first {
+	if l.stopped.Swap(true) { // no lease begins after this
 		return
 	}
 	l.batcher.closing(ctx) // no lease is queued after this; what is sent is bounded by ctx
-	l.bound.Clear()        // queues the refunds of every unit held
-	close(l.stop)          // the sweeper stops
-	l.wg.Wait()            // and the prefetches end: the batcher still answers them
-	l.batcher.close()      // leases in flight land, and are refunded (their entries are gone); what is queued is sent
+	// The leases under way end (the batcher still answers them; those it
+	// refused put back what they took along): then nothing is held
+	// outside the entries.
+	for l.leasing.Load() > 0 && ctx.Err() == nil {
+		time.Sleep(100 * time.Microsecond)
+	}
+	l.bound.Clear()   // queues the refunds of every unit held
+	close(l.stop)     // the sweeper stops
+	l.wg.Wait()       // (its last refunds are queued)
+	l.batcher.close() // leases still in flight land, and are refunded (their entries are gone); what is queued is sent
 	if l.own != nil {
 		l.own.Stop()
 	}
@@ -111,29 +121,53 @@ func (l *Leaser) LocalHits() uint64 {
 	return n
 }
 
+// returning counts units on their way back (for the batcher).
+func (l *Leaser) returning(units int64) { l.stats.returning.Add(units) }
+
 // countLease counts the answer d to the lease request r (for the batcher):
 // the units r gave back went back with it.
 func (l *Leaser) countLease(r remote.Request, d remote.Decision) {
 	l.stats.leases.Add(1)
 	l.stats.leased.Add(uint64(d.Granted))
-	l.stats.refunded.Add(uint64(r.Back))
+	l.countRefund(r.Back, true)
 	if d.Granted == 0 {
 		l.stats.denied.Add(1)
 	}
 }
 
-// countRefund counts units that a refund gave back (for the batcher).
-func (l *Leaser) countRefund(units int64) { l.stats.refunded.Add(uint64(units)) }
+// countRefund counts units of a refund, which Redis took (ok) or not (for
+// the batcher).
+func (l *Leaser) countRefund(units int64, ok bool) {
+	if units <= 0 {
+		return
+	}
+	l.stats.returning.Add(-units)
+	if ok {
+		l.stats.refunded.Add(uint64(units))
+	} else {
+		l.stats.dropped.Add(uint64(units))
+	}
+}
 
-// Stats returns a snapshot of the counters.
+// Stats returns a snapshot of the counters. It walks every entry (for
+// UnitsUsed and UnitsHeld): for statistics, not for the hot path.
 func (l *Leaser) Stats() Stats {
 	s := &l.stats
 	_, b := l.door.Stats() // the door's pipelines are the Leaser's
+	// Read what was leased last, so that a lease landing meanwhile is not
+	// counted as held or used without being counted as leased.
+	used, held := s.used.Load()+s.goneUsed.Load(), s.returning.Load()
+	l.bound.Range(func(e *Entry) bool {
+		used += uint64(e.Taken())
+		held += e.Units() + e.Back()
+		return true
+	})
 	return Stats{
 		Leases: s.leases.Load(), Denied: s.denied.Load(),
 		RoundTrips: b.RoundTrips, Errors: b.Errors,
 		UnitsLeased:   s.leased.Load() + b.LateGranted,
 		UnitsRefunded: s.refunded.Load() + b.LateRefunded, UnitsExpired: s.expired.Load(),
+		UnitsUsed: used, UnitsDropped: s.dropped.Load() + (b.LateGranted - b.LateRefunded), UnitsHeld: uint64(max(0, held)),
 		Instances: l.Instances(),
 	}
 }

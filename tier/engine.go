@@ -179,8 +179,10 @@ type Stats struct {
 	RoundTrips, Errors uint64
 	// Leases counts leases Redis answered; UnitsLeased the units they
 	// granted; UnitsRefunded the units given back (on expiry, eviction and
-	// Close); UnitsExpired those of the refunded that lapsed unused.
+	// Close); UnitsExpired those that lapsed unused (refunded or dropped);
+	// UnitsUsed, UnitsDropped, UnitsHeld: see sync.Stats.
 	Leases, UnitsLeased, UnitsRefunded, UnitsExpired uint64
+	UnitsUsed, UnitsDropped, UnitsHeld               uint64
 	// Instances is the most instances that shared a key this instance
 	// leased in the last minute, as Redis counted them (1 in exact mode).
 	Instances int64
@@ -255,6 +257,7 @@ func (e *Engine) Stats() Stats {
 		st.Local = e.leaser.LocalHits()
 		st.Allowed += st.Local
 		st.Leases, st.UnitsLeased, st.UnitsRefunded, st.UnitsExpired = ls.Leases, ls.UnitsLeased, ls.UnitsRefunded, ls.UnitsExpired
+		st.UnitsUsed, st.UnitsDropped, st.UnitsHeld = ls.UnitsUsed, ls.UnitsDropped, ls.UnitsHeld
 		st.Instances = ls.Instances
 	}
 	return st

@@ -221,12 +221,12 @@ func (e *Engine) Reset(ctx context.Context, p *remote.Policy, key string) error 
 	}
 	ent, found := e.held(p, key)
 	if found {
-		ent.Forget()
+		e.leaser.Forget(ent)
 	}
 	e.fallback.forget(p, key)
 	err := e.door.Reset(ctx, p, key)
 	if found {
-		ent.Forget() // what a lease in flight put in meanwhile
+		e.leaser.Forget(ent) // what a lease in flight put in meanwhile (those still in flight put nothing in)
 	}
 	return err
 }
