@@ -1,6 +1,7 @@
 package local
 
 import (
+	"math/bits"
 	"sync/atomic"
 )
 
@@ -44,6 +45,10 @@ type Allowance struct {
 	prev slot
 	// curExpires and prevExpires: when (ns) each generation lapses.
 	curExpires, prevExpires atomic.Int64
+	// recheck is one less than a power of two, about a 64th of the last
+	// lease (0 for a lease of 64 units or fewer): one take in recheck+1 is
+	// followed by a precise reading of the time (see Recheck).
+	recheck atomic.Int64
 	// denial: Redis denied n units of this key until then (ns); requests
 	// for as many units or more before it are denied locally without
 	// asking again. One pointer, so that both are stored at once: a
@@ -175,9 +180,28 @@ func (a *Allowance) Add(g, at, expires, now int64) (stale, staleAt int64) {
 	}
 	a.curExpires.Store(expires)
 	a.cur.at.Store(at)
+	a.recheck.Store(int64(1)<<bits.Len64(uint64(max(1, g/recheckShare)-1)) - 1)
 	a.added.Add(g)
 	a.cur.put(g)
 	return stale, staleAt
+}
+
+// recheckShare: about one take in this share of a lease is rechecked.
+const recheckShare = 64
+
+// Recheck reports whether a Take of n units that left left units (its
+// result) is one of those after which the caller reads the time precisely:
+// about one in a 64th of the last lease, every one for a lease of 64 units
+// or fewer. A caller that takes at a cached reading of the time, which may
+// lag by more than it allows for (a coarse clock whose ticker waits for a
+// CPU), so brings it up to date within a 64th of a lease: of each lease,
+// at most that many units (and one per take under way) are taken past
+// their expiry, however far the cached reading lags.
+func (a *Allowance) Recheck(left, n int64) bool {
+	m := a.recheck.Load()
+	// A multiple of m+1 among the units left+n-1 ... left that the take
+	// passed, or, with n > m, any.
+	return n > m || left&m == 0 || left&m > m+1-n
 }
 
 // Merge moves the units of cur into prev when both hold units unexpired at

@@ -100,6 +100,10 @@ func (e *Entry[P]) Evicted() bool { return e.evicted.Load() }
 // now: lock-free (see Allowance.Take).
 func (e *Entry[P]) Take(n, now int64) (left int64, ok bool) { return e.allowance.Take(n, now) }
 
+// Recheck reports whether a Take of n units that left left units is one
+// after which a hit reads the time precisely (see Allowance.Recheck).
+func (e *Entry[P]) Recheck(left, n int64) bool { return e.allowance.Recheck(left, n) }
+
 // Units returns the units held, expired or not.
 func (e *Entry[P]) Units() int64 { return e.allowance.Units() }
 
@@ -280,11 +284,12 @@ func (e *Entry[P]) StartLease(n, now int64) (Lease, <-chan struct{}) {
 	return e.startLocked(n, now), nil
 }
 
-// TryStartLease is StartLease(0, now) for a lease made ahead of need,
+// TryStartLease is StartLease(0, now()) for a lease made ahead of need,
 // which gives up instead of waiting: when the entry's lock is held, when a
 // lease is in flight, or when ready, asked last and under the lock (it
-// must not block), says no. It reports whether it started one.
-func (e *Entry[P]) TryStartLease(now int64, ready func() bool) (Lease, bool) {
+// must not block), says no. It reports whether it started one. now is read
+// only when it does.
+func (e *Entry[P]) TryStartLease(now func() int64, ready func() bool) (Lease, bool) {
 	if !e.mu.TryLock() {
 		return Lease{}, false
 	}
@@ -292,7 +297,7 @@ func (e *Entry[P]) TryStartLease(now int64, ready func() bool) (Lease, bool) {
 	if e.leasing != nil || !ready() {
 		return Lease{}, false
 	}
-	return e.startLocked(0, now), true
+	return e.startLocked(0, now()), true
 }
 
 // startLocked marks a lease in flight and returns what it starts from.

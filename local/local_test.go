@@ -464,7 +464,7 @@ func TestEntryLease(t *testing.T) {
 	if l, _ := e.StartLease(1, 0); l.Cold {
 		t.Fatalf("a second lease: %+v, want the first not cold after SetCold(false)", l)
 	}
-	if _, ok := e.TryStartLease(0, func() bool { return true }); ok {
+	if _, ok := e.TryStartLease(at(0), func() bool { return true }); ok {
 		t.Fatal("a prefetch started while a lease is in flight")
 	}
 	if lp, kept, _ := e.Fill(local.Grant{Units: 10, Keep: 8, At: 5, Expires: 2e9, WindowEnd: 3e9}, 0, keepAll); lp.Units != 0 || !kept {
@@ -486,11 +486,11 @@ func TestEntryLease(t *testing.T) {
 	e.Wanted(2)
 	e.SetAside(3, 7, 1e9)
 	e.SetAside(1, 6, 1.5e9)
-	if _, ok := e.TryStartLease(1e9, func() bool { return false }); ok || e.Leasing() != nil {
+	if _, ok := e.TryStartLease(at(1e9), func() bool { return false }); ok || e.Leasing() != nil {
 		t.Fatal("a prefetch started although ready said no")
 	}
 	// 4 taken and 2 wanted over the second since the first lease.
-	l, ok := e.TryStartLease(1e9, func() bool { return true })
+	l, ok := e.TryStartLease(at(1e9), func() bool { return true })
 	if !ok || l.Rate != 6 || l.WindowEnd != 3e9 || l.LastGrant != 10 || l.Back != 4 || l.BackAt != 6 {
 		t.Fatalf("prefetch: %+v, %v; want rate 6, window end 3e9, last grant 10, 4 units back granted at 6", l, ok)
 	}
@@ -627,3 +627,6 @@ func TestAllowanceMerge(t *testing.T) {
 
 // keepAll sets aside every unit that lapses.
 func keepAll(int64, int64) bool { return true }
+
+// at is a reading of the time that is always t.
+func at(t int64) func() int64 { return func() int64 { return t } }

@@ -35,13 +35,13 @@ type Leaser struct {
 	// elapsed is a cheap reading of the time, when there is one: the
 	// clock's own (clock.Elapsed), or own, a coarse clock New starts for
 	// the system clock so that a hit reads no clock. skew is elapsed's
-	// reading at base. slack is taken off every lease's validity: own lags
-	// the time by up to its resolution, and a unit must never outlive its
-	// validity by the real clock.
+	// reading at base. coarse is the coarse clock elapsed reads, if it is
+	// one (own, or one given): every reading but a hit's is precise
+	// (Coarse.Fine), and a hit allows for its lag (HitNow).
 	elapsed clock.Elapsed
 	own     *clock.Coarse
+	coarse  *clock.Coarse
 	skew    time.Duration
-	slack   int64
 	// id names this instance among the members of the keys it leases.
 	id    string
 	bound *local.Bound[*remote.Policy]
@@ -97,7 +97,9 @@ func New(d *door.Door, clk clock.Clock, cfg Config) (*Leaser, error) {
 		// Leased hits compare against a cached time: one atomic load, not
 		// a reading of the system clock on every request.
 		l.own = clock.NewCoarse(coarseResolution)
-		l.elapsed, l.slack = l.own, int64(2*coarseResolution)
+		l.elapsed, l.coarse = l.own, l.own
+	case *clock.Coarse:
+		l.elapsed, l.coarse = c, c
 	case clock.Elapsed:
 		l.elapsed = c
 	}
@@ -112,16 +114,35 @@ func New(d *door.Door, clk clock.Clock, cfg Config) (*Leaser, error) {
 }
 
 // coarseResolution is the resolution of the coarse clock a Leaser on the
-// system clock reads: validity is cut by twice as much.
+// system clock reads for hits.
 const coarseResolution = time.Millisecond
 
 // Now returns the Leaser's monotonic time in ns, the time base of every
-// allowance it fills: one atomic load with the system clock.
+// allowance it fills, read precisely: with a coarse clock, a reading of
+// the system's monotonic clock, which brings the coarse clock up to date
+// (Coarse.Fine).
 func (l *Leaser) Now() int64 {
+	if l.coarse != nil {
+		return int64(l.coarse.Fine() - l.skew)
+	}
 	if l.elapsed != nil {
 		return int64(l.elapsed.Elapsed() - l.skew)
 	}
 	return int64(l.clock.Now().Sub(l.base))
+}
+
+// HitNow returns the time a hit takes units at: with a coarse clock, its
+// cached reading (one atomic load), which may be behind; and how far
+// behind it may be (twice the most the clock lagged lately, Coarse.Lag),
+// by which the hit's units must outlast it. A hit within that of its
+// units' expiry is left to a precise reading (Now): a unit is never used
+// past its expiry while the clock's lag stays within twice its recent
+// worst. Other clocks read precisely: late is 0.
+func (l *Leaser) HitNow() (now, late int64) {
+	if l.coarse != nil {
+		return int64(l.coarse.Elapsed() - l.skew), int64(2 * l.coarse.Lag())
+	}
+	return l.Now(), 0
 }
 
 // NewTable returns a table of entries for one policy, bounded with all the
@@ -240,18 +261,19 @@ func (l *Leaser) Prefetch(e *Entry) {
 		return
 	}
 	// Redis denied the last lease until a time still to come: asking sooner
-	// would only poll it.
-	now := l.Now()
+	// would only poll it. (The hit's reading of the time: a prefetch is
+	// tried on every hit below low water while one is in flight.)
+	now, _ := l.HitNow()
 	if denied, _ := e.Denied(now, math.MaxInt64); denied {
 		return
 	}
 	// The breaker is asked, and the lease counted (begin), under the
 	// entry's lock, before the lease takes along the units set aside.
-	st, ok := e.TryStartLease(now, func() bool { return l.door.Ready(e.Policy(), e.Key()) && l.begin() })
+	st, ok := e.TryStartLease(l.Now, func() bool { return l.door.Ready(e.Policy(), e.Key()) && l.begin() })
 	if !ok {
 		return
 	}
-	c := l.plan(e, st, 0, now)
+	c := l.plan(e, st, 0, l.Now())
 	go func() {
 		defer l.leasing.Add(-1)
 		ctx, cancel := l.door.Bound(context.Background())
@@ -343,7 +365,7 @@ func (l *Leaser) apply(c *call, n int64) {
 		valid = min(valid, d.ValidFor)
 		g.WindowEnd = start + int64(d.ValidFor)
 	}
-	g.Expires = start + int64(valid) - l.slack
+	g.Expires = start + int64(valid)
 	lapsed, kept, forgot := e.Fill(g, now, l.keep(e, now))
 	l.lapsed(lapsed)
 	switch {

@@ -35,8 +35,9 @@ func (e *Engine) Allow(ctx context.Context, p *remote.Policy, key string, n int6
 }
 
 // Hit is the hit path: it takes n units of key from the local allowance if
-// it holds them, with a lookup, a read of the Leaser's time and a compare-and-swap (no
-// lock, no allocation, no Redis call), and starts a background lease when
+// it holds them, with a lookup, a read of the Leaser's time (a coarse
+// clock's, and how far behind it may be: Leaser.HitNow) and an atomic add
+// or compare-and-swap (no lock, no allocation, no Redis call), and starts a background lease when
 // the allowance runs low. On a hit it returns what a Decision of Source
 // Local holds (it is Allowed, with no RetryAfter): the deciding limit's
 // index, the remaining estimate, the time until full replenishment. The
@@ -52,14 +53,24 @@ func (e *Engine) Hit(p *remote.Policy, key string, n int64) (limit int, remainin
 	if st == nil { // no key of p is held
 		return 0, 0, 0, false
 	}
-	now := e.leaser.Now()
+	now, late := e.leaser.HitNow()
 	ent, found := st.table.Get(key)
 	if !found {
 		return 0, 0, 0, false
 	}
-	left, ok := ent.Take(n, now)
+	// The units must outlast the time by as much as the cached reading may
+	// be behind it: a take within that of their expiry is a miss, and Miss
+	// takes them at a precise reading.
+	left, ok := ent.Take(n, now+late)
 	if !ok {
 		return 0, 0, 0, false
+	}
+	if ent.Recheck(left, n) {
+		// One take in a 64th of a lease brings the cached reading up to
+		// date: however far it lags (its ticker waits for a CPU while
+		// callers spin), at most that many of a lease's units are taken
+		// past their expiry.
+		e.leaser.Now()
 	}
 	e.afterTake(ent, left)
 	limit, remaining, resetAfter = hitState(p, ent.LastWord(), left, now)
@@ -85,7 +96,7 @@ func (e *Engine) Miss(ctx context.Context, p *remote.Policy, key string, n int64
 		return Decision{}, err
 	}
 	if e.leaser != nil && Leasable(p) && v == current {
-		return e.allowLeased(ctx, p, key, n, e.leaser.Now())
+		return e.allowLeased(ctx, p, key, n)
 	}
 	return e.allowExact(ctx, p, key, n)
 }
@@ -116,15 +127,19 @@ func (e *Engine) entry(p *remote.Policy, key string) (*leasesync.Entry, error) {
 	}
 }
 
-// allowLeased decides a request that missed the allowance at now: from a
-// cached denial, or units that came in meanwhile, or else by leasing (one
+// allowLeased decides a request that missed the allowance: from a cached
+// denial, or units held or come in meanwhile, or else by leasing (one
 // Redis call, coalesced with concurrent misses on the key), keeping n units
 // of the grant.
-func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, key string, n, now int64) (Decision, error) {
+func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, key string, n int64) (Decision, error) {
 	ent, err := e.entry(p, key)
 	if err != nil { // errRedefined: check again
 		return e.Miss(ctx, p, key, n)
 	}
+	// Read after entry(), which may have made the table and the entry and
+	// evicted others (their locks, their refunds): the units are taken at
+	// the time they are taken.
+	now := e.leaser.Now()
 	if d, done := e.fromLocal(p, ent, n, now); done {
 		return d, nil
 	}
