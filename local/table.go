@@ -108,6 +108,9 @@ func (t *Table[P]) GetOrCreate(key string) *Entry[P] {
 		t.left() // (the entry found is counted)
 		return v.(*Entry[P])
 	}
+	if b.beforeAdd != nil {
+		b.beforeAdd()
+	}
 	b.add(e)
 	return e
 }
@@ -175,6 +178,9 @@ type Bound[P any] struct {
 	// (GetOrCreate), which Clear waits for.
 	cleared atomic.Bool
 	adding  atomic.Int64
+	// beforeAdd, if set (by tests), is called when an entry is in its
+	// table but not yet in the bound.
+	beforeAdd func()
 }
 
 // NewBound returns a Bound of at most max entries (max >= 1). onEvict, if

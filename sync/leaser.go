@@ -58,6 +58,9 @@ type Leaser struct {
 	// door, and completes the calls: it calls back apply, countLease and
 	// countRefund (its owner).
 	batcher *batcher
+	// beforeSend, if set (by tests), is called with each lease's entry
+	// before it is handed to the batcher.
+	beforeSend func(*Entry)
 
 	// stopped: Close has begun. leasing counts the leases under way (from
 	// before their start to their end), which Close waits for: a lease
@@ -217,9 +220,17 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 		if c.req.Max > max(n, 1) && st.Rate == 0 {
 			e.SetCold(false) // Min leases more: the others wait for it
 		}
+		l.sending(e)
 		d, err = l.batcher.lease(ctx, c, n)
 		l.end(e, st, err)
 		return d, false, err
+	}
+}
+
+// sending calls the test hook beforeSend, if set.
+func (l *Leaser) sending(e *Entry) {
+	if l.beforeSend != nil {
+		l.beforeSend(e)
 	}
 }
 
@@ -279,6 +290,7 @@ func (l *Leaser) Prefetch(e *Entry) {
 		ctx, cancel := l.door.Bound(context.Background())
 		defer cancel()
 		// A failed prefetch changes nothing: the next miss leases itself.
+		l.sending(e)
 		_, err := l.batcher.lease(ctx, c, 0)
 		l.end(e, st, err)
 	}()

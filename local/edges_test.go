@@ -1,0 +1,137 @@
+package local
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func keepAll(int64, int64) bool { return true }
+
+// An entry in its table but not yet in the bound (its maker preempted
+// between the two) can be found and filled by another goroutine. Clear
+// (Close) must not miss it: it waits for the entry to join the bound,
+// then hands its units to onEvict like any other's; an entry made after
+// Clear began is gone from the start, and refuses what a lease brings.
+func TestClearWaitsForAnEntryBeingMade(t *testing.T) {
+	var mu sync.Mutex
+	refunded := map[string]int64{}
+	b := NewBound[string](10, func(e *Entry[string], units, _ int64) {
+		mu.Lock()
+		refunded[e.Key()] += units
+		mu.Unlock()
+	})
+	tb := b.NewTable("p", nil)
+	reached, hold := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	b.beforeAdd = func() { once.Do(func() { close(reached); <-hold }) }
+	made := make(chan *Entry[string])
+	go func() { made <- tb.GetOrCreate("k") }()
+	<-reached
+
+	e, ok := tb.Get("k")
+	if !ok {
+		t.Fatal("the entry being made is not in its table")
+	}
+	if _, kept, _ := e.Fill(Grant{Units: 10, Keep: 10, At: 1, Expires: 1e18}, 0, keepAll); !kept {
+		t.Fatal("a live entry refused a grant")
+	}
+	cleared := make(chan struct{})
+	go func() { b.Clear(); close(cleared) }()
+	select {
+	case <-cleared:
+		t.Fatal("Clear returned while an entry was being made: its 10 units would never go back")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(hold)
+	<-cleared
+	if got := <-made; got != e {
+		t.Fatal("GetOrCreate returned another entry than the one in the table")
+	}
+	mu.Lock()
+	got := refunded["k"]
+	mu.Unlock()
+	if got != 10 || !e.Evicted() || e.Units() != 0 {
+		t.Fatalf("after Clear: %d units handed back (want 10), evicted %v, %d held", got, e.Evicted(), e.Units())
+	}
+	if _, kept, _ := e.Fill(Grant{Units: 5, Keep: 5, At: 1, Expires: 1e18}, 0, keepAll); kept || e.Units() != 0 {
+		t.Fatal("a cleared entry took a grant")
+	}
+	late := tb.GetOrCreate("k2")
+	if !late.Evicted() {
+		t.Fatal("an entry made after Clear is not gone")
+	}
+	if _, ok := tb.Get("k2"); ok {
+		t.Fatal("an entry made after Clear is in its table")
+	}
+	if _, kept, _ := late.Fill(Grant{Units: 5, Keep: 5, At: 1, Expires: 1e18}, 0, keepAll); kept {
+		t.Fatal("an entry made after Clear took a grant")
+	}
+}
+
+// Once an entry has left its table, nothing is put in it: not a grant,
+// not units set aside, not the units an abandoned lease took along; each
+// comes back to its caller to give back. Units that lapse are set aside
+// under the lock that drained them.
+func TestGoneEntryRefusesUnits(t *testing.T) {
+	var evicted atomic.Int64
+	b := NewBound[string](1, func(_ *Entry[string], units, _ int64) { evicted.Add(units) })
+	tb := b.NewTable("p", nil)
+	e := tb.GetOrCreate("a")
+	e.Fill(Grant{Units: 8, Keep: 8, At: 3, Expires: 100}, 0, keepAll)
+	if lp := e.Lapse(100, keepAll); lp != (Lapsed{Units: 8, Aside: 8}) || e.Back() != 8 {
+		t.Fatalf("Lapse = %+v, back %d; want all 8 set aside", lp, e.Back())
+	}
+	if lp := e.Lapse(200, keepAll); lp.Units != 0 {
+		t.Fatalf("a second Lapse found %d units", lp.Units)
+	}
+	e.Fill(Grant{Units: 4, Keep: 4, At: 5, Expires: 300}, 150, keepAll)
+	lease, _ := e.StartLease(1, 160) // takes the 8 set aside along
+	if lease.Back != 8 || e.Back() != 0 {
+		t.Fatalf("the lease took %d set aside, %d left", lease.Back, e.Back())
+	}
+	tb.GetOrCreate("b") // evicts a: its 4 units go to onEvict
+	if !e.Evicted() || evicted.Load() != 4 {
+		t.Fatalf("evicted %v, %d units handed back; want 4", e.Evicted(), evicted.Load())
+	}
+	if u, at := e.AbandonLease(lease, 170); u != 8 || at != 3 {
+		t.Fatalf("AbandonLease on a gone entry = %d, %d; want the 8 set aside, granted at 3", u, at)
+	}
+	if e.SetAside(2, 1, 180) {
+		t.Fatal("a gone entry took units set aside")
+	}
+	if _, kept, _ := e.Fill(Grant{Units: 6, Keep: 6, At: 7, Expires: 1e9}, 190, keepAll); kept || e.Units() != 0 {
+		t.Fatal("a gone entry took a grant")
+	}
+	if e.Back() != 0 {
+		t.Fatalf("a gone entry holds %d set aside", e.Back())
+	}
+
+	// A live entry's abandoned lease puts its units back.
+	c := tb.GetOrCreate("c")
+	c.SetAside(3, 9, 0)
+	l, _ := c.StartLease(0, 1)
+	if u, _ := c.AbandonLease(l, 2); u != 0 || c.Back() != 3 || c.Leasing() != nil {
+		t.Fatalf("AbandonLease on a live entry returned %d, left %d set aside (want 0, 3), lease in flight %v", u, c.Back(), c.Leasing() != nil)
+	}
+}
+
+// A lease started before the key was forgotten (Reset) puts nothing in
+// when it lands: its units belong to the state that is gone.
+func TestForgetDropsLeasesStartedBefore(t *testing.T) {
+	e := NewBound[string](10, nil).NewTable("p", nil).GetOrCreate("k")
+	before, _ := e.StartLease(1, 0)
+	if n := e.Forget(); n != 0 {
+		t.Fatalf("Forget dropped %d of nothing", n)
+	}
+	_, kept, forgot := e.Fill(Grant{Units: 9, Keep: 9, At: 1, Expires: 1e9, Epoch: before.Epoch}, 1, keepAll)
+	e.EndLease()
+	if !kept || !forgot || e.Units() != 0 {
+		t.Fatalf("a lease from before Forget: kept %v, forgot %v, %d units held; want dropped", kept, forgot, e.Units())
+	}
+	after, _ := e.StartLease(1, 2)
+	if _, _, forgot := e.Fill(Grant{Units: 9, Keep: 9, At: 1, Expires: 1e9, Epoch: after.Epoch}, 3, keepAll); forgot || e.Units() != 9 {
+		t.Fatalf("a lease from after Forget: forgot %v, %d units held; want 9", forgot, e.Units())
+	}
+}

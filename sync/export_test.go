@@ -1,0 +1,12 @@
+package sync
+
+// SetBeforeSend sets a hook called with each lease's entry before it is
+// handed to the batcher (nil: none). Set it before the Leaser is used.
+func SetBeforeSend(l *Leaser, f func(*Entry)) { l.beforeSend = f }
+
+// Refusing reports whether l's batcher refuses lease calls (Close began).
+func Refusing(l *Leaser) bool {
+	l.batcher.mu.Lock()
+	defer l.batcher.mu.Unlock()
+	return l.batcher.closed
+}
