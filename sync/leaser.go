@@ -148,6 +148,14 @@ func (l *Leaser) HitNow() (now, late int64) {
 	return l.Now(), 0
 }
 
+// cached returns HitNow's reading alone.
+func (l *Leaser) cached() int64 {
+	if l.coarse != nil {
+		return int64(l.coarse.Elapsed() - l.skew)
+	}
+	return l.Now()
+}
+
 // NewTable returns a table of entries for one policy, bounded with all the
 // Leaser's other tables. onEmpty, if not nil, is called when the table's
 // last entry leaves it (see local.Bound.NewTable).
@@ -274,8 +282,7 @@ func (l *Leaser) Prefetch(e *Entry) {
 	// Redis denied the last lease until a time still to come: asking sooner
 	// would only poll it. (The hit's reading of the time: a prefetch is
 	// tried on every hit below low water while one is in flight.)
-	now, _ := l.HitNow()
-	if denied, _ := e.Denied(now, math.MaxInt64); denied {
+	if denied, _ := e.Denied(l.cached(), math.MaxInt64); denied {
 		return
 	}
 	// The breaker is asked, and the lease counted (begin), under the
