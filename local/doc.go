@@ -13,7 +13,10 @@
 //     Its state is its own: the hit path reads it lock-free (Take,
 //     LastWord, LowWater), the leaser changes it under the entry's lock
 //     through methods that say what happens (StartLease, Fill, Answered,
-//     SetAside, DrainBack, EndLease);
+//     Lapse, DrainBack, EndLease, AbandonLease). Each takes units out and
+//     puts them where they go in one step under that lock, and an entry
+//     that left its table (evicted, or at Close) refuses what comes after:
+//     no unit falls between two steps;
 //   - [Demand], an estimate of how fast an allowance is used, from which the
 //     lease size is chosen;
 //   - [Table], the allowances of one policy by key, read without a lock, and

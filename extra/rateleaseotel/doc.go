@@ -20,6 +20,9 @@
 //	ratelease.units.leased                       counter
 //	ratelease.units.refunded                     counter
 //	ratelease.units.expired                      counter
+//	ratelease.units.used                         counter
+//	ratelease.units.dropped                      counter
+//	ratelease.units.held                         gauge    leased = used + refunded + dropped + held
 //	ratelease.units.charged                      counter  admitted in outages, charged later
 //	ratelease.breaker.state                      gauge    ratelease.breaker.state: closed, open, half_open (1 for the current one)
 //	ratelease.breaker.opens                      counter

@@ -33,7 +33,7 @@ func TestOneStatsPerCollection(t *testing.T) {
 		if calls != i {
 			t.Fatalf("%d collections read Stats %d times", i, calls)
 		}
-		if n := len(rm.ScopeMetrics[0].Metrics); n != 18 {
+		if n := len(rm.ScopeMetrics[0].Metrics); n != 21 {
 			t.Fatalf("%d instruments", n)
 		}
 		for _, m := range rm.ScopeMetrics[0].Metrics {

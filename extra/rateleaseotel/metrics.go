@@ -35,6 +35,8 @@ type instruments struct {
 	decisions, bySource               metric.Int64ObservableCounter
 	roundTrips, errors                metric.Int64ObservableCounter
 	leases, leased, refunded, expired metric.Int64ObservableCounter
+	used, dropped                     metric.Int64ObservableCounter
+	held                              metric.Int64ObservableGauge
 	charged, breakerOpens             metric.Int64ObservableCounter
 	breakerState, instances           metric.Int64ObservableGauge
 	policyDecisions, policySources    metric.Int64ObservableCounter
@@ -70,7 +72,13 @@ func register(cfg config, stats func() ratelease.Stats) (metric.Registration, er
 	ins.leased = counter("ratelease.units.leased", "{unit}", "Units that leases were granted.")
 	ins.refunded = counter("ratelease.units.refunded", "{unit}",
 		"Leased units given back to Redis (on expiry, eviction and close).")
-	ins.expired = counter("ratelease.units.expired", "{unit}", "Refunded units that lapsed unused.")
+	ins.expired = counter("ratelease.units.expired", "{unit}",
+		"Leased units that lapsed unused (refunded, or dropped when a refund could no longer change anything).")
+	ins.used = counter("ratelease.units.used", "{unit}", "Leased units that admitted requests took.")
+	ins.dropped = counter("ratelease.units.dropped", "{unit}",
+		"Leased units neither used nor given back (lapsed past a refund's worth, forgotten by a reset, or in a refund Redis did not take).")
+	ins.held = gauge("ratelease.units.held", "{unit}",
+		"Leased units held now: in allowances, set aside, or on their way back. leased = used + refunded + dropped + held, with no lease in flight.")
 	ins.charged = counter("ratelease.units.charged", "{unit}",
 		"Units admitted during Redis outages (FailLocal, FailOpen) and charged to Redis once it was back.")
 	ins.breakerState = gauge("ratelease.breaker.state", "1",
@@ -101,7 +109,7 @@ func register(cfg config, stats func() ratelease.Stats) (metric.Registration, er
 		return nil
 	},
 		ins.decisions, ins.bySource, ins.roundTrips, ins.errors, ins.leases, ins.leased, ins.refunded, ins.expired,
-		ins.charged, ins.breakerState, ins.breakerOpens, ins.instances,
+		ins.used, ins.dropped, ins.held, ins.charged, ins.breakerState, ins.breakerOpens, ins.instances,
 		ins.policyDecisions, ins.policySources, ins.policyShadow,
 		ins.droppedDecisions, ins.droppedSources, ins.droppedShadow)
 }
@@ -133,6 +141,9 @@ func (ins *instruments) observe(o metric.Observer, s ratelease.Stats, base []att
 	observe(ins.leased, s.UnitsLeased)
 	observe(ins.refunded, s.UnitsRefunded)
 	observe(ins.expired, s.UnitsExpired)
+	observe(ins.used, s.UnitsUsed)
+	observe(ins.dropped, s.UnitsDropped)
+	observe(ins.held, s.UnitsHeld)
 	observe(ins.charged, s.UnitsCharged)
 	for _, st := range []ratelease.BreakerState{ratelease.BreakerClosed, ratelease.BreakerOpen, ratelease.BreakerHalfOpen} {
 		var v uint64

@@ -163,6 +163,9 @@ func TestMetrics(t *testing.T) {
 		"ratelease.units.leased":      one(0),
 		"ratelease.units.refunded":    one(0),
 		"ratelease.units.expired":     one(0),
+		"ratelease.units.used":        one(0),
+		"ratelease.units.dropped":     one(0),
+		"ratelease.units.held":        one(0),
 		"ratelease.units.charged":     one(0),
 		"ratelease.breaker.state": {"ratelease.breaker.state=closed," + e: 1, "ratelease.breaker.state=open," + e: 0,
 			"ratelease.breaker.state=half_open," + e: 0},
@@ -188,12 +191,12 @@ func TestMetrics(t *testing.T) {
 			e + ",ratelease.source=cached": 0, e + ",ratelease.source=fallback": 0},
 		"ratelease.dropped_policy.shadow_denied": one(0),
 	})
-	if len(got.points) != 18 {
-		t.Errorf("%d instruments, want 18: %v", len(got.points), slices.Sorted(maps.Keys(got.points)))
+	if len(got.points) != 21 {
+		t.Errorf("%d instruments, want 21: %v", len(got.points), slices.Sorted(maps.Keys(got.points)))
 	}
 	for name, kind := range got.kind {
 		want := "counter"
-		if name == "ratelease.breaker.state" || name == "ratelease.instances" {
+		if name == "ratelease.breaker.state" || name == "ratelease.instances" || name == "ratelease.units.held" {
 			want = "gauge"
 		}
 		if kind != want {
@@ -287,6 +290,8 @@ func TestMetricsLease(t *testing.T) {
 	collect(t, reader).check(t, map[string]points{
 		"ratelease.units.refunded":    {r: 2},
 		"ratelease.units.expired":     {r: 0},
+		"ratelease.units.used":        {r: 3},
+		"ratelease.units.held":        {r: 0},
 		"ratelease.redis.round_trips": {r: 2},
 	})
 }

@@ -35,6 +35,7 @@ type descs struct {
 	decisions, bySource                 *prometheus.Desc
 	roundTrips, errors                  *prometheus.Desc
 	leases, leased, refunded, expired   *prometheus.Desc
+	used, dropped, held                 *prometheus.Desc
 	charged, breakerState, breakerOpens *prometheus.Desc
 	instances                           *prometheus.Desc
 	policyDecisions, policySources      *prometheus.Desc
@@ -47,7 +48,7 @@ type descs struct {
 func (d *descs) each(f func(*prometheus.Desc)) {
 	for _, desc := range []*prometheus.Desc{
 		d.decisions, d.bySource, d.roundTrips, d.errors, d.leases, d.leased, d.refunded, d.expired,
-		d.charged, d.breakerState, d.breakerOpens, d.instances,
+		d.used, d.dropped, d.held, d.charged, d.breakerState, d.breakerOpens, d.instances,
 		d.policyDecisions, d.policySources, d.policyShadow,
 		d.droppedDecisions, d.droppedSources, d.droppedShadow,
 	} {
@@ -130,7 +131,13 @@ func newDescs(labels prometheus.Labels) descs {
 		refunded: desc("units_refunded_total",
 			"Leased units given back to Redis (on expiry, eviction and close)."),
 		expired: desc("units_expired_total",
-			"Refunded units that lapsed unused."),
+			"Leased units that lapsed unused (refunded, or dropped when a refund could no longer change anything)."),
+		used: desc("units_used_total",
+			"Leased units that admitted requests took."),
+		dropped: desc("units_dropped_total",
+			"Leased units neither used nor given back (lapsed past a refund's worth, forgotten by a reset, or in a refund Redis did not take)."),
+		held: desc("units_held",
+			"Leased units held now: in allowances, set aside, or on their way back. units_leased_total = units_used_total + units_refunded_total + units_dropped_total + units_held, with no lease in flight."),
 		charged: desc("units_charged_total",
 			"Units admitted during Redis outages (FailLocal, FailOpen) and charged to Redis once it was back."),
 		breakerState: desc("breaker_state",
@@ -182,6 +189,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(d.leased, s.UnitsLeased)
 	counter(d.refunded, s.UnitsRefunded)
 	counter(d.expired, s.UnitsExpired)
+	counter(d.used, s.UnitsUsed)
+	counter(d.dropped, s.UnitsDropped)
+	gauge(d.held, float64(s.UnitsHeld))
 	counter(d.charged, s.UnitsCharged)
 	for _, st := range []ratelease.BreakerState{ratelease.BreakerClosed, ratelease.BreakerOpen, ratelease.BreakerHalfOpen} {
 		v := 0.0

@@ -157,15 +157,24 @@ ratelease_redis_round_trips_total{limiter="edge"} 8
 # HELP ratelease_units_charged_total Units admitted during Redis outages (FailLocal, FailOpen) and charged to Redis once it was back.
 # TYPE ratelease_units_charged_total counter
 ratelease_units_charged_total{limiter="edge"} 0
-# HELP ratelease_units_expired_total Refunded units that lapsed unused.
+# HELP ratelease_units_dropped_total Leased units neither used nor given back (lapsed past a refund's worth, forgotten by a reset, or in a refund Redis did not take).
+# TYPE ratelease_units_dropped_total counter
+ratelease_units_dropped_total{limiter="edge"} 0
+# HELP ratelease_units_expired_total Leased units that lapsed unused (refunded, or dropped when a refund could no longer change anything).
 # TYPE ratelease_units_expired_total counter
 ratelease_units_expired_total{limiter="edge"} 0
+# HELP ratelease_units_held Leased units held now: in allowances, set aside, or on their way back. units_leased_total = units_used_total + units_refunded_total + units_dropped_total + units_held, with no lease in flight.
+# TYPE ratelease_units_held gauge
+ratelease_units_held{limiter="edge"} 0
 # HELP ratelease_units_leased_total Units that leases were granted.
 # TYPE ratelease_units_leased_total counter
 ratelease_units_leased_total{limiter="edge"} 0
 # HELP ratelease_units_refunded_total Leased units given back to Redis (on expiry, eviction and close).
 # TYPE ratelease_units_refunded_total counter
 ratelease_units_refunded_total{limiter="edge"} 0
+# HELP ratelease_units_used_total Leased units that admitted requests took.
+# TYPE ratelease_units_used_total counter
+ratelease_units_used_total{limiter="edge"} 0
 `
 
 // exactSequence makes 8 decisions in exact mode: api (3 a minute) 3
@@ -191,9 +200,9 @@ func TestCollectExact(t *testing.T) {
 		t.Fatal(err)
 	}
 	lint(t, c)
-	// 18 metrics, 12 of them one series each and 6 labelled: 2 outcomes,
+	// 21 metrics, 15 of them one series each and 6 labelled: 2 outcomes,
 	// 4 sources, 3 states; per policy 2 + 4 + 1 series.
-	if n := testutil.CollectAndCount(c); n != 2+4+9+3+3*(2+4+1)+2+4+1 {
+	if n := testutil.CollectAndCount(c); n != 2+4+12+3+3*(2+4+1)+2+4+1 {
 		t.Fatalf("%d series", n)
 	}
 	// A policy decided exactly is dropped once the program no longer
@@ -289,7 +298,8 @@ func TestCollectLease(t *testing.T) {
 	api := newPolicy(t, "api", ratelease.PerHour(10))
 	allow(t, l, api, "user:1", 3)
 	names := []string{"ratelease_leases_total", "ratelease_units_leased_total", "ratelease_units_refunded_total",
-		"ratelease_units_expired_total", "ratelease_redis_round_trips_total", "ratelease_decisions_by_source_total"}
+		"ratelease_units_expired_total", "ratelease_redis_round_trips_total", "ratelease_decisions_by_source_total",
+		"ratelease_units_used_total", "ratelease_units_dropped_total", "ratelease_units_held"}
 	const head = `
 # HELP ratelease_decisions_by_source_total Decisions of the limiter by source: local (a leased allowance), remote (one Redis call), cached (a denial repeated locally), fallback (the failure mode).
 # TYPE ratelease_decisions_by_source_total counter
@@ -303,11 +313,20 @@ ratelease_leases_total 1
 # HELP ratelease_units_leased_total Units that leases were granted.
 # TYPE ratelease_units_leased_total counter
 ratelease_units_leased_total 5
-# HELP ratelease_units_expired_total Refunded units that lapsed unused.
+# HELP ratelease_units_expired_total Leased units that lapsed unused (refunded, or dropped when a refund could no longer change anything).
 # TYPE ratelease_units_expired_total counter
 ratelease_units_expired_total 0
+# HELP ratelease_units_dropped_total Leased units neither used nor given back (lapsed past a refund's worth, forgotten by a reset, or in a refund Redis did not take).
+# TYPE ratelease_units_dropped_total counter
+ratelease_units_dropped_total 0
+# HELP ratelease_units_used_total Leased units that admitted requests took.
+# TYPE ratelease_units_used_total counter
+ratelease_units_used_total 3
 `
-	before := head + `# HELP ratelease_redis_round_trips_total Redis round trips (a pipeline of leases and refunds counts one).
+	before := head + `# HELP ratelease_units_held Leased units held now: in allowances, set aside, or on their way back. units_leased_total = units_used_total + units_refunded_total + units_dropped_total + units_held, with no lease in flight.
+# TYPE ratelease_units_held gauge
+ratelease_units_held 2
+# HELP ratelease_redis_round_trips_total Redis round trips (a pipeline of leases and refunds counts one).
 # TYPE ratelease_redis_round_trips_total counter
 ratelease_redis_round_trips_total 1
 # HELP ratelease_units_refunded_total Leased units given back to Redis (on expiry, eviction and close).
@@ -326,6 +345,9 @@ ratelease_redis_round_trips_total 2
 # HELP ratelease_units_refunded_total Leased units given back to Redis (on expiry, eviction and close).
 # TYPE ratelease_units_refunded_total counter
 ratelease_units_refunded_total 2
+# HELP ratelease_units_held Leased units held now: in allowances, set aside, or on their way back. units_leased_total = units_used_total + units_refunded_total + units_dropped_total + units_held, with no lease in flight.
+# TYPE ratelease_units_held gauge
+ratelease_units_held 0
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(after), names...); err != nil {
 		t.Fatal(err)
