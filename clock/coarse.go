@@ -81,17 +81,17 @@ func (c *Coarse) run(resolution time.Duration) {
 			// a resolution when the tick is on time.
 			l := c.lag.Load()
 			c.lag.Store(max(int64(resolution), l-l/1024))
-			c.advance(int64(time.Since(c.base)))
+			c.advance(int64(time.Since(c.base)), 0)
 		}
 	}
 }
 
-// advance brings the cached time up to now (ns since base), unless it is
-// there already, and records how far behind it was.
-func (c *Coarse) advance(now int64) {
+// advance brings the cached time up to now (ns since base) if it is
+// behind by more than slack, and records how far behind it was.
+func (c *Coarse) advance(now, slack int64) {
 	for {
 		old := c.offset.Load()
-		if now <= old {
+		if now-old <= slack {
 			return
 		}
 		if c.offset.CompareAndSwap(old, now) {
@@ -113,12 +113,13 @@ func (c *Coarse) seen(behind int64) {
 
 // Fine returns the time since the clock was made, read precisely (a
 // reading of the system's monotonic clock, as time.Since), and brings the
-// cached time up to it: a caller that reads the time precisely refreshes
-// it for the hot path too.
+// cached time up to it if it is behind by more than a resolution (its
+// ticker is late): a caller that reads the time precisely refreshes it for
+// the hot path too, and writes it no more often than the ticker does.
 func (c *Coarse) Fine() time.Duration {
 	d := time.Since(c.base)
 	if !c.stopped.Load() {
-		c.advance(int64(d))
+		c.advance(int64(d), int64(c.resolution))
 	}
 	return d
 }

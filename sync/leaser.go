@@ -4,6 +4,7 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
+	"errors"
 	"math"
 	stdsync "sync"
 	"sync/atomic"
@@ -261,7 +262,7 @@ func (l *Leaser) begin() bool {
 // meanwhile, given back (Close waits for this before it stops the
 // batcher).
 func (l *Leaser) end(e *Entry, st local.Lease, err error) {
-	if err != ErrClosed {
+	if !errors.Is(err, ErrClosed) {
 		e.EndLease()
 		return
 	}

@@ -107,6 +107,13 @@ func (l *Leaser) Close() {
 	close(l.stop)     // the sweeper stops
 	l.wg.Wait()       // (its last refunds are queued)
 	l.batcher.close() // leases still in flight land, and are refunded (their entries are gone); what is queued is sent
+	// Every call is answered: the leases under way end in a moment (a
+	// prefetch's goroutine, a request's lease), and none outlives Close.
+	last, cancelLast := l.door.Bound(context.Background())
+	defer cancelLast()
+	for l.leasing.Load() > 0 && last.Err() == nil {
+		time.Sleep(100 * time.Microsecond)
+	}
 	if l.own != nil {
 		l.own.Stop()
 	}
