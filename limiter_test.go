@@ -574,3 +574,19 @@ func TestLateGrantIsRefunded(t *testing.T) {
 		}
 	}
 }
+
+// The defaults are a function's value: what code does to the deprecated
+// DefaultLease variable changes no Limiter.
+func TestDefaultLeaseCannotBeChangedByAccident(t *testing.T) {
+	saved := ratelease.DefaultLease
+	t.Cleanup(func() { ratelease.DefaultLease = saved })
+	ratelease.DefaultLease.TTL = -time.Second // invalid, were it read
+	l, err := ratelease.New(redistest.StartMini(t).Client(t))
+	if err != nil {
+		t.Fatalf("New read the changed DefaultLease: %v", err)
+	}
+	defer l.Close()
+	if c := ratelease.DefaultLeaseConfig(); c.TTL != 1500*time.Millisecond {
+		t.Fatalf("DefaultLeaseConfig().TTL = %v", c.TTL)
+	}
+}

@@ -44,21 +44,28 @@ const (
 	maxPrefixLen = 64
 )
 
-// DefaultLease is the lease configuration used unless WithLease says
-// otherwise; see LeaseConfig for what each field does. Its zeros mean
+// DefaultLeaseConfig returns the lease configuration used unless WithLease
+// says otherwise; see LeaseConfig for what each field does. Its zeros mean
 // "measured": no bound on a lease but the policy's capacity and the fair
 // share (Max), and leases sized to serve three quarters of TTL at the key's
-// measured demand (Refresh). TTL is 1.5s: a key used twice a second by
-// each instance then needs a lease for every three requests, where a TTL of
-// a second served two (the request that made the lease and the next one,
-// never the one a whole TTL later); the price is the token bucket's
-// overshoot bound, Rate·1.5s.
-var DefaultLease = LeaseConfig{Min: 1, Max: 0, Refresh: 0, TTL: 1500 * time.Millisecond, LowWater: 0.25}
+// measured demand (Refresh). TTL is 1.5s: a key used twice a second by each
+// instance then needs a lease for every three requests; the price is the
+// token bucket's overshoot bound, Rate·1.5s. It is a function, so that
+// nothing in the process can change the defaults of every Limiter.
+func DefaultLeaseConfig() LeaseConfig {
+	return LeaseConfig{Min: 1, Max: 0, Refresh: 0, TTL: 1500 * time.Millisecond, LowWater: 0.25}
+}
+
+// DefaultLease is a copy of DefaultLeaseConfig's value, made at start.
+//
+// Deprecated: New does not read it (a package variable that any code could
+// change would change every Limiter's defaults): use DefaultLeaseConfig.
+var DefaultLease = DefaultLeaseConfig()
 
 func defaultConfig() config {
 	return config{
 		exact:        false,
-		lease:        DefaultLease,
+		lease:        DefaultLeaseConfig(),
 		maxKeys:      DefaultMaxKeys,
 		prefix:       DefaultKeyPrefix,
 		clock:        clock.System{},
@@ -103,7 +110,7 @@ func WithExact() Option {
 }
 
 // WithLease configures leasing, the default mode, with lc (zero fields take
-// DefaultLease's values): policies without a SlidingWindowLog or LeakyBucket
+// DefaultLeaseConfig's values): policies without a SlidingWindowLog or LeakyBucket
 // are answered from local allowances leased from Redis in batches, and the
 // others stay exact. See docs/leasing.md for how to choose the values. Of
 // WithExact and WithLease, the last given wins. Invalid values are an error
@@ -111,7 +118,7 @@ func WithExact() Option {
 func WithLease(lc LeaseConfig) Option {
 	return optionFunc(func(c *config) error {
 		c.exact = false
-		d := DefaultLease
+		d := DefaultLeaseConfig()
 		if lc.Min == 0 {
 			lc.Min = d.Min
 		}

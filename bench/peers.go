@@ -43,7 +43,7 @@ type Peer struct {
 }
 
 // Peers returns the limiters compared: ratelease's lease mode with its
-// defaults first (DefaultLease: no bound on a lease's size), then
+// defaults first (DefaultLeaseConfig: no bound on a lease's size), then
 // redis_rate, the baseline of the goals.
 func Peers() []Peer {
 	return []Peer{
@@ -55,7 +55,7 @@ func Peers() []Peer {
 	}
 }
 
-// ratelease with its defaults (DefaultLease, the system clock), and opts.
+// ratelease with its defaults (DefaultLeaseConfig, the system clock), and opts.
 type rateleaseInstance struct {
 	l *ratelease.Limiter
 	p *ratelease.Policy

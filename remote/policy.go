@@ -43,6 +43,9 @@ type Policy struct {
 	scripts *scripts
 	// id is the policy's number (see ID).
 	id int
+	// slot is where the last user of the policy to record one keeps its
+	// state of it (see Slot).
+	slot atomic.Pointer[Slot]
 	// limitsSig spells the limits, in a canonical order (see LimitsKey).
 	limitsSig string
 }
@@ -54,10 +57,31 @@ var policies atomic.Int64
 func (p *Policy) Name() string { return p.name }
 
 // ID returns the policy's number: NewPolicy numbers the policies of a
-// process 0, 1, 2, … in the order it makes them, so that a user of
-// policies can keep its state of each in a slice, found by index without
-// hashing. Numbers are never reused.
+// process 0, 1, 2, … in the order it makes them, so that of two policies
+// the later made is known. Numbers are never reused. (Where a user keeps
+// its state of a policy is its own: see Slot.)
 func (p *Policy) ID() int { return p.id }
+
+// Slot is where a user of policies (a Limiter's engine) keeps its state
+// of one: Owner names the user, Index the place in the user's own
+// numbering. Each user numbers the policies it sees itself, so that what
+// it does never depends on the policies other code made.
+type Slot struct {
+	Owner *Owner
+	Index int
+}
+
+// Owner names a user of policies in its Slots: each user makes one of its
+// own (it is never empty, so that two are never one).
+type Owner struct{ _ byte }
+
+// Slot returns where the last user to record one (SetSlot) keeps its
+// state of p, or nil: one atomic load, so that a user finds its state of
+// p without hashing while it is the last to have recorded it.
+func (p *Policy) Slot() *Slot { return p.slot.Load() }
+
+// SetSlot records where a user keeps its state of p.
+func (p *Policy) SetSlot(s *Slot) { p.slot.Store(s) }
 
 // NewPolicy validates name and limits and compiles them. The name must be 1
 // to MaxNameLen bytes without ':', '{', '}' or whitespace (it is part of

@@ -49,9 +49,11 @@ func (e *Engine) Hit(p *remote.Policy, key string, n int64) (limit int, remainin
 	if e.closed.Load() || e.leaser == nil || !Leasable(p) {
 		return 0, 0, 0, false
 	}
-	st := e.tables.find(p)
-	if st == nil { // no key of p is held
-		return 0, 0, 0, false
+	st := e.tables.cached(p)
+	if st == nil {
+		if st = e.tables.findSlow(p); st == nil { // no key of p is held
+			return 0, 0, 0, false
+		}
 	}
 	now, late := e.leaser.HitNow()
 	ent, found := st.table.Get(key)

@@ -109,20 +109,20 @@ func (ts *tables) unpublish(p *remote.Policy) []*policy {
 		return st.name == p.Name() && st.table.Policy().LimitsKey() != p.LimitsKey()
 	}
 	var old []*policy
-	if d := ts.byID.Load(); d != nil {
+	if d := ts.bySlot.Load(); d != nil {
 		var copied []*policy
-		for id, st := range *d {
+		for i, st := range *d {
 			if st == nil || !other(st) {
 				continue
 			}
 			if copied == nil {
 				copied = append([]*policy(nil), *d...)
 			}
-			copied[id] = nil
+			copied[i] = nil
 			old = append(old, st)
 		}
 		if copied != nil {
-			ts.byID.Store(&copied)
+			ts.bySlot.Store(&copied)
 		}
 	}
 	ts.sparse.Range(func(k, v any) bool {

@@ -123,7 +123,7 @@ func TestDefinitionsByName(t *testing.T) {
 // past the dense slice), share their state: they lease as one policy.
 func TestPoliciesPerRequestShareLeases(t *testing.T) {
 	e, _ := newEngine(t, 4)
-	sparse(t)
+	sparse(e)
 	ctx := context.Background()
 	for i := 0; i < 40; i++ {
 		p := named(t, "per-request", remote.TokenBucket, 100)

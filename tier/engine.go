@@ -215,6 +215,7 @@ type Stats struct {
 func New(cfg Config) (*Engine, error) {
 	e := &Engine{clock: cfg.Clock, done: make(chan struct{})}
 	e.tables.others = &others{}
+	e.tables.owner = new(remote.Owner)
 	e.door = door.New(door.Config{Store: cfg.Store, Clock: cfg.Clock, Timeout: cfg.Timeout, Guard: cfg.Guard,
 		Observer: cfg.Observer, Events: cfg.Events, Recovered: e.chargeOutage, Hook: cfg.RedisHook})
 	if cfg.Lease != nil {

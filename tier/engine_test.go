@@ -89,23 +89,54 @@ func TestDecisionSources(t *testing.T) {
 	}
 }
 
-// The local table of a policy is found by its ID; a policy numbered past
-// the engine's slots for that is found in a map: either leases once and
-// then hits.
-func TestTablesByPolicyID(t *testing.T) {
-	e, _ := newEngine(t, 4)
-	ctx := context.Background()
-	first := perHour(t, 8)
-	last := first
-	for last.ID() < first.ID()+1100 {
-		last = perHour(t, 8)
+// The local table of a policy is found by its slot in the engine; a
+// policy past the engine's slots is found in a map: either leases once and
+// then hits. Slots are the engine's own: policies other code made, or
+// another engine's slots, change nothing, and a policy used by two
+// engines is found by each.
+func TestTablesBySlot(t *testing.T) {
+	for range 1100 { // made by other code, never used here
+		perHour(t, 8)
 	}
-	for _, p := range []*remote.Policy{first, last} {
+	e, _ := newEngine(t, 4)
+	other, _ := newEngine(t, 4)
+	ctx := context.Background()
+	first := perHour(t, 1000)
+	allow := func(e *tier.Engine, p *remote.Policy, who string) {
+		t.Helper()
 		for i, want := range []tier.Source{tier.Remote, tier.Local, tier.Local, tier.Local} {
 			if d, err := e.Allow(ctx, p, "k", 1); err != nil || d.Source != want {
-				t.Fatalf("policy %d, request %d: %+v, %v; want %v", p.ID(), i, d, err, want)
+				t.Fatalf("%s, request %d: %+v, %v; want %v", who, i, d, err, want)
 			}
 		}
+	}
+	allow(e, first, "the engine's first policy")
+	if i, ok := tier.SlotOf(e, first); !ok || i != 0 {
+		t.Fatalf("the engine's first policy, made after 1100 others, has slot %d (%v); want 0", i, ok)
+	}
+	tier.FillSlots(e)
+	last := perHour(t, 8)
+	allow(e, last, "a policy past the slots")
+	if _, ok := tier.SlotOf(e, last); ok {
+		t.Fatal("a policy past the engine's slots was given one")
+	}
+	allow(other, last, "another engine's first policy")
+	if i, ok := tier.SlotOf(other, last); !ok || i != 0 {
+		t.Fatalf("another engine's first policy has slot %d (%v); want 0", i, ok)
+	}
+	// Back and forth: each engine finds its own state of first, whose
+	// cached slot the other engine takes over in turn.
+	allow(other, first, "first, in the other engine")
+	before := e.Stats().Local + other.Stats().Local
+	for i := range 3 {
+		for _, x := range []*tier.Engine{e, other} {
+			if d, err := x.Allow(ctx, first, "k", 1); err != nil || !d.Allowed {
+				t.Fatalf("round %d: %+v, %v; want admitted", i, d, err)
+			}
+		}
+	}
+	if hits := e.Stats().Local + other.Stats().Local - before; hits < 4 {
+		t.Fatalf("%d of 6 decisions back and forth were local hits; want most", hits)
 	}
 }
 

@@ -21,15 +21,9 @@ func named(t testing.TB, name string, a remote.Algorithm, n int64) *remote.Polic
 	return p
 }
 
-// sparse makes policies until their IDs pass the dense slice's, so that
-// the next policies are kept in the engine's map (1024: tier.denseIDs).
-func sparse(t testing.TB) {
-	for {
-		if p := named(t, "filler", remote.TokenBucket, 1); p.ID() >= 1024 {
-			return
-		}
-	}
-}
+// sparse gives away e's dense slots, so that the policies e leases under
+// next are kept in its map.
+func sparse(e *tier.Engine) { tier.FillSlots(e) }
 
 // sum adds up the policies' counters and those of dropped policies.
 func sum(s tier.Stats) tier.PolicyStats {
@@ -131,8 +125,8 @@ func TestPolicyStatsFallback(t *testing.T) {
 // key (the engine's bound is 10 keys): its counters go to DroppedPolicies,
 // and the policy, used again, starts a new state.
 func TestPolicyStateGoesWithItsKeys(t *testing.T) {
-	sparse(t)
 	e, _ := newEngine(t, 4)
+	sparse(e)
 	ctx := context.Background()
 	ps := make([]*remote.Policy, 30)
 	for i := range ps {
@@ -167,8 +161,8 @@ func TestPolicyStateGoesWithItsKeys(t *testing.T) {
 // Policies dropped and made again while many goroutines use them: every
 // decision is counted once, and none is lost with a table (run with -race).
 func TestPolicyStatesUnderChurn(t *testing.T) {
-	sparse(t)
 	e, _ := newEngine(t, 2)
+	sparse(e)
 	ps := make([]*remote.Policy, 16)
 	for i := range ps {
 		ps[i] = named(t, fmt.Sprint("churn-", i), remote.TokenBucket, 1_000_000)
@@ -204,7 +198,10 @@ func TestPolicyStatesUnderChurn(t *testing.T) {
 func TestHitAllocatesNothing(t *testing.T) {
 	e, _ := newEngine(t, 1000)
 	dense := named(t, "dense", remote.TokenBucket, 1_000_000)
-	sparse(t)
+	if _, err := e.Allow(context.Background(), dense, "k", 1); err != nil { // its slot
+		t.Fatal(err)
+	}
+	sparse(e)
 	far := named(t, "far", remote.TokenBucket, 1_000_000)
 	for _, p := range []*remote.Policy{dense, far} {
 		if _, err := e.Allow(context.Background(), p, "k", 1); err != nil {

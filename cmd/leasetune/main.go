@@ -67,7 +67,7 @@ func main() {
 	flag.DurationVar(&s.Duration, "duration", 20*time.Second, "traffic per configuration (simulated time, unless -redis)")
 	flag.StringVar(&refreshes, "refresh", "25ms,50ms,100ms,250ms,500ms,1s", "lease sizes to try, as LeaseConfig.Refresh: a lease holds this long of a key's demand")
 	flag.StringVar(&ttls, "ttl", "250ms,1s,1500ms,5s", "LeaseConfig.TTL values to try")
-	flag.IntVar(&maxLease, "max", ratelease.DefaultLease.Max, "LeaseConfig.Max: the most units in one lease (0: no bound)")
+	flag.IntVar(&maxLease, "max", ratelease.DefaultLeaseConfig().Max, "LeaseConfig.Max: the most units in one lease (0: no bound)")
 	flag.Float64Var(&c.MaxOvershoot, "max-overshoot", 0.1, "recommend only configurations whose worst window went at most this fraction of Burst past Burst + Rate·w")
 	flag.Float64Var(&c.MinServed, "min-served", 0.97, "recommend only configurations admitting at least this fraction of what an exact limiter admits")
 	flag.DurationVar(&c.MaxP99, "max-p99", time.Millisecond, "recommend only configurations with a p99 decision time at most this")

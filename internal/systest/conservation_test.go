@@ -51,7 +51,7 @@ func TestUnitsAreConserved(t *testing.T) {
 		policy(t, "cons-bucket", ratelease.Limit{Rate: 1, Period: 24 * time.Hour, Burst: bucketCap}),
 	}
 	capacity := []int64{smallCap, windowCap, bucketCap}
-	lc := ratelease.DefaultLease
+	lc := ratelease.DefaultLeaseConfig()
 	lc.TTL = 200 * time.Millisecond // leases lapse within the run, many times
 	ins := newInstances(t, instances, clientsTo(t, srv.Addr), append(engine(lc), ratelease.WithMaxKeys(maxKeys))...)
 

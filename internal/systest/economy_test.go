@@ -393,7 +393,7 @@ func TestEconomyFleetFigures(t *testing.T) {
 		goroutines := goroutinesFor(perInstance)
 		perKeyAdm := make([]atomic.Int64, keys)
 		var offered, unservable atomic.Int64
-		ttl := ratelease.DefaultLease.TTL.Nanoseconds()
+		ttl := ratelease.DefaultLeaseConfig().TTL.Nanoseconds()
 		now := redisClock(t, srv.Client(t))
 		load := span{start: now()}
 		start := time.Now()

@@ -32,7 +32,7 @@ func TestLimitChangedMidRun(t *testing.T) {
 		name := map[bool]string{false: "lease", true: "exact"}[exact]
 		t.Run(name, func(t *testing.T) {
 			opt := ratelease.WithLease(ratelease.LeaseConfig{})
-			ttl := ratelease.DefaultLease.TTL
+			ttl := ratelease.DefaultLeaseConfig().TTL
 			if exact {
 				opt, ttl = ratelease.WithExact(), 0
 			}

@@ -1,0 +1,19 @@
+package tier
+
+import "github.com/ratelease/ratelease/remote"
+
+// FillSlots gives away e's dense slots, so that the policies e leases
+// under from now on are kept in its map.
+func FillSlots(e *Engine) {
+	e.tables.mu.Lock()
+	e.tables.used = denseSlots
+	e.tables.mu.Unlock()
+}
+
+// SlotOf returns p's slot in e, if e gave it one.
+func SlotOf(e *Engine, p *remote.Policy) (int, bool) {
+	if v, ok := e.tables.slots.Load(p); ok {
+		return v.(*remote.Slot).Index, true
+	}
+	return 0, false
+}
