@@ -168,9 +168,10 @@ func WithKeyPrefix(prefix string) Option {
 
 // WithClock sets the local clock (default clock.System{}). Redis's own TIME
 // decides every limit; the local clock times Wait's sleeps and when leased
-// units lapse. A clock.NewCoarse(time.Millisecond) makes a leased hit cheaper
-// (no system clock reading; units may then lapse up to a millisecond late).
-// Tests pass a *clock.Manual.
+// units lapse. With the system clock a Limiter reads a coarse clock of its
+// own on a leased hit; a clock.Coarse given here is read the same way (see
+// docs/leasing.md on how a hit allows for its lag). Tests pass a
+// *clock.Manual.
 func WithClock(c clock.Clock) Option {
 	return optionFunc(func(cfg *config) error {
 		if c == nil {
@@ -180,6 +181,11 @@ func WithClock(c clock.Clock) Option {
 		return nil
 	})
 }
+
+// Clock returns the Limiter's local clock (WithClock): what code that
+// reports on its decisions (the reset time of a rate-limit header, say)
+// reads, so that a test clock moves it too.
+func (l *Limiter) Clock() clock.Clock { return l.engine.Clock() }
 
 // WithRedisTimeout bounds each Redis call (default DefaultRedisTimeout, 100ms),
 // on top of the caller's context: a call that takes longer fails with an

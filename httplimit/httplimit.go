@@ -25,8 +25,8 @@ var ErrNoPolicy = errors.New("httplimit: nil policy")
 type KeyFunc func(r *http.Request) string
 
 // Header returns a KeyFunc that keys requests by the value of the named
-// header (an API key, say). A request without it is not limited by that
-// dimension. A value longer than ratelease.MaxKeyLen is an error
+// header (an API key, say). A request without it has no key under that
+// dimension: see WithMissingKey for what happens then. A value longer than ratelease.MaxKeyLen is an error
 // (ratelease.ErrInvalidKey: 400 with the default error handler).
 func Header(name string) KeyFunc {
 	name = http.CanonicalHeaderKey(name)
@@ -35,6 +35,38 @@ func Header(name string) KeyFunc {
 
 // Option configures a Middleware.
 type Option func(*config)
+
+// ErrMissingKey is the error a request gets, under DenyMissingKey, when a
+// dimension has no key for it (401 Unauthorized with the default error
+// handler).
+var ErrMissingKey = errors.New("httplimit: no key for the request")
+
+// MissingKey is what a dimension does with a request its KeyFunc gives no
+// key for (an anonymous request under a per-API-key policy, say): see
+// WithMissingKey.
+type MissingKey struct {
+	deny     bool
+	fallback string
+}
+
+var (
+	// DenyMissingKey refuses the request: the error handler gets
+	// ErrMissingKey (401 Unauthorized by default). The safe choice for a
+	// service whose every client must be limited.
+	DenyMissingKey = MissingKey{deny: true}
+	// PassMissingKey lets the request through, not limited by the
+	// dimension (other dimensions still apply). The default.
+	PassMissingKey = MissingKey{}
+)
+
+// FallbackKey limits every request without a key under the dimension by
+// one key shared by all of them: anonymous clients share one budget.
+func FallbackKey(key string) MissingKey { return MissingKey{fallback: key} }
+
+// WithMissingKey sets what every dimension does with a request its KeyFunc
+// gives no key for: DenyMissingKey, FallbackKey(k), or PassMissingKey (the
+// default).
+func WithMissingKey(m MissingKey) Option { return func(c *config) { c.missing = m } }
 
 // WithKey sets the key of the Middleware's own policy. The default (and
 // what a nil key means, here and in WithDimension) is ClientIP(), with no
@@ -83,6 +115,8 @@ func WithErrorHandler(h func(w http.ResponseWriter, r *http.Request, err error))
 //
 //   - ratelease.ErrUnavailable (Redis is down and the Limiter's mode is
 //     FailClosed), ratelease.ErrClosed, a deadline: 503 Service Unavailable;
+//   - ErrMissingKey (a request without a key, under DenyMissingKey): 401
+//     Unauthorized;
 //   - ratelease.ErrInvalidKey (a key longer than MaxKeyLen, from a header
 //     say) and ratelease.ErrExceedsCapacity (a cost no limit can admit): 400
 //     Bad Request;
@@ -94,6 +128,8 @@ func DefaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, ratelease.ErrUnavailable), errors.Is(err, ratelease.ErrClosed),
 		errors.Is(err, context.DeadlineExceeded):
 		http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
+	case errors.Is(err, ErrMissingKey):
+		http.Error(w, "a key is required", http.StatusUnauthorized)
 	case errors.Is(err, ratelease.ErrInvalidKey), errors.Is(err, ratelease.ErrExceedsCapacity):
 		http.Error(w, "request cannot be rate limited: "+err.Error(), http.StatusBadRequest)
 	default:
@@ -110,6 +146,7 @@ func deniedResponse(w http.ResponseWriter, _ *http.Request) {
 }
 
 type config struct {
+	missing MissingKey
 	dims    []dimension
 	cost    func(*http.Request) int
 	styles  HeaderStyle
@@ -220,7 +257,15 @@ func (c *config) serve(l *ratelease.Limiter, next http.Handler, w http.ResponseW
 	var dims [4]*Dimension
 	as, applying := pending[:0], dims[:0]
 	for i := range c.dims {
-		if key := c.dims[i].key(r); key != "" {
+		key := c.dims[i].key(r)
+		if key == "" {
+			if c.missing.deny {
+				c.onError(w, r, fmt.Errorf("%w: %s %s under policy %q", ErrMissingKey, r.Method, r.URL.Path, c.dims[i].policy.Name()))
+				return
+			}
+			key = c.missing.fallback
+		}
+		if key != "" {
 			as = append(as, Decision{Dimension: &c.dims[i].Dimension, Key: key})
 			applying = append(applying, &c.dims[i].Dimension)
 		}
@@ -248,9 +293,9 @@ func (c *config) serve(l *ratelease.Limiter, next http.Handler, w http.ResponseW
 		return
 	}
 	ds := as[:n]
-	var now time.Time // read only for X-RateLimit-Reset
+	var now time.Time // read only for X-RateLimit-Reset, on the Limiter's clock
 	if c.styles&XRateLimitHeaders != 0 {
-		now = time.Now()
+		now = l.Clock().Now()
 	}
 	f := c.styles.Fields(applying, ds, now)
 	c.styles.write(w.Header(), &f)
@@ -264,7 +309,9 @@ func (c *config) serve(l *ratelease.Limiter, next http.Handler, w http.ResponseW
 // Refund gives back the cost that the decisions ds admitted for a request
 // that a later dimension denied or failed to decide, with
 // Limiter.Refund, so that a request that does not go on costs no
-// dimension anything. Decisions that denied, and admissions of a policy in
+// dimension anything, and adds it back to each refunded decision's
+// Result.Remaining, so that the headers report what the dimension has left
+// after the refund. Decisions that denied, and admissions of a policy in
 // shadow mode (Result.Shadowed), are skipped: nothing was charged for
 // them. A refund that fails is dropped: its units stay spent, as they
 // would without it, as is the refund of a nil Limiter. The middleware
@@ -274,9 +321,12 @@ func Refund(ctx context.Context, l *ratelease.Limiter, ds []Decision, cost int) 
 	if l == nil {
 		return
 	}
-	for _, d := range ds {
+	for i := range ds {
+		d := &ds[i]
 		if d.Result.Allowed && !d.Result.Shadowed {
-			_ = l.Refund(ctx, d.Dimension.Policy(), d.Key, cost)
+			if l.Refund(ctx, d.Dimension.Policy(), d.Key, cost) == nil {
+				d.Result.Remaining += cost
+			}
 		}
 	}
 }

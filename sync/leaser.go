@@ -358,7 +358,10 @@ func (l *Leaser) apply(c *call, n int64) {
 	if d.Members > 0 {
 		l.sawMembers(d.Members, now)
 	}
-	e.Answered(local.Word{Limit: d.Decider, Remaining: d.Remaining, ResetAt: now + int64(d.ResetAfter)},
+	// ResetAt on the hit's reading of the time, which hits report it
+	// against (a precise one would put it up to the coarse clock's lag
+	// later, and a hit would report the reset that much further off).
+	e.Answered(local.Word{Limit: d.Decider, Remaining: d.Remaining, ResetAt: l.cached() + int64(d.ResetAfter)},
 		d.Members, d.Members > 1 && (d.Granted == 0 || d.Next > 0))
 	e.SetBlocked(0)
 	if d.Blocked {

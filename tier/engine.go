@@ -287,3 +287,6 @@ func (e *Engine) Close() error {
 	e.door.Close(ctx)
 	return nil
 }
+
+// Clock returns the engine's local clock.
+func (e *Engine) Clock() clock.Clock { return e.clock }

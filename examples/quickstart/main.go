@@ -169,9 +169,14 @@ func run(addr string, instances, workers, rate int, duration time.Duration, exac
 	calls, made := int64(roundTrips(limiters)), decisions.Load()
 	fmt.Printf("redis calls: %d for %d decisions (%.2g per decision; a per-request limiter makes 1), errors: %d\n",
 		calls, made, float64(calls)/float64(max(made, 1)), failures.Load())
-	fmt.Println("(the first second's limit is the burst plus a second of refill; in a later second the")
-	fmt.Println(" instances may use units leased the second before, up to rate·TTL more: the bound above")
-	fmt.Println(" is over the whole run, burst + rate·T, which leasing never exceeds)")
+	if exact {
+		fmt.Println("(the first second's limit is the burst plus a second of refill; each decision was one")
+		fmt.Println(" Redis call, so every second holds to its limit, and the run to burst + rate·T)")
+	} else {
+		fmt.Println("(the first second's limit is the burst plus a second of refill; in a later second the")
+		fmt.Println(" instances may use units leased the second before, up to rate·TTL more: the bound above")
+		fmt.Println(" is over the whole run, burst + rate·T, which leasing never exceeds)")
+	}
 	if float64(total) > bound {
 		fmt.Println("the global limit was exceeded: this is a bug")
 		os.Exit(1)

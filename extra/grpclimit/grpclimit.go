@@ -462,9 +462,9 @@ func (i *Interceptor) decide(ctx context.Context, call Call, s sender) error {
 		}
 	}
 	ds := as[:n]
-	var now time.Time // read only for x-ratelimit-reset
+	var now time.Time // read only for x-ratelimit-reset, on the Limiter's clock
 	if c.styles&XRateLimitHeaders != 0 {
-		now = time.Now()
+		now = i.l.Clock().Now()
 	}
 	f := c.styles.http().Fields(applying, ds, now)
 	md := make(metadata.MD, 6)
