@@ -115,6 +115,59 @@ func fairShareSimulated(t *testing.T, rate, burst int64, horizon time.Duration, 
 	}
 }
 
+// Six members flood a fixed window of 3000/s, their leases coming back at
+// different speeds (the first every millisecond, the sixth every six):
+// once the members are known (from the second window: in the first, the
+// first to ask is alone, and its lease is as large as it asks), each gets
+// at least 0.9 of its fair share, and the windows are used whole. A
+// window's room comes whole when it opens: each member's part of it is
+// its share of the window, whole from the start, and the others' parts
+// are kept from it until the window's last eighth.
+func TestFairShareWindowFlood(t *testing.T) {
+	f := newFake(t)
+	const rate, members = 3000, 6
+	const step, runFor, horizon = time.Millisecond, 4 * time.Second, 1125 * time.Millisecond
+	p := mustPolicy(t, "p", win(remote.FixedWindow, rate, time.Second))
+	// Start on a window's edge of the fake's clock, so that the run
+	// touches runFor's windows only.
+	f.Advance(time.Second - time.Duration(redistest.Epoch.UnixMicro()%1e6)*time.Microsecond)
+	granted := make([]int64, members)
+	var all int64
+	next := make([]time.Duration, members)
+	for now := time.Duration(0); now < runFor; now += step {
+		for i := range granted {
+			if now < next[i] {
+				continue
+			}
+			d, err := f.s.Acquire(context.Background(), remote.Request{Policy: p, Key: "k", Min: 1,
+				Max: rate, Member: string(rune('a' + i)), Demand: 1_000_000, Horizon: horizon})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if now >= time.Second { // the members are known
+				granted[i] += d.Granted // used at once: a flood
+			}
+			all += d.Granted
+			next[i] = now + d.RetryAfter + d.Next + time.Duration(i+1)*step
+		}
+		f.Advance(step)
+	}
+	var total int64
+	for _, g := range granted {
+		total += g
+	}
+	bound := float64(rate) * runFor.Seconds()
+	t.Logf("granted %v after the first window, %d in all: %.3f of the windows' %.0f", granted, all, float64(all)/bound, bound)
+	for i, g := range granted {
+		if fair := float64(total) / members; float64(g) < 0.9*fair {
+			t.Errorf("member %d got %d, less than 0.9 of its fair share %.0f", i, g, fair)
+		}
+	}
+	if float64(all) > bound || float64(all) < 0.97*bound {
+		t.Errorf("granted %d in all, want between 0.97 and 1 of %.0f", all, bound)
+	}
+}
+
 // Six members flood a window with requests of n = 187 units each (AllowN
 // with a sixteenth of the limit), their leases coming back at different
 // speeds, as in TestFairShareWindowFlood. A lease's grant comes in whole

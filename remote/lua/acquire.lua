@@ -71,6 +71,10 @@ local bkey = KEYS[#KEYS]
 local TENTH = 10000000
 -- From a bucket, the batches together may hold the capacity and an eighth.
 local OVER = 1.125
+-- A window's members' parts are released for its last 1/RELEASE: long
+-- enough for the members to take what is left before the window ends,
+-- short enough that a part nobody took is the exception, not the rule.
+local RELEASE = 8
 local n = #KEYS - 1
 local mkey
 if member ~= '' then
@@ -94,7 +98,7 @@ end
 -- least any limit can give. S1..S3 hold each limit's state, AV its room.
 -- R is the key's rate (units/s) and C the capacity of the limit that sets it;
 -- valid the least time any limit lets a grant live (-1: none).
-local S1, S2, S3, AV = {}, {}, {}, {}
+local S1, S2, S3, AV, V = {}, {}, {}, {}, {}
 local least = max -- the least room of any limit, at most max
 local R, C, tight, valid = -1, 0, 1, -1
 for i = 1, n do
@@ -107,8 +111,32 @@ for i = 1, n do
   local r = rate * 1000000 / period
   if R < 0 or r < R then R, C, tight = r, burst, i end
   local v = A.valid(a, b, c, rate, period, burst)
+  V[i] = v
   if v >= 0 and (valid < 0 or v < valid) then valid = v end
 end
+
+-- The key's rate is a window's when its tightest limit is a window whose
+-- room comes whole (a fixed window; a sliding window counter's comes as
+-- the last window's weight fades, as a bucket's does): tv is the us to
+-- that window's end, wlen its length, wstart its start, and its last
+-- eighth (release_at us before its end) is when the members' parts of it
+-- are released (see the fair share below).
+local tv = V[tight]
+local windowed, wlen, wstart, release_at, released = false, 0, 0, 0, false
+do
+  local alg = limit(tight)
+  windowed = tv >= 0 and ALG[alg].whole == true
+end
+if windowed then
+  local _, _, period = limit(tight)
+  wlen = period
+  wstart = NOW + tv - wlen
+  release_at = math.floor(wlen / RELEASE)
+  released = tv <= release_at
+end
+-- allot(fx) is a member's part of the window at the fair rate fx: f/R of
+-- its units (R * wlen / 1e6 of them).
+local function allot(fx) return fx * wlen / 1000000 end
 
 -- Members and the fair share: cap is what this member may take now (huge
 -- when the demand fits), need the least grant worth its while.
@@ -180,7 +208,19 @@ if mkey then
       return math.floor(b), math.max(least_grant, b)
     end
     local batch, size = size_of(f, min)
-    if not tokens then tokens = size else
+    -- A window's room comes whole, when the window opens: a bucket that
+    -- refills over the window would spread it out, and the member that
+    -- asks fastest would take what the buckets leave. So when the key's
+    -- rate is a window's, each member's part is its share of the window
+    -- (its allotment, f/R of the window's units), whole from the window's
+    -- start, and the others' allotments are kept from it until the
+    -- window's last eighth (RELEASE), when what is left is anybody's: a
+    -- member that stopped asking strands nothing. A window opened late in
+    -- a run is still taken at once, each member taking its part.
+    if windowed then
+      size = allot(f)
+      if not tokens or at < wstart then tokens = size else tokens = math.min(size, tokens) end
+    elseif not tokens then tokens = size else
       tokens = math.min(size, tokens + f * (NOW - at) / 1000000)
     end
     bucket = size
@@ -193,9 +233,15 @@ if mkey then
     local claims = 0 -- what the other members' buckets hold
     for j = 1, #others, 3 do
       local fj = math.min(others[j], L)
-      local _, sj = size_of(fj, 1)
       local tk = others[j + 1]
-      if tk then tk = math.min(sj, tk + fj * (NOW - others[j + 2]) / 1000000) else tk = sj end
+      if windowed then
+        local aj = allot(fj)
+        if tk and others[j + 2] >= wstart then tk = math.min(aj, tk) else tk = aj end
+        if released then tk = 0 end
+      else
+        local _, sj = size_of(fj, 1)
+        if tk then tk = math.min(sj, tk + fj * (NOW - others[j + 2]) / 1000000) else tk = sj end
+      end
       claims = claims + math.max(0, math.floor(tk)) -- whole units
     end
     local room = math.floor(math.max(0, AV[tight] - claims))
@@ -211,6 +257,9 @@ if mkey then
       -- not make. First come, first served then, rather than none.)
       cap = math.max(room, math.floor(math.max(0, tokens)))
       need = math.max(min, math.min(batch, max))
+      -- From a window, what is left of the member's part (or, released,
+      -- of the window) is worth taking, however little: it does not grow.
+      if windowed then need = math.max(min, math.min(need, cap)) end
       refill = f
     else
       debt = true
@@ -236,7 +285,11 @@ if mkey then
     redis.call('PEXPIRE', mkey, int(cdiv(last - NOW, 1000)))
   end
   local retry = 0
-  if refill > 0 and cap < need then
+  if refill > 0 and cap < need and windowed then
+    -- The member's part of the window is spent, and the others' parts are
+    -- theirs: back when they are released, or when the window ends.
+    if released then retry = math.max(1, tv) else retry = math.max(1, tv - release_at) end
+  elseif refill > 0 and cap < need then
     retry = math.max(1, cdiv((need - cap) * 1000000, refill))
     if valid >= 0 and retry >= valid and least >= min then
       -- The window ends before this member's share makes a batch: what it
@@ -323,7 +376,11 @@ end
 -- and the limits deny it themselves. Less than a millionth of a unit short
 -- is rounding, not a wait.)
 local next = 0
-if refill > 0 and members > 1 then
+if refill > 0 and members > 1 and windowed then
+  -- From a window: nothing more until the others' parts are released,
+  -- once this member's part and the spare are spent.
+  if not released and math.max(0, tokens) + math.max(0, spare) < min then next = math.max(1, tv - release_at) end
+elseif refill > 0 and members > 1 then
   local short_by = need - math.max(0, tokens) - math.max(0, spare)
   if short_by > 0.000001 then next = cdiv(short_by * 1000000, refill) end
 end

@@ -40,6 +40,10 @@ ALG[1] = {
   -- A grant belongs to its window: it lapses at the window's end.
   valid = function(w, _, _, _, period) return (w + 1) * period - NOW end,
 
+  -- Its room comes whole when a window opens (the fair share divides it
+  -- into the members' parts of the window: see acquire.lua).
+  whole = true,
+
   refund = function(key, rate, period, _, g, at)
     local w, c = fw_load(key, rate, period)
     if idiv(at, period) == w and c > 0 then fw_save(key, w, math.max(0, c - g), period) end
