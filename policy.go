@@ -43,7 +43,7 @@ type Policy struct {
 //
 // A policy made with the name of another and other limits redefines the
 // name in a Limiter from its first use there; keys carry their usage over,
-// and the earlier policy is refused a second later (see the README's
+// and the earlier policy is refused a second later (see docs/operations.md,
 // "Limits changed while running").
 func NewPolicy(name string, limits ...Limit) (*Policy, error) {
 	rl := make([]remote.Limit, len(limits))

@@ -22,5 +22,5 @@
 // RATELEASE_TARGETS=1 makes every target a failure.
 //
 // Run them with the rest: go test -race -shuffle=on -p 1 ./... (needs
-// redis-server and redis-cli; see the README).
+// redis-server and redis-cli; see CONTRIBUTING.md).
 package systest

@@ -10,6 +10,13 @@
 // everyday and fleet workloads (-accuracy-runs times each), and writes the
 // report (-o) and the raw benchmark lines (-raw, for benchstat). It stops
 // the server it started, and only that one, by its PID.
+//
+// The report is stamped with the commit it measured, so it refuses to run
+// on a tree with uncommitted changes (the report's own outputs aside),
+// before anything is measured: a stamp must not name a commit whose code
+// was not the code measured. -dirty runs it anyway, and then every row of
+// a ratelease peer is marked as not a commit's, with the changed paths in
+// the header.
 package main
 
 import (
@@ -51,11 +58,12 @@ func main() {
 	accuracyRuns := flag.Int("accuracy-runs", 3, "runs of each accuracy workload, and of the everyday and fleet workloads")
 	out := flag.String("o", "../docs/benchmarks.md", "the report to write")
 	raw := flag.String("raw", "out/decisions.txt", "the benchmark lines to write, for benchstat")
+	dirty := flag.Bool("dirty", false, "run on a tree that is not a commit's (uncommitted changes, or no git checkout), marking every ratelease row of the report as such")
 	flag.Parse()
 	if err := flag.Set("test.benchtime", benchtime.String()); err != nil {
 		fail(err)
 	}
-	if err := run(*count, *accuracyRuns, *out, *raw); err != nil {
+	if err := run(*count, *accuracyRuns, *out, *raw, *dirty); err != nil {
 		fail(err)
 	}
 }
@@ -65,8 +73,21 @@ func fail(err error) {
 	os.Exit(1)
 }
 
-func run(count, accuracyRuns int, out, raw string) error {
+func run(count, accuracyRuns int, out, raw string, dirty bool) error {
 	began := time.Now()
+	// The tree is read before the run, not after: what was built is what
+	// the tree held then (go run compiles first), and a commit made during
+	// the run must not be named as the one measured.
+	src, err := readTree(out, raw)
+	if err != nil {
+		if !dirty {
+			return fmt.Errorf("%w: %v; pass -dirty to mark every ratelease row as not a commit's", errDirty, err)
+		}
+		src = tree{}
+	}
+	if err := checkTree(src, dirty); err != nil {
+		return err
+	}
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return err
@@ -119,6 +140,7 @@ func run(count, accuracyRuns int, out, raw string) error {
 	if err != nil {
 		return err
 	}
+	env.src = src
 	env.took = time.Since(began).Round(time.Second)
 	env.command = "cd bench && go run ./cmd/benchreport " + strings.Join(os.Args[1:], " ")
 	f, err := os.Create(out)
@@ -305,7 +327,7 @@ type env struct {
 	date, cpu, kernel, goVersion, redisVersion string
 	cores, procs                               int
 	modules                                    [][2]string // path, version
-	revision                                   string
+	src                                        tree        // the ratelease measured
 	took                                       time.Duration
 	command                                    string
 }
@@ -330,12 +352,6 @@ func environment(addr string) (env, error) {
 		return e, err
 	}
 	e.redisVersion = info["Server"]["redis_version"]
-	if rev, err := exec.Command("git", "rev-parse", "--short=12", "HEAD").Output(); err == nil {
-		e.revision = strings.TrimSpace(string(rev))
-		if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
-			e.revision += " (with uncommitted changes)"
-		}
-	}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, m := range bi.Deps {
 			switch m.Path {
