@@ -34,7 +34,12 @@ func Header(name string) KeyFunc {
 }
 
 // Option configures a Middleware.
-type Option func(*config)
+type Option interface{ apply(*config) }
+
+// optionFunc is an Option of a function.
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
 
 // ErrMissingKey is the error a request gets, under DenyMissingKey, when a
 // dimension has no key for it (401 Unauthorized with the default error
@@ -66,12 +71,12 @@ func FallbackKey(key string) MissingKey { return MissingKey{fallback: key} }
 // WithMissingKey sets what every dimension does with a request its KeyFunc
 // gives no key for: DenyMissingKey, FallbackKey(k), or PassMissingKey (the
 // default).
-func WithMissingKey(m MissingKey) Option { return func(c *config) { c.missing = m } }
+func WithMissingKey(m MissingKey) Option { return optionFunc(func(c *config) { c.missing = m }) }
 
 // WithKey sets the key of the Middleware's own policy. The default (and
 // what a nil key means, here and in WithDimension) is ClientIP(), with no
 // trusted proxies.
-func WithKey(key KeyFunc) Option { return func(c *config) { c.dims[0].key = key } }
+func WithKey(key KeyFunc) Option { return optionFunc(func(c *config) { c.dims[0].key = key }) }
 
 // WithDimension limits requests under p too, keyed by key: per API key and
 // per IP at once, say. Every dimension that applies to a request must admit
@@ -86,29 +91,29 @@ func WithKey(key KeyFunc) Option { return func(c *config) { c.dims[0].key = key 
 // Keys of different dimensions never meet, as long as the dimensions have
 // different policies.
 func WithDimension(p *ratelease.Policy, key KeyFunc) Option {
-	return func(c *config) { c.dims = append(c.dims, dimension{Dimension: Dimension{policy: p}, key: key}) }
+	return optionFunc(func(c *config) { c.dims = append(c.dims, dimension{Dimension: Dimension{policy: p}, key: key}) })
 }
 
 // WithCost sets the units each request costs (a GraphQL query's
 // complexity, say); the default is 1. A cost below 1 is an error
 // (ratelease.ErrInvalidN: 500 with the default error handler), a cost no
 // limit could ever admit is ratelease.ErrExceedsCapacity (400).
-func WithCost(cost func(r *http.Request) int) Option { return func(c *config) { c.cost = cost } }
+func WithCost(cost func(r *http.Request) int) Option { return optionFunc(func(c *config) { c.cost = cost }) }
 
 // WithHeaders picks the rate-limit headers sent on every response;
 // AllHeaders by default. Retry-After is sent on every 429 whatever the
 // styles.
-func WithHeaders(styles HeaderStyle) Option { return func(c *config) { c.styles = styles } }
+func WithHeaders(styles HeaderStyle) Option { return optionFunc(func(c *config) { c.styles = styles }) }
 
 // WithDeniedHandler sets the handler of a denied request, called after the
 // headers (Retry-After included) are set. ResultFrom gives it the deciding
 // Result. The default writes 429 Too Many Requests with a one-line body.
-func WithDeniedHandler(h http.Handler) Option { return func(c *config) { c.denied = h } }
+func WithDeniedHandler(h http.Handler) Option { return optionFunc(func(c *config) { c.denied = h }) }
 
 // WithErrorHandler sets what happens when the limiter returns an error;
 // DefaultErrorHandler by default.
 func WithErrorHandler(h func(w http.ResponseWriter, r *http.Request, err error)) Option {
-	return func(c *config) { c.onError = h }
+	return optionFunc(func(c *config) { c.onError = h })
 }
 
 // DefaultErrorHandler answers a limiter error:
@@ -225,7 +230,9 @@ func build(p *ratelease.Policy, opts []Option) *config {
 		onError: DefaultErrorHandler,
 	}
 	for _, o := range opts {
-		o(c)
+		if o != nil {
+			o.apply(c)
+		}
 	}
 	for i := range c.dims {
 		if c.dims[i].key == nil {

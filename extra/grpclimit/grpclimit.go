@@ -34,12 +34,17 @@ var ErrNoPolicy = errors.New("grpclimit: nil policy")
 var ErrInvalidOption = errors.New("grpclimit: invalid option")
 
 // Option configures an Interceptor (New).
-type Option func(*config)
+type Option interface{ apply(*config) }
+
+// optionFunc is an Option of a function.
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
 
 // WithKey sets the key of the Interceptor's own policy and of every
 // WithMethod policy. The default (and what a nil key means, here and in
 // WithDimension) is ClientIP(), with no trusted proxies.
-func WithKey(key KeyFunc) Option { return func(c *config) { c.key = key } }
+func WithKey(key KeyFunc) Option { return optionFunc(func(c *config) { c.key = key }) }
 
 // WithMethod limits the calls of a method under p instead of New's policy,
 // keyed by WithKey's function: "/package.Service/Method" for one method,
@@ -48,7 +53,7 @@ func WithKey(key KeyFunc) Option { return func(c *config) { c.key = key } }
 // default. A method given twice, or a name of neither form, is
 // ErrInvalidOption from New.
 func WithMethod(fullMethod string, p *ratelease.Policy) Option {
-	return func(c *config) { c.routes = append(c.routes, route{pattern: fullMethod, policy: p}) }
+	return optionFunc(func(c *config) { c.routes = append(c.routes, route{pattern: fullMethod, policy: p}) })
 }
 
 // WithExempt exempts methods from every limit of the Interceptor: calls of
@@ -56,7 +61,7 @@ func WithMethod(fullMethod string, p *ratelease.Policy) Option {
 // (health checks and reflection, say). Each is "/package.Service/Method"
 // or "/package.Service/*", as for WithMethod.
 func WithExempt(fullMethods ...string) Option {
-	return func(c *config) { c.exempts = append(c.exempts, fullMethods...) }
+	return optionFunc(func(c *config) { c.exempts = append(c.exempts, fullMethods...) })
 }
 
 // WithDimension limits calls under p too, keyed by key: per API key and
@@ -72,7 +77,7 @@ func WithExempt(fullMethods ...string) Option {
 // Keys of different dimensions never meet, as long as the dimensions have
 // different policies.
 func WithDimension(p *ratelease.Policy, key KeyFunc) Option {
-	return func(c *config) { c.extra = append(c.extra, dimension{policy: p, key: key}) }
+	return optionFunc(func(c *config) { c.extra = append(c.extra, dimension{policy: p, key: key}) })
 }
 
 // WithCost sets the units each call costs (a batch request's size, say);
@@ -81,7 +86,7 @@ func WithDimension(p *ratelease.Policy, key KeyFunc) Option {
 // default error handler), a cost no limit could ever admit is
 // ratelease.ErrExceedsCapacity (codes.InvalidArgument).
 func WithCost(cost func(ctx context.Context, c Call) int) Option {
-	return func(c *config) { c.cost = cost }
+	return optionFunc(func(c *config) { c.cost = cost })
 }
 
 // WithHeaders picks the rate-limit metadata sent on every response;
@@ -93,7 +98,7 @@ func WithCost(cost func(ctx context.Context, c Call) int) Option {
 // grpc-retry-pushback-ms (in milliseconds, for that retry policy) whatever
 // the styles. (An interceptor before this one that sends header metadata
 // on a denial makes it a response with headers, which gRPC does not retry.)
-func WithHeaders(styles HeaderStyle) Option { return func(c *config) { c.styles = styles } }
+func WithHeaders(styles HeaderStyle) Option { return optionFunc(func(c *config) { c.styles = styles }) }
 
 // WithDeniedHandler sets what a denied call returns, called after its
 // trailer metadata is set; DefaultDeniedHandler by default. A non-nil
@@ -102,7 +107,7 @@ func WithHeaders(styles HeaderStyle) Option { return func(c *config) { c.styles 
 // to its handler, uncharged (a dimension that denies charges nothing, and
 // the earlier ones were refunded).
 func WithDeniedHandler(h func(ctx context.Context, d Denial) error) Option {
-	return func(c *config) { c.denied = h; c.deniedSet = true }
+	return optionFunc(func(c *config) { c.denied = h; c.deniedSet = true })
 }
 
 // WithErrorHandler sets what happens when the limiter returns an error;
@@ -111,7 +116,7 @@ func WithDeniedHandler(h func(ctx context.Context, d Denial) error) Option {
 // call are refunded; nil lets the call go on to its handler, undecided by
 // the dimensions after the error (fail open for this call).
 func WithErrorHandler(h func(ctx context.Context, c Call, err error) error) Option {
-	return func(c *config) { c.onError = h; c.onErrorSet = true }
+	return optionFunc(func(c *config) { c.onError = h; c.onErrorSet = true })
 }
 
 // Denial is what a denied handler is told of a denied call.
@@ -224,7 +229,7 @@ func New(l *ratelease.Limiter, p *ratelease.Policy, opts ...Option) (*Intercepto
 	}
 	for _, o := range opts {
 		if o != nil {
-			o(c)
+			o.apply(c)
 		}
 	}
 	if l == nil {
