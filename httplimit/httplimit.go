@@ -98,7 +98,9 @@ func WithDimension(p *ratelease.Policy, key KeyFunc) Option {
 // complexity, say); the default is 1. A cost below 1 is an error
 // (ratelease.ErrInvalidN: 500 with the default error handler), a cost no
 // limit could ever admit is ratelease.ErrExceedsCapacity (400).
-func WithCost(cost func(r *http.Request) int) Option { return optionFunc(func(c *config) { c.cost = cost }) }
+func WithCost(cost func(r *http.Request) int) Option {
+	return optionFunc(func(c *config) { c.cost = cost })
+}
 
 // WithHeaders picks the rate-limit headers sent on every response;
 // AllHeaders by default. Retry-After is sent on every 429 whatever the

@@ -31,13 +31,17 @@ func (f clientOptionFunc) apply(c *clientConfig) { f(c) }
 // WithMaxRetries sets how many times a denied call is retried
 // (DefaultMaxRetries by default); 0 never retries. Negative is
 // ErrInvalidOption.
-func WithMaxRetries(n int) ClientOption { return clientOptionFunc(func(c *clientConfig) { c.maxRetries = n }) }
+func WithMaxRetries(n int) ClientOption {
+	return clientOptionFunc(func(c *clientConfig) { c.maxRetries = n })
+}
 
 // WithMaxWait bounds the time one call spends waiting for its retries, all
 // of them together (DefaultMaxWait by default): a retry hint that would
 // take it past that is not waited for, and the call returns the denial at
 // once. It must be positive (else ErrInvalidOption).
-func WithMaxWait(d time.Duration) ClientOption { return clientOptionFunc(func(c *clientConfig) { c.maxWait = d }) }
+func WithMaxWait(d time.Duration) ClientOption {
+	return clientOptionFunc(func(c *clientConfig) { c.maxWait = d })
+}
 
 type clientConfig struct {
 	maxRetries int
