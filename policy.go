@@ -10,7 +10,7 @@ import (
 
 // MaxKeyLen is the longest key, in bytes. A key may hold any bytes,
 // braces included.
-const MaxKeyLen = remote.MaxKeyLen
+const MaxKeyLen = 1024
 
 // MaxLogUnits is the most units one request may take from a policy with a
 // SlidingWindowLog (its Capacity is at most this): the log writes one entry

@@ -10,34 +10,35 @@ import (
 // RedisOp says what one Redis round trip of a Limiter does (RedisCall).
 type RedisOp uint8
 
-// The kinds of Redis round trip. The zero value is no call.
+// The kinds of Redis round trip. The zero value is no call. (They are the
+// door's numbers: redishook_internal_test.go holds them to it.)
 const (
 	// RedisDecide: one atomic decision: an exact decision (WithExact, or a
 	// policy that does not lease), each attempt of such a Wait, and
 	// AllowAtMost.
-	RedisDecide = RedisOp(door.OpDecide)
+	RedisDecide RedisOp = 1
 	// RedisLease: one pipeline of leases (with the refunds queued
 	// meanwhile), made in the background for any number of callers.
-	RedisLease = RedisOp(door.OpLease)
+	RedisLease RedisOp = 2
 	// RedisRefund: units given back: a pipeline of refunds of unused
 	// leased units (on expiry, eviction and Close), a Wait's reserved slot,
 	// grants that arrived after their caller stopped waiting, and
 	// Limiter.Refund.
-	RedisRefund = RedisOp(door.OpRefund)
+	RedisRefund RedisOp = 3
 	// RedisCharge: the units that FailLocal or FailOpen admitted during an
 	// outage, charged once Redis is back.
-	RedisCharge = RedisOp(door.OpCharge)
+	RedisCharge RedisOp = 4
 	// RedisPeek, RedisReset, RedisBlock, RedisUnblock: Limiter.Peek,
 	// Reset, Block and Unblock.
-	RedisPeek    = RedisOp(door.OpPeek)
-	RedisReset   = RedisOp(door.OpReset)
-	RedisBlock   = RedisOp(door.OpBlock)
-	RedisUnblock = RedisOp(door.OpUnblock)
+	RedisPeek    RedisOp = 5
+	RedisReset   RedisOp = 6
+	RedisBlock   RedisOp = 7
+	RedisUnblock RedisOp = 8
 	// RedisPing: Limiter.Ping.
-	RedisPing = RedisOp(door.OpPing)
+	RedisPing RedisOp = 9
 	// RedisConfig: the reading of a server's maxmemory-policy (CONFIG
 	// GET), once per server, with WithEvents (see EventWarning).
-	RedisConfig = RedisOp(door.OpConfig)
+	RedisConfig RedisOp = 10
 )
 
 // String returns "decide", "lease", "refund", "charge", "peek", "reset",
