@@ -24,9 +24,9 @@ type Allowance struct {
 	// take of one unit reads or writes them, and the padding keeps prev and
 	// the expiries, which every take reads, at least a line away from
 	// cur.units, wherever the allowance starts. A take of one unit then
-	// moves one line between cores: cur.units, with its atomic add. (Before,
-	// the expiry read just ahead of the add shared its line, which crossed
-	// twice, and two goroutines on one key took twice as long.)
+	// moves one line between cores: cur.units, with its atomic add (an
+	// expiry read just ahead of the add on the same line would make the
+	// line cross twice).
 	cur slot
 	// added and drained total the units put in and taken out other than by
 	// Take: what Take took is added - drained - units, with no counter of

@@ -37,12 +37,13 @@ func (e *Engine) Allow(ctx context.Context, p *remote.Policy, key string, n int6
 // Hit is the hit path: it takes n units of key from the local allowance if
 // it holds them, with a lookup, a read of the Leaser's time (a coarse
 // clock's, and how far behind it may be: Leaser.HitNow) and an atomic add
-// or compare-and-swap (no lock, no allocation, no Redis call), and starts a background lease when
+// or compare-and-swap (no lock, no allocation, no Redis call), and starts
+// a background lease when
 // the allowance runs low. On a hit it returns what a Decision of Source
 // Local holds (it is Allowed, with no RetryAfter): the deciding limit's
 // index, the remaining estimate, the time until full replenishment. The
 // results are scalars, passed in registers: a Decision would be built and
-// copied through memory, which costs a hit a third of its time. ok is false
+// copied through memory, a large part of a hit's cost. ok is false
 // on a miss (or a closed engine, or a policy that does not lease): the
 // caller goes on with Miss.
 func (e *Engine) Hit(p *remote.Policy, key string, n int64) (limit int, remaining int64, resetAfter time.Duration, ok bool) {
