@@ -87,7 +87,7 @@ func TestGoneEntryRefusesUnits(t *testing.T) {
 		t.Fatalf("a second Lapse found %d units", lp.Units)
 	}
 	e.Fill(Grant{Units: 4, Keep: 4, At: 5, Expires: 300}, 150, keepAll)
-	lease, _ := e.StartLease(1, 160) // takes the 8 set aside along
+	lease, _ := e.StartLease(1, 1, 160) // takes the 8 set aside along
 	if lease.Back != 8 || e.Back() != 0 {
 		t.Fatalf("the lease took %d set aside, %d left", lease.Back, e.Back())
 	}
@@ -111,7 +111,7 @@ func TestGoneEntryRefusesUnits(t *testing.T) {
 	// A live entry's abandoned lease puts its units back.
 	c := tb.GetOrCreate("c")
 	c.SetAside(3, 9, 0)
-	l, _ := c.StartLease(0, 1)
+	l, _ := c.StartLease(0, 1, 1)
 	if u, _ := c.AbandonLease(l, 2); u != 0 || c.Back() != 3 || c.Leasing() != nil {
 		t.Fatalf("AbandonLease on a live entry returned %d, left %d set aside (want 0, 3), lease in flight %v", u, c.Back(), c.Leasing() != nil)
 	}
@@ -121,7 +121,7 @@ func TestGoneEntryRefusesUnits(t *testing.T) {
 // when it lands: its units belong to the state that is gone.
 func TestForgetDropsLeasesStartedBefore(t *testing.T) {
 	e := NewBound[string](10, nil).NewTable("p", nil).GetOrCreate("k")
-	before, _ := e.StartLease(1, 0)
+	before, _ := e.StartLease(1, 1, 0)
 	if n := e.Forget(); n != 0 {
 		t.Fatalf("Forget dropped %d of nothing", n)
 	}
@@ -130,7 +130,7 @@ func TestForgetDropsLeasesStartedBefore(t *testing.T) {
 	if !kept || !forgot || e.Units() != 0 {
 		t.Fatalf("a lease from before Forget: kept %v, forgot %v, %d units held; want dropped", kept, forgot, e.Units())
 	}
-	after, _ := e.StartLease(1, 2)
+	after, _ := e.StartLease(1, 1, 2)
 	if _, _, forgot := e.Fill(Grant{Units: 9, Keep: 9, At: 1, Expires: 1e9, Epoch: after.Epoch}, 3, keepAll); forgot || e.Units() != 9 {
 		t.Fatalf("a lease from after Forget: forgot %v, %d units held; want 9", forgot, e.Units())
 	}

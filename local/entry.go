@@ -48,7 +48,7 @@ type Entry[P any] struct {
 	// lastGrant is the size of the last grant, for the next lease's growth.
 	lastGrant int64
 	// cold: the lease in flight asks for its requester's units alone
-	// (see SetCold).
+	// (see StartLease).
 	cold bool
 	// gone: the entry left its table (Retire); nothing is put in it after.
 	gone bool
@@ -260,8 +260,8 @@ type Lease struct {
 	// entry's.
 	Back, BackAt int64
 	// Cold, handed with a lease in flight (StartLease): that lease asks
-	// for its requester's units alone (see SetCold), and leaves nothing
-	// for a request waiting on it.
+	// for its requester's units alone, and leaves nothing for a request
+	// waiting on it.
 	Cold bool
 	// Epoch is the entry's epoch at the start (see Forget): its grant is
 	// filled with it (Grant.Epoch).
@@ -273,15 +273,19 @@ type Lease struct {
 // channel, closed when it ends, and the caller waits for it and looks at
 // the allowance again (unless the Lease it returns with it says Cold).
 // Starting, it counts the units taken and wanted since the last lease, and
-// n, into the demand, and hands over the units set aside. The caller ends
-// the lease with EndLease.
-func (e *Entry[P]) StartLease(n, now int64) (Lease, <-chan struct{}) {
+// n, into the demand, and hands over the units set aside. least is the
+// least a lease asks for (the leaser's minimum): a request's lease with no
+// demand known asks for its n units alone, and is cold, when least <= n.
+// The caller ends the lease with EndLease.
+func (e *Entry[P]) StartLease(n, least, now int64) (Lease, <-chan struct{}) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if ch := e.leasing; ch != nil {
 		return Lease{Cold: e.cold, Epoch: e.epoch}, ch
 	}
-	return e.startLocked(n, now), nil
+	l := e.startLocked(n, now)
+	e.cold = n > 0 && l.Rate == 0 && least <= n
+	return l, nil
 }
 
 // TryStartLease is StartLease(0, now()) for a lease made ahead of need,
@@ -297,7 +301,9 @@ func (e *Entry[P]) TryStartLease(now func() int64, ready func() bool) (Lease, bo
 	if e.leasing != nil || !ready() {
 		return Lease{}, false
 	}
-	return e.startLocked(0, now()), true
+	l := e.startLocked(0, now())
+	e.cold = false
+	return l, true
 }
 
 // startLocked marks a lease in flight and returns what it starts from.
@@ -308,20 +314,8 @@ func (e *Entry[P]) startLocked(n, now int64) Lease {
 	e.demand.Observe(taken-e.seen+asked-e.askedSeen+n, now)
 	e.seen, e.askedSeen = taken, asked
 	l := Lease{Rate: e.demand.Rate(), WindowEnd: e.windowEnd, LastGrant: e.lastGrant, Back: e.back, BackAt: e.backAt, Epoch: e.epoch}
-	// A request's lease with no demand known asks for n alone, unless the
-	// leaser's sizing says otherwise (SetCold).
-	e.back, e.cold = 0, n > 0 && l.Rate == 0
+	e.back = 0
 	return l
-}
-
-// SetCold records whether the lease in flight, started by StartLease,
-// asks for its requester's units alone: the requests that meet it in
-// flight are told (Lease.Cold), and need not wait for it. StartLease
-// assumes so for a request's lease with no demand known.
-func (e *Entry[P]) SetCold(cold bool) {
-	e.mu.Lock()
-	e.cold = cold
-	e.mu.Unlock()
 }
 
 // EndLease ends the lease in flight: waiters wake and look at the

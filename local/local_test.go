@@ -453,16 +453,19 @@ func TestTableReadMapAndEviction(t *testing.T) {
 // aside, and its grant fills the allowance; Redis's word is what hits read.
 func TestEntryLease(t *testing.T) {
 	e := local.NewBound[string](10, nil).NewTable("p", nil).GetOrCreate("k")
-	first, wait := e.StartLease(2, 0)
+	// A request's lease with no demand known, of a leaser whose least lease
+	// is more than the request: it leases more, and the others wait for it.
+	other := local.NewBound[string](10, nil).NewTable("p", nil).GetOrCreate("k")
+	other.StartLease(2, 5, 0)
+	if l, wait := other.StartLease(1, 5, 0); wait == nil || l.Cold {
+		t.Fatalf("a second lease: %+v, %v; want the first in flight, not cold (it asks 5)", l, wait)
+	}
+	first, wait := e.StartLease(2, 1, 0)
 	if wait != nil || first.Rate != 0 || e.Leasing() == nil {
 		t.Fatalf("first lease: %+v, %v", first, wait)
 	}
-	if l, wait := e.StartLease(1, 0); wait == nil || !l.Cold {
+	if l, wait := e.StartLease(1, 1, 0); wait == nil || !l.Cold {
 		t.Fatalf("a second lease: %+v, %v; want the first in flight, cold (a request's, no demand known)", l, wait)
-	}
-	e.SetCold(false) // the leaser sized it past its requester's units
-	if l, _ := e.StartLease(1, 0); l.Cold {
-		t.Fatalf("a second lease: %+v, want the first not cold after SetCold(false)", l)
 	}
 	if _, ok := e.TryStartLease(at(0), func() bool { return true }); ok {
 		t.Fatal("a prefetch started while a lease is in flight")
@@ -494,7 +497,7 @@ func TestEntryLease(t *testing.T) {
 	if !ok || l.Rate != 6 || l.WindowEnd != 3e9 || l.LastGrant != 10 || l.Back != 4 || l.BackAt != 6 {
 		t.Fatalf("prefetch: %+v, %v; want rate 6, window end 3e9, last grant 10, 4 units back granted at 6", l, ok)
 	}
-	if l, wait := e.StartLease(1, 1e9); wait == nil || l.Cold {
+	if l, wait := e.StartLease(1, 1, 1e9); wait == nil || l.Cold {
 		t.Fatalf("a request meeting a prefetch: %+v, %v; want it in flight, not cold", l, wait)
 	}
 	e.SetAside(2, 9, 2e9)

@@ -198,7 +198,7 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 	defer l.leasing.Add(-1)
 	for {
 		now := l.Now()
-		st, inFlight := e.StartLease(n, now)
+		st, inFlight := e.StartLease(n, l.cfg.Min, now)
 		if inFlight != nil && st.Cold {
 			// The lease in flight asks for its requester's units alone
 			// (a key with no demand known yet, so that a key used once
@@ -226,9 +226,6 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 			continue
 		}
 		c := l.plan(e, st, n, now)
-		if c.req.Max > max(n, 1) && st.Rate == 0 {
-			e.SetCold(false) // Min leases more: the others wait for it
-		}
 		l.sending(e)
 		d, err = l.batcher.lease(ctx, c, n)
 		l.end(e, st, err)
