@@ -33,8 +33,10 @@ var (
 	ErrInvalidDuration = errors.New("ratelease: invalid duration")
 	// ErrUnavailable: with WithFailureMode(FailClosed), Redis did not answer
 	// within the Redis timeout, failed, or the circuit breaker is open. The
-	// error wraps the cause as well. The other failure modes decide instead
-	// (Source Fallback).
+	// error wraps the cause as well (found with errors.Is or errors.As:
+	// syscall.ECONNREFUSED, a *net.DNSError, Redis's reply as a redis.Error),
+	// and says it naming the server's address. The other failure modes
+	// decide instead (Source Fallback).
 	ErrUnavailable = tier.ErrUnavailable
 	// ErrClosed: the Limiter was closed.
 	ErrClosed = tier.ErrClosed

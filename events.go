@@ -18,9 +18,11 @@ type Event struct {
 	// EventWarning.
 	Breaker BreakerState
 	// Err is the event's cause. For EventFirstFailure, the failure: an
-	// error wrapping ErrUnavailable and Redis's own (connection refused,
-	// context deadline exceeded for a call that took longer than the Redis
-	// timeout, READONLY from a replica, OOM from a full Redis, ...). For
+	// error wrapping ErrUnavailable and the cause, naming the server's
+	// address (a dial's error: connection refused, a lookup that failed, a
+	// TLS handshake's; Redis's reply: WRONGPASS, NOAUTH, NOPERM, READONLY
+	// from a replica, OOM from a full Redis; context deadline exceeded for
+	// a call that took longer than the Redis timeout, ...). For
 	// EventBreaker, when the breaker opens, the failure that opened it (the
 	// last of a run, or the failed probe's); nil for its other changes. For
 	// EventWarning, what is wrong: errors.Is(Err, ErrEvictionPolicy).

@@ -85,6 +85,12 @@ func (s Source) String() string { return tier.Source(s).String() }
 // New returns a Limiter that keeps its limits in client: any
 // redis.UniversalClient (*redis.Client, *redis.ClusterClient, *redis.Ring,
 // a failover client). The client stays the caller's: Close does not close it.
+// To a *redis.Client or a *redis.ClusterClient, New adds a hook (once per
+// client, however many Limiters use it) through which the Limiter hears
+// of the client's dials that fail: a call of the Limiter that waits for a
+// connection ends then, with the dial's error (connection refused, a name
+// that does not resolve, a failed TLS handshake), rather than at the Redis
+// timeout. The hook changes nothing else of the client's dials or commands.
 // A nil client or an invalid option is an error wrapping ErrInvalidOption.
 func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 	if client == nil {

@@ -18,8 +18,11 @@
 //   - [Store], which runs the scripts on any redis.UniversalClient through
 //     redis.NewScript (EVALSHA, falling back to EVAL after NOSCRIPT), and
 //     reads what else of the servers a Limiter needs to know: whether they
-//     answer (Ping) and whether they may evict its keys
-//     (MaxmemoryPolicies).
+//     answer and let it run scripts (Ping) and whether they may evict its
+//     keys (MaxmemoryPolicies); its errors name the server (Addr);
+//   - a hook on the client (dial.go) that tells the Store's DialWatchers of
+//     each dial that fails, so that a caller can end the call that waits
+//     for that connection.
 //
 // Redis TIME, read inside the scripts, is the only clock that decides; all
 // arithmetic in Lua is on whole microseconds and whole units, below 2^53.

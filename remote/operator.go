@@ -38,11 +38,11 @@ func (p *Policy) ops() *opScripts {
 func (s *Store) Peek(ctx context.Context, p *Policy, key string) (Decision, error) {
 	v, err := p.ops().peek.Run(ctx, s.client, p.keys(s.prefix, key, false, true), refundArgs(p, 0, 0, "")...).Slice()
 	if err != nil {
-		return Decision{}, err
+		return Decision{}, s.named(p, key, err)
 	}
 	d, err := parseDecision(p, v)
 	d.ValidFor = 0
-	return d, err
+	return d, s.named(p, key, err)
 }
 
 // GiveBack gives units back to every limit of key, as if they had been
@@ -53,14 +53,14 @@ func (s *Store) GiveBack(ctx context.Context, p *Policy, key string, units int64
 	if units <= 0 {
 		return nil
 	}
-	return p.ops().giveBack.Run(ctx, s.client, p.Keys(s.prefix, key), refundArgs(p, units, 0, "")...).Err()
+	return s.named(p, key, p.ops().giveBack.Run(ctx, s.client, p.Keys(s.prefix, key), refundArgs(p, units, 0, "")...).Err())
 }
 
 // Reset deletes key's state under p, every limit's and the key's members
 // hash, with one DEL: the keys share one hash slot. It leaves a block of
 // the key in place (Unblock lifts it).
 func (s *Store) Reset(ctx context.Context, p *Policy, key string) error {
-	return s.client.Del(ctx, p.keys(s.prefix, key, true, false)...).Err()
+	return s.named(p, key, s.client.Del(ctx, p.keys(s.prefix, key, true, false)...).Err())
 }
 
 // Block blocks key under p for d (whole milliseconds, at least one): until
@@ -70,12 +70,12 @@ func (s *Store) Reset(ctx context.Context, p *Policy, key string) error {
 // with a TTL of d (SET PX), in the key's hash slot.
 func (s *Store) Block(ctx context.Context, p *Policy, key string, d time.Duration) error {
 	ms := max(1, (d+time.Millisecond-1)/time.Millisecond) // rounded up
-	return s.client.Do(ctx, "SET", p.blockKey(s.prefix, key), "1", "PX", int64(ms)).Err()
+	return s.named(p, key, s.client.Do(ctx, "SET", p.blockKey(s.prefix, key), "1", "PX", int64(ms)).Err())
 }
 
 // Unblock lifts a block of key under p (a DEL); none is no error.
 func (s *Store) Unblock(ctx context.Context, p *Policy, key string) error {
-	return s.client.Del(ctx, p.blockKey(s.prefix, key)).Err()
+	return s.named(p, key, s.client.Del(ctx, p.blockKey(s.prefix, key)).Err())
 }
 
 // blockKey is the key of key's block under p.

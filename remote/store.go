@@ -5,6 +5,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,13 +66,20 @@ func assemble(mask uint8, main string) string {
 type Store struct {
 	client redis.UniversalClient
 	prefix string
+	dials  *dialHook // nil: the client's dials are not watched
+	// layout: Node has named a master, so a ClusterClient has loaded the
+	// cluster's layout (which it keeps from then on).
+	layout atomic.Bool
 }
 
 // NewStore returns a Store that keeps its keys under prefix on client, which
 // may be any redis.UniversalClient: a Client, ClusterClient, Ring or failover
-// client.
+// client. To a Client or a ClusterClient it adds a hook (once per client,
+// whatever the Stores made on it) that tells the DialWatchers of the
+// client's failed dials (see Watch), and leaves every dial and command as
+// it is.
 func NewStore(client redis.UniversalClient, prefix string) *Store {
-	return &Store{client: client, prefix: prefix}
+	return &Store{client: client, prefix: prefix, dials: watchDials(client)}
 }
 
 // Request asks for units from every limit of one key. Min <= Max, and
@@ -146,13 +154,23 @@ type Decision struct {
 }
 
 // Acquire grants between r.Min and r.Max units to every limit of r.Key, or
-// nothing, in one atomic script call. Errors are Redis's or ctx's.
+// nothing, in one atomic script call. Errors are Redis's or ctx's, naming
+// the server (see Addr).
 func (s *Store) Acquire(ctx context.Context, r Request) (Decision, error) {
 	v, err := r.Policy.scripts.acquire.Run(ctx, s.client, s.acquireKeys(r), acquireArgs(r)...).Slice()
 	if err != nil {
-		return Decision{}, err
+		return Decision{}, s.named(r.Policy, r.Key, err)
 	}
-	return parseDecision(r.Policy, v)
+	d, err := parseDecision(r.Policy, v)
+	return d, s.named(r.Policy, r.Key, err)
+}
+
+// named returns err naming the server of key under p (see Addr).
+func (s *Store) named(p *Policy, key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return named(s.Addr(p, key), err)
 }
 
 // AcquireBatch makes many acquire calls in one pipeline (one round trip per
@@ -167,7 +185,7 @@ func (s *Store) AcquireBatch(ctx context.Context, rs []Request) ([]Decision, []e
 // Batch makes the refunds gs and the acquire calls rs in one pipeline (one
 // round trip per Redis node), refunds first, as AcquireBatch does, and
 // returns a Decision or an error for each request and an error for each
-// refund, in order.
+// refund, in order. Errors name the server (see Addr).
 func (s *Store) Batch(ctx context.Context, rs []Request, gs []Grant) ([]Decision, []error, []error) {
 	ds, errs, gerrs := make([]Decision, len(rs)), make([]error, len(rs)), make([]error, len(gs))
 	cmds := s.pipeline(ctx, len(gs)+len(rs), func(i int) (*redis.Script, []string, []any) {
@@ -179,14 +197,14 @@ func (s *Store) Batch(ctx context.Context, rs []Request, gs []Grant) ([]Decision
 		return r.Policy.scripts.acquire, s.acquireKeys(r), acquireArgs(r)
 	})
 	for i, c := range cmds[:len(gs)] {
-		gerrs[i] = c.Err()
+		gerrs[i] = s.named(gs[i].Policy, gs[i].Key, c.Err())
 	}
 	for i, c := range cmds[len(gs):] {
 		v, err := c.Slice()
 		if err == nil {
 			ds[i], err = parseDecision(rs[i].Policy, v)
 		}
-		errs[i] = err
+		errs[i] = s.named(rs[i].Policy, rs[i].Key, err)
 	}
 	return ds, errs, gerrs
 }
@@ -211,15 +229,18 @@ func (s *Store) RefundBatch(ctx context.Context, gs []Grant) []error {
 // pipeline runs n script calls, call(i) giving each one's script, keys and
 // args, with EVALSHA in one pipeline; calls that fail with NOSCRIPT are sent
 // again, in a second pipeline, with EVAL (which also caches the script).
+// Every call comes back with a reply or an error.
 func (s *Store) pipeline(ctx context.Context, n int, call func(i int) (*redis.Script, []string, []any)) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, n)
-	_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := 0; i < n; i++ {
 			sc, keys, args := call(i)
 			cmds[i] = sc.EvalSha(ctx, p, keys, args...)
 		}
 		return nil
 	})
+	unanswered(cmds, err)
+	cutOff(cmds)
 	var retry []int
 	for i, c := range cmds {
 		if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
@@ -227,15 +248,56 @@ func (s *Store) pipeline(ctx context.Context, n int, call func(i int) (*redis.Sc
 		}
 	}
 	if len(retry) > 0 {
-		_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		again := make([]*redis.Cmd, 0, len(retry))
+		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, i := range retry {
 				sc, keys, args := call(i)
 				cmds[i] = sc.Eval(ctx, p, keys, args...)
+				again = append(again, cmds[i])
 			}
 			return nil
 		})
+		unanswered(again, err)
+		cutOff(again)
 	}
 	return cmds
+}
+
+// cutOff gives the calls of a pipeline that failed with EOF after Redis
+// answered an earlier one with a protocol error that error: Redis closes
+// the connection after one (as it does to a client that has not
+// authenticated, at its first long command), and it is why they failed.
+func cutOff(cmds []*redis.Cmd) {
+	var cause error
+	for _, c := range cmds {
+		switch err := c.Err(); {
+		case cause == nil:
+			if redis.HasErrorPrefix(err, "Protocol error") {
+				cause = err
+			}
+		case errors.Is(err, io.EOF):
+			c.SetErr(cause)
+		}
+	}
+}
+
+// unanswered gives err, the error of the pipeline that carried cmds, to
+// each of them that has neither a reply nor an error of its own. go-redis
+// leaves the calls of a pipeline that never got a connection without
+// either when the connection failed with an error reply of Redis's
+// (WRONGPASS to the AUTH or HELLO that opens it), so that reading one
+// would say only "unexpected type=<nil> for Slice", and a refund would
+// seem to have succeeded. (Every script replies: a Lua nil is the error
+// redis.Nil.)
+func unanswered(cmds []*redis.Cmd, err error) {
+	if err == nil {
+		return
+	}
+	for _, c := range cmds {
+		if c.Err() == nil && c.Val() == nil {
+			c.SetErr(err)
+		}
+	}
 }
 
 // acquireKeys returns the keys of r: its limits' state, the members hash
@@ -317,7 +379,7 @@ func (s *Store) Refund(ctx context.Context, p *Policy, key string, units, at int
 	if units <= 0 {
 		return nil
 	}
-	return p.scripts.refund.Run(ctx, s.client, p.Keys(s.prefix, key), refundArgs(p, units, at, "")...).Err()
+	return s.named(p, key, p.scripts.refund.Run(ctx, s.client, p.Keys(s.prefix, key), refundArgs(p, units, at, "")...).Err())
 }
 
 func mustRead(f string) string {
@@ -344,21 +406,46 @@ func (s *Store) Node(ctx context.Context, p *Policy, key string) string {
 	if err != nil {
 		return ""
 	}
+	s.layout.Store(true)
 	return m.Options().Addr
 }
 
-// Ping asks every server that holds limiter state whether it answers:
-// with a Redis Cluster every master, with a Ring every shard, else the one
-// server. It returns the first failure.
+// Ping asks every server that holds limiter state whether it answers, and
+// lets this client run scripts: with a Redis Cluster every master, with a
+// Ring every shard, else the one server. It returns the first failure,
+// naming the server: its reply (NOPERM for a user who may not run
+// scripts, WRONGPASS...), or the client's error.
 func (s *Store) Ping(ctx context.Context) error {
-	ping := func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() }
 	switch c := s.client.(type) {
 	case *redis.ClusterClient:
-		return c.ForEachMaster(ctx, ping)
+		return c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			return named(m.Options().Addr, ping(ctx, m))
+		})
 	case *redis.Ring:
-		return c.ForEachShard(ctx, ping)
+		return c.ForEachShard(ctx, func(ctx context.Context, sh *redis.Client) error {
+			return named(sh.Options().Addr, ping(ctx, sh))
+		})
 	}
-	return s.client.Ping(ctx).Err()
+	return s.named(nil, "", ping(ctx, s.client))
+}
+
+// pingScript is what Ping runs besides PING: a script that touches no
+// key, which Redis refuses (NOPERM) to a user who may not run scripts.
+var pingScript = redis.NewScript("return 1")
+
+// ping sends PING and runs pingScript on c, in one pipeline (and a second
+// the first time, to load the script).
+func ping(ctx context.Context, c redis.Cmdable) error {
+	var run *redis.Cmd
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Ping(ctx)
+		run = pingScript.EvalSha(ctx, p, nil)
+		return nil
+	})
+	if redis.HasErrorPrefix(run.Err(), "NOSCRIPT") {
+		err = pingScript.Eval(ctx, c, nil).Err()
+	}
+	return err
 }
 
 // MaxmemoryPolicies reads the maxmemory-policy of the servers that node

@@ -19,7 +19,7 @@ func (d *Door) Acquire(ctx context.Context, r remote.Request) (dec remote.Decisi
 	if cause != nil {
 		return remote.Decision{}, cause, nil
 	}
-	dec, err = d.acquire(ctx, r)
+	dec, err = d.acquire(ctx, r, pass.b.node)
 	cause = d.Leave(pass, err)
 	if cause != nil {
 		return dec, cause, nil
@@ -27,9 +27,10 @@ func (d *Door) Acquire(ctx context.Context, r remote.Request) (dec remote.Decisi
 	return dec, nil, err
 }
 
-// acquire makes one acquire call, bounded by the timeout and ctx. Errors
-// are Classify's.
-func (d *Door) acquire(ctx context.Context, r remote.Request) (remote.Decision, error) {
+// acquire makes one acquire call to the server named node ("": any),
+// bounded by the timeout and ctx, and ended by a failed dial to it (see
+// begin). Errors are Classify's.
+func (d *Door) acquire(ctx context.Context, r remote.Request, node string) (remote.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return remote.Decision{}, err
 	}
@@ -37,14 +38,14 @@ func (d *Door) acquire(ctx context.Context, r remote.Request) (remote.Decision, 
 	var dec remote.Decision
 	var err error
 	if d.guard {
-		dec, err = d.acquireGuarded(hctx, r)
+		dec, err = d.acquireGuarded(hctx, r, node)
 	} else {
 		// Without the guard's closures, which would cost two allocations
 		// a call (r would move to the heap with them).
-		rctx, cancel := d.Bound(hctx)
+		rctx := d.begin(hctx, node)
 		dec, err = d.store.Acquire(rctx, r)
-		cancel()
-		err = Classify(hctx, err)
+		rctx.end()
+		err = Classify(hctx, rctx.dialed(err))
 	}
 	if end != nil {
 		end(single(err, dec.Granted))
@@ -62,8 +63,8 @@ func (d *Door) acquire(ctx context.Context, r remote.Request) (remote.Decision, 
 
 // acquireGuarded is acquire's call with Guard: a grant that arrives after
 // the deadline is refunded where it arrives.
-func (d *Door) acquireGuarded(ctx context.Context, r remote.Request) (remote.Decision, error) {
-	return bounded(d, ctx,
+func (d *Door) acquireGuarded(ctx context.Context, r remote.Request, node string) (remote.Decision, error) {
+	return bounded(d, ctx, node,
 		func(ctx context.Context) (remote.Decision, error) { return d.store.Acquire(ctx, r) },
 		func(late remote.Decision, err error) {
 			if err == nil && late.Granted > 0 {
@@ -75,13 +76,14 @@ func (d *Door) acquireGuarded(ctx context.Context, r remote.Request) (remote.Dec
 		})
 }
 
-// bounded makes one call fn within the timeout and ctx: with Guard on a
+// bounded makes one call fn to the server named node ("": any) within the
+// timeout and ctx, ended by a failed dial to it (see begin): with Guard on a
 // goroutine of its own, late getting what comes back after the deadline
 // (nil: dropped), and ErrClosed once the door is closing. Errors are
 // Classify's. The caller counts the call.
-func bounded[T any](d *Door, ctx context.Context, fn func(context.Context) (T, error), late func(T, error)) (T, error) {
-	rctx, cancel := d.Bound(ctx)
-	defer cancel()
+func bounded[T any](d *Door, ctx context.Context, node string, fn func(context.Context) (T, error), late func(T, error)) (T, error) {
+	rctx := d.begin(ctx, node)
+	defer rctx.end()
 	var v T
 	var err error
 	if d.guard {
@@ -92,7 +94,7 @@ func bounded[T any](d *Door, ctx context.Context, fn func(context.Context) (T, e
 	} else {
 		v, err = fn(rctx)
 	}
-	return v, Classify(ctx, err)
+	return v, Classify(ctx, rctx.dialed(err))
 }
 
 // Refund gives back units of key under p, granted at Redis time at (µs),
@@ -175,8 +177,9 @@ func (d *Door) Charge(node string, take func(on func(*remote.Policy, string) boo
 }
 
 // Batch makes the refunds gs and the acquire calls rs in one pipeline (see
-// remote.Store.Batch), bounded by the timeout and ctx: one round trip, and
-// an error for each call that failed. With Guard, when the pipeline
+// remote.Store.Batch), bounded by the timeout and ctx, and ended by a
+// failed dial to the server of its first call (see begin): one round trip,
+// and an error for each call that failed. With Guard, when the pipeline
 // outlives its deadline every call fails with the deadline's error, and the
 // grants that arrive later are refunded as they arrive: nobody holds them.
 func (d *Door) Batch(ctx context.Context, rs []remote.Request, gs []remote.Grant) ([]remote.Decision, []error, []error) {
@@ -185,10 +188,23 @@ func (d *Door) Batch(ctx context.Context, rs []remote.Request, gs []remote.Grant
 		op = OpRefund
 	}
 	ctx, end := d.start(ctx, op, len(rs)+len(gs))
-	ctx, cancel := d.Bound(ctx)
-	defer cancel()
+	node := ""
+	switch {
+	case len(rs) > 0:
+		node = d.node(rs[0].Policy, rs[0].Key)
+	case len(gs) > 0:
+		node = d.node(gs[0].Policy, gs[0].Key)
+	}
+	rctx := d.begin(ctx, node)
+	defer rctx.end()
 	d.batched.roundTrips.Add(1)
-	ds, errs, gerrs := d.batch(ctx, rs, gs)
+	ds, errs, gerrs := d.batch(rctx, rs, gs)
+	for i, err := range errs {
+		errs[i] = rctx.dialed(err)
+	}
+	for i, err := range gerrs {
+		gerrs[i] = rctx.dialed(err)
+	}
 	if end != nil {
 		end(outcome(ds, errs, gerrs))
 	}
@@ -275,7 +291,7 @@ func (d *Door) Ping(ctx context.Context) error {
 		return err
 	}
 	hctx, end := d.start(ctx, OpPing, 0)
-	_, err := bounded(d, hctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, d.store.Ping(ctx) }, nil)
+	_, err := bounded(d, hctx, "", func(ctx context.Context) (struct{}, error) { return struct{}{}, d.store.Ping(ctx) }, nil)
 	if end != nil {
 		end(single(err, 0))
 	}

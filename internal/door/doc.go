@@ -5,6 +5,9 @@
 //
 //   - the Redis timeout: every call is bounded by it on top of the caller's
 //     context, and every deadline a caller needs for Redis comes from Bound;
+//     a call also ends as soon as a dial to its server fails (the Store
+//     tells the door: remote.DialWatcher), with that dial's error, since
+//     go-redis retries a failed dial until the deadline;
 //   - the guard (package internal/guard) for clients that do not honour
 //     context deadlines: such a call runs on a goroutine of its own, which
 //     the Door tracks and Close waits for, for a bounded time;

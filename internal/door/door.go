@@ -99,6 +99,73 @@ func (d *Door) Bound(ctx context.Context) (context.Context, context.CancelFunc) 
 	return context.WithTimeout(ctx, d.timeout)
 }
 
+// begin returns ctx bounded as Bound bounds it, for one call to Redis, to
+// the server named node (see Door.node; "" for any): a dial to it that fails
+// (a refused connection, a name that does not resolve, a failed TLS
+// handshake) meanwhile ends the call at once, and dialed gives that dial's
+// error back as the call's. go-redis would retry the dial, with a backoff,
+// until the deadline, and the call would end with the deadline's error.
+// The caller ends the call with end, once it is over.
+func (d *Door) begin(ctx context.Context, node string) *callCtx {
+	// WithTimeout keeps ctx's own deadline when sooner, without a timer.
+	c, cancel := context.WithTimeout(ctx, d.timeout)
+	cc := &callCtx{Context: c, cancel: cancel, node: node, store: d.store}
+	d.store.Watch(cc)
+	return cc
+}
+
+// node names the server of key under p for begin, as its breaker does:
+// with a Redis Cluster its master, once the client knows the cluster's
+// layout (remote.Store.Addr); else "", any, since every dial of the client
+// is to the one server.
+func (d *Door) node(p *remote.Policy, key string) string {
+	if !d.sharded {
+		return ""
+	}
+	return d.store.Addr(p, key)
+}
+
+// callCtx is the context of one call to Redis (Door.begin), and its
+// remote.DialWatcher: it keeps the error of the first dial to its server
+// that failed while it ran, and ends then.
+type callCtx struct {
+	context.Context
+	cancel context.CancelFunc
+	node   string // the server called; "": any
+	store  *remote.Store
+	dial   atomic.Pointer[error]
+}
+
+var _ remote.DialWatcher = (*callCtx)(nil)
+
+// DialFailed keeps err, if it is the first of the call's server, and
+// ends the call.
+func (c *callCtx) DialFailed(addr string, err error) {
+	if c.node != "" && addr != c.node {
+		return // another master of the cluster
+	}
+	c.dial.CompareAndSwap(nil, &err)
+	c.cancel()
+}
+
+// end ends the call: it releases the context and stops watching dials.
+func (c *callCtx) end() {
+	c.store.Unwatch(c)
+	c.cancel()
+}
+
+// dialed returns err, the error of the call, or, when a dial to its server
+// failed and ended it, that dial's error in place of the end it caused.
+func (c *callCtx) dialed(err error) error {
+	if err == nil {
+		return nil
+	}
+	if dial := c.dial.Load(); dial != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		return *dial
+	}
+	return err
+}
+
 // Classify returns what err, the error of a Redis call made for a caller
 // whose context is ctx, means to that caller: nil stays nil, ErrClosed
 // stays itself, ctx's own error comes back unwrapped once ctx has ended,

@@ -71,7 +71,7 @@ func call[T any](d *Door, ctx context.Context, op Op, p *remote.Policy, key stri
 		return zero, unavailable(cause)
 	}
 	hctx, end := d.start(ctx, op, 1)
-	v, err := bounded(d, hctx, fn, nil)
+	v, err := bounded(d, hctx, pass.b.node, fn, nil)
 	if end != nil {
 		end(single(err, 0))
 	}
