@@ -19,8 +19,10 @@
 -- ARGV[9..] the limits, four values each (see limit() in prelude.lua)
 --
 -- Members. A key leased by several instances keeps a hash of them next to
--- its state: member id -> "expires demand tokens at" (us, units/s, units,
--- us; tokens 'x' for a bucket not kept, which counts as full). A member
+-- its state: member id -> "expires demand tokens at since" (us, units/s,
+-- units, us, us; tokens 'x' for a bucket not kept, which counts as full;
+-- since, when it joined, may be missing from an entry an older release
+-- wrote). A member
 -- counts until `expires`, three horizons after its last lease (at least a
 -- second); the hash expires with its last member. Instances that never
 -- lease the key cost it nothing.
@@ -151,26 +153,44 @@ if mkey then
   local raw = redis.call('HGETALL', mkey)
   local ds, total, last = { demand }, demand, NOW + ttl
   local at -- when this member's bucket was last written
+  -- since: when this member joined the key's members (its entry's last
+  -- field; an entry without one counts as joined when last written).
+  local since = NOW
+  -- settled: every member joined before the current window opened (see
+  -- windowed, below).
+  local settled = true
   -- The other members' buckets, for what they claim of the room: their
   -- demand, tokens ('x': full) and when those were written, in turn.
   local others = {}
   for j = 1, #raw, 2 do
-    local e, d, tk, t = string.match(raw[j + 1], '^(%d+) (%d+) (%S+) (%d+)$')
+    local e, d, tk, t, s0 = string.match(raw[j + 1], '^(%d+) (%d+) (%S+) (%d+) ?(%d*)$')
     e = tonumber(e)
     if not e or e <= NOW then
       redis.call('HDEL', mkey, raw[j])
-    elseif raw[j] == member then
-      -- A bucket of 'x' is not kept (the demand fitted): a full one.
-      if tk ~= 'x' then tokens, at = tonumber(tk), tonumber(t) end
     else
-      d = tonumber(d)
-      ds[#ds + 1], total = d, total + d
-      local k = #others
-      -- (false, not nil, for a bucket not kept: nil would end the list)
-      others[k + 1], others[k + 2], others[k + 3] = d, tonumber(tk) or false, tonumber(t)
-      if e > last then last = e end
+      local joined = tonumber(s0) or tonumber(t)
+      if joined >= wstart then settled = false end
+      if raw[j] == member then
+        since = joined
+        -- A bucket of 'x' is not kept (the demand fitted): a full one.
+        if tk ~= 'x' then tokens, at = tonumber(tk), tonumber(t) end
+      else
+        d = tonumber(d)
+        ds[#ds + 1], total = d, total + d
+        local k = #others
+        -- (false, not nil, for a bucket not kept: nil would end the list)
+        others[k + 1], others[k + 2], others[k + 3] = d, tonumber(tk) or false, tonumber(t)
+        if e > last then last = e end
+      end
     end
   end
+  if since >= wstart then settled = false end
+  -- A window is shared out by parts only among members that all knew of
+  -- each other as it opened: in a window where a member joins (the first
+  -- of a run, a fleet's restart), the parts of the members already there
+  -- would be of a share too large, taken before the newcomer asks. There,
+  -- the members' buckets refill as a bucket's, as for any other limit.
+  windowed = windowed and settled
   members = #ds
   local f = demand -- this member's fair rate
   if total > R then
@@ -281,7 +301,7 @@ if mkey then
       tokens = tokens - charged
       spare = spare - (g - charged)
     end
-    redis.call('HSET', mkey, member, string.format('%d %d %s %d', NOW + ttl, demand, tk, NOW))
+    redis.call('HSET', mkey, member, string.format('%d %d %s %d %d', NOW + ttl, demand, tk, NOW, since))
     redis.call('PEXPIRE', mkey, int(cdiv(last - NOW, 1000)))
   end
   local retry = 0
@@ -307,7 +327,9 @@ if mkey then
 end
 
 local grant = math.min(least, cap)
-if refill > 0 then
+-- (Once a window's parts are released, what is left is anybody's, whole:
+-- the window ends soon, and its rest would be stranded in batches.)
+if refill > 0 and not (windowed and released) then
   -- Under the fair share a grant is a batch or two (what the bucket made
   -- beyond a whole batch is not lost to rounding): what a member holds
   -- unused at any moment stays small, and its bucket keeps the rest.
