@@ -15,7 +15,8 @@ var (
 	// ErrInvalidPolicy: a nil or zero *Policy, a policy name that cannot be
 	// part of a Redis key, or a policy that a Limiter may no longer use: a
 	// policy of the same name with other limits, made later, redefined it
-	// in that Limiter (see "Limits changed while running" in the README).
+	// in that Limiter (see "Limits changed while running" in
+	// docs/operations.md).
 	ErrInvalidPolicy = tier.ErrInvalidPolicy
 	// ErrInvalidKey: an empty key, or one longer than MaxKeyLen bytes.
 	ErrInvalidKey = errors.New("ratelease: invalid key")
