@@ -179,7 +179,7 @@ func fmtErr(err error) string {
 // need it: it ends its own calls when their dial fails; see
 // TestCausesNamed.)
 func TestClientFailsFastWithoutDialRetries(t *testing.T) {
-	run := func(o redis.Options) (last error, worst time.Duration) {
+	run := func(o redis.Options) (worst time.Duration, last error) {
 		o.Addr = closedAddr(t)
 		o.PoolSize = 100 // the pool stops dialing after PoolSize failed dials
 		c := redis.NewClient(&o)
@@ -191,14 +191,14 @@ func TestClientFailsFastWithoutDialRetries(t *testing.T) {
 			worst = max(worst, time.Since(start))
 			cancel()
 		}
-		return last, worst
+		return worst, last
 	}
-	last, worst := run(redis.Options{DialerRetries: 1, MaxRetries: -1})
+	worst, last := run(redis.Options{DialerRetries: 1, MaxRetries: -1})
 	if !errors.Is(last, syscall.ECONNREFUSED) || worst > 50*time.Millisecond {
 		t.Fatalf("DialerRetries: 1, MaxRetries: -1: %v, slowest %v; want the refusal at once", last, worst)
 	}
 	for _, o := range []redis.Options{{}, {MaxRetries: -1}} {
-		if last, worst := run(o); errors.Is(last, syscall.ECONNREFUSED) && worst < 50*time.Millisecond {
+		if worst, last := run(o); errors.Is(last, syscall.ECONNREFUSED) && worst < 50*time.Millisecond {
 			t.Fatalf("MaxRetries %d: the refusal at once (%v): the advice may be simpler now", o.MaxRetries, worst)
 		}
 	}
