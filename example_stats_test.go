@@ -27,7 +27,7 @@ func ExampleLimiter_PolicyStats() {
 	}
 	limiter.Allow(ctx, login, "user:42")
 
-	fmt.Printf("api: %+v\n", limiter.PolicyStats(api))
+	fmt.Printf("api: %+v\n", limiter.Stats().Policies[api.Name()])
 	s := limiter.Stats()
 	names := make([]string, 0, len(s.Policies))
 	for name := range s.Policies {

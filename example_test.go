@@ -261,7 +261,7 @@ func ExamplePolicy_Shadow() {
 		res, _ := limiter.Allow(ctx, trial, "user:42")
 		fmt.Printf("allowed=%v shadowed=%v retry-after=%v\n", res.Allowed, res.Shadowed, res.RetryAfter)
 	}
-	fmt.Println("would have denied:", limiter.PolicyStats(trial).ShadowDenied)
+	fmt.Println("would have denied:", limiter.Stats().Policies[trial.Name()].ShadowDenied)
 	// Output:
 	// allowed=true shadowed=false retry-after=0s
 	// allowed=true shadowed=false retry-after=0s

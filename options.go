@@ -291,8 +291,10 @@ func WithInstances(n int) Option {
 // changes only, never on the hot path. f is called in the order of the
 // changes, never concurrently, holding no lock, on a goroutine that was
 // calling Redis: it must not block. With a Redis Cluster, each master's
-// breaker reports its own changes. WithEvents tells the same changes with
-// their causes, and more.
+// breaker reports its own changes.
+//
+// Deprecated: use WithEvents: its EventBreaker events tell the same
+// changes (Event.Breaker), with their causes.
 func WithObserver(f func(BreakerState)) Option {
 	return optionFunc(func(c *config) error {
 		if f == nil {

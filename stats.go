@@ -124,6 +124,8 @@ func (l *Limiter) Stats() Stats {
 // PolicyStats returns the counters of the policies named p.Name() that the
 // Limiter holds (Stats().Policies[p.Name()]); zero for a nil p. It walks
 // the keys of those policies only.
+//
+// Deprecated: use Stats().Policies[p.Name()], which the metrics read.
 func (l *Limiter) PolicyStats(p *Policy) PolicyStats {
 	if p == nil {
 		return PolicyStats{}

@@ -559,7 +559,7 @@ func TestShadowDimension(t *testing.T) {
 	if res, _ := l.Peek(context.Background(), perIP, "127.0.0.1"); res.Allowed || res.Remaining != 0 {
 		t.Errorf("ip after the denial: %+v, want nothing refunded", res)
 	}
-	if st := l.PolicyStats(perIP); st.ShadowDenied != 2 {
+	if st := l.Stats().Policies[perIP.Name()]; st.ShadowDenied != 2 {
 		t.Errorf("ip's stats: %+v, want 2 shadow-denied", st)
 	}
 }
