@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -63,10 +62,10 @@ func causes(t *testing.T) []cause {
 		t.Fatal(err)
 	}
 	return []cause{
-		{"refused", redis.Options{Addr: closedAddr(t)}, "dial tcp ", "", func(err error) bool {
+		{"refused", redis.Options{Addr: redistest.ClosedAddr(t)}, "dial tcp ", "", func(err error) bool {
 			return errors.Is(err, syscall.ECONNREFUSED)
 		}},
-		{"dns", redis.Options{Addr: "redis.invalid:7000", Dialer: noDNS}, "dial tcp: lookup redis.invalid", "", func(err error) bool {
+		{"dns", redis.Options{Addr: "redis.invalid:7000", Dialer: redistest.NoDNS}, "dial tcp: lookup redis.invalid", "", func(err error) bool {
 			var de *net.DNSError
 			return errors.As(err, &de) && de.Name == "redis.invalid"
 		}},
@@ -75,7 +74,7 @@ func causes(t *testing.T) []cause {
 			return isReply("NOAUTH")(err) || isReply("ERR Protocol error: unauthenticated")(err)
 		}},
 		{"noperm", redis.Options{Addr: srv.Addr, Username: "noscripts", Password: "pw"}, "NOPERM", "", isReply("NOPERM")},
-		{"tls", redis.Options{Addr: notTLS(t), TLSConfig: &tls.Config{ServerName: "localhost", MinVersion: tls.VersionTLS12}},
+		{"tls", redis.Options{Addr: redistest.NotTLS(t), TLSConfig: &tls.Config{ServerName: "localhost", MinVersion: tls.VersionTLS12}},
 			"tls: ", "", func(err error) bool {
 				var rh tls.RecordHeaderError
 				return errors.As(err, &rh)
@@ -180,7 +179,7 @@ func fmtErr(err error) string {
 // TestCausesNamed.)
 func TestClientFailsFastWithoutDialRetries(t *testing.T) {
 	run := func(o redis.Options) (worst time.Duration, last error) {
-		o.Addr = closedAddr(t)
+		o.Addr = redistest.ClosedAddr(t)
 		o.PoolSize = 100 // the pool stops dialing after PoolSize failed dials
 		c := redis.NewClient(&o)
 		defer c.Close()
@@ -202,56 +201,4 @@ func TestClientFailsFastWithoutDialRetries(t *testing.T) {
 			t.Fatalf("MaxRetries %d: the refusal at once (%v): the advice may be simpler now", o.MaxRetries, worst)
 		}
 	}
-}
-
-// closedAddr returns the address of a port on 127.0.0.1 that nothing
-// listens on: a listener's, closed.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
-// noDNS dials with a resolver whose every DNS query fails before it is
-// sent: a name is looked up in the hosts file only.
-func noDNS(ctx context.Context, network, addr string) (net.Conn, error) {
-	d := net.Dialer{Resolver: &net.Resolver{PreferGo: true,
-		Dial: func(context.Context, string, string) (net.Conn, error) {
-			return nil, errors.New("no DNS query leaves this test")
-		}}}
-	return d.DialContext(ctx, network, addr)
-}
-
-// notTLS returns the address of a listener on 127.0.0.1 that answers every
-// connection with a Redis error in plain text: a TLS handshake with it
-// fails at once. It stops when t ends.
-func notTLS(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = c.Write([]byte("-ERR not a TLS server\r\n"))
-			_ = c.Close()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		wg.Wait()
-	})
-	return ln.Addr().String()
 }

@@ -17,19 +17,6 @@ import (
 	"github.com/ratelease/ratelease/remote"
 )
 
-// closedAddr returns the address of a port on 127.0.0.1 that nothing
-// listens on: a listener's, closed.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
 // client returns a go-redis client made with o, closed when t ends.
 func client(t *testing.T, o *redis.Options) *redis.Client {
 	c := redis.NewClient(o)
@@ -142,15 +129,15 @@ func (w *watcher) heard() ([]string, []error) {
 // server that does not speak TLS. After Unwatch, nothing.
 func TestWatchHearsFailedDials(t *testing.T) {
 	ctx := context.Background()
-	refused := closedAddr(t)
-	tlsAddr := notTLS(t)
+	refused := redistest.ClosedAddr(t)
+	tlsAddr := redistest.NotTLS(t)
 	for _, c := range []struct {
 		name, addr string
 		opts       redis.Options
 		is         func(error) bool
 	}{
 		{"refused", refused, redis.Options{}, func(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }},
-		{"dns", "redis.invalid:7000", redis.Options{Dialer: noDNS}, func(err error) bool {
+		{"dns", "redis.invalid:7000", redis.Options{Dialer: redistest.NoDNS}, func(err error) bool {
 			var de *net.DNSError
 			return errors.As(err, &de) && de.Name == "redis.invalid"
 		}},
@@ -190,45 +177,6 @@ func TestWatchHearsFailedDials(t *testing.T) {
 			}
 		})
 	}
-}
-
-// noDNS dials with a resolver whose every DNS query fails before it is
-// sent: a name is looked up in the hosts file only.
-func noDNS(ctx context.Context, network, addr string) (net.Conn, error) {
-	d := net.Dialer{Resolver: &net.Resolver{PreferGo: true,
-		Dial: func(context.Context, string, string) (net.Conn, error) {
-			return nil, errors.New("no DNS query leaves this test")
-		}}}
-	return d.DialContext(ctx, network, addr)
-}
-
-// notTLS returns the address of a listener on 127.0.0.1 that answers every
-// connection with a Redis error in plain text: a TLS handshake with it
-// fails at once. It stops when t ends.
-func notTLS(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = c.Write([]byte("-ERR not a TLS server\r\n"))
-			_ = c.Close()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		wg.Wait()
-	})
-	return ln.Addr().String()
 }
 
 // tlsConfig is a client's TLS configuration.

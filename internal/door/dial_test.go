@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,12 +28,7 @@ import (
 // client with go-redis's default options; the first failure's event says
 // the same.
 func TestRefusedDialEndsTheCall(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := redistest.ClosedAddr(t)
 	const timeout = 2 * time.Second
 	p := perHour(t, 10)
 	for _, honours := range []bool{true, false} {
