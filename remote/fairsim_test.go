@@ -122,7 +122,7 @@ func fairShareSimulated(t *testing.T, rate, burst int64, horizon time.Duration, 
 // at least 0.9 of its fair share, and the windows are used whole. A
 // window's room comes whole when it opens: each member's part of it is
 // its share of the window, whole from the start, and the others' parts
-// are kept from it until the window's last eighth.
+// are kept from it until the window's second half.
 func TestFairShareWindowFlood(t *testing.T) {
 	f := newFake(t)
 	const rate, members = 3000, 6

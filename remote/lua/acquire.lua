@@ -73,10 +73,13 @@ local bkey = KEYS[#KEYS]
 local TENTH = 10000000
 -- From a bucket, the batches together may hold the capacity and an eighth.
 local OVER = 1.125
--- A window's members' parts are released for its last 1/RELEASE: long
--- enough for the members to take what is left before the window ends,
--- short enough that a part nobody took is the exception, not the rule.
-local RELEASE = 8
+-- A window's members' parts are released for its last 1/RELEASE, its
+-- second half: a member that is slow to take its part (a loaded machine)
+-- or stopped asking holds it from the others for half a window at most,
+-- and the rest is taken while a good part of the window remains, however
+-- slow the members' leases come back; a member that asks at all takes its
+-- part in the first half.
+local RELEASE = 2
 local n = #KEYS - 1
 local mkey
 if member ~= '' then
@@ -120,8 +123,8 @@ end
 -- The key's rate is a window's when its tightest limit is a window whose
 -- room comes whole (a fixed window; a sliding window counter's comes as
 -- the last window's weight fades, as a bucket's does): tv is the us to
--- that window's end, wlen its length, wstart its start, and its last
--- eighth (release_at us before its end) is when the members' parts of it
+-- that window's end, wlen its length, wstart its start, and its second
+-- half (from release_at us before its end) is when the members' parts of it
 -- are released (see the fair share below).
 local tv = V[tight]
 local windowed, wlen, wstart, release_at, released = false, 0, 0, 0, false
@@ -234,7 +237,7 @@ if mkey then
     -- rate is a window's, each member's part is its share of the window
     -- (its allotment, f/R of the window's units), whole from the window's
     -- start, and the others' allotments are kept from it until the
-    -- window's last eighth (RELEASE), when what is left is anybody's: a
+    -- window's second half (RELEASE), when what is left is anybody's: a
     -- member that stopped asking strands nothing. A window opened late in
     -- a run is still taken at once, each member taking its part.
     if windowed then
