@@ -100,9 +100,7 @@ func (l *Leaser) Close() {
 	// The leases under way end (the batcher still answers them; those it
 	// refused put back what they took along): then nothing is held
 	// outside the entries.
-	for l.leasing.Load() > 0 && ctx.Err() == nil {
-		time.Sleep(100 * time.Microsecond)
-	}
+	l.waitLeases(ctx)
 	l.bound.Clear()   // queues the refunds of every unit held
 	close(l.stop)     // the sweeper stops
 	l.wg.Wait()       // (its last refunds are queued)
@@ -111,11 +109,16 @@ func (l *Leaser) Close() {
 	// prefetch's goroutine, a request's lease), and none outlives Close.
 	last, cancelLast := l.door.Bound(context.Background())
 	defer cancelLast()
-	for l.leasing.Load() > 0 && last.Err() == nil {
-		time.Sleep(100 * time.Microsecond)
-	}
+	l.waitLeases(last)
 	if l.own != nil {
 		l.own.Stop()
+	}
+}
+
+// waitLeases returns once no lease is under way, or ctx has ended.
+func (l *Leaser) waitLeases(ctx context.Context) {
+	for l.leasing.Load() > 0 && ctx.Err() == nil {
+		time.Sleep(100 * time.Microsecond)
 	}
 }
 
