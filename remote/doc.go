@@ -5,7 +5,9 @@
 //
 //   - one embedded, commented Lua file per algorithm (lua/), assembled with a
 //     shared prelude into two scripts: acquire (grant at least min and at most
-//     max units to every limit of a key, or none) and refund (give unused
+//     max units to every limit of a key, or none; acquire.lua admits, within
+//     the fair share among the key's members that fairshare.lua computes
+//     from the membership members.lua keeps) and refund (give unused
 //     units back, never above capacity); and, for the operators of a
 //     Limiter, peek (what one unit would meet, charging nothing) and
 //     giveback (units given back as granted now, never above capacity);

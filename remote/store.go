@@ -35,7 +35,7 @@ func scriptsFor(mask uint8) *scripts {
 		return s
 	}
 	s := &scripts{
-		acquire: redis.NewScript(assemble(mask, "acquire.lua")),
+		acquire: redis.NewScript(assemble(mask, "members.lua", "fairshare.lua", "acquire.lua")),
 		refund:  redis.NewScript(assemble(mask, "refund.lua")),
 	}
 	scriptCache[mask].CompareAndSwap(nil, s)
@@ -43,8 +43,8 @@ func scriptsFor(mask uint8) *scripts {
 }
 
 // assemble returns, as one script text: the prelude, the GCRA helpers when a
-// bucket is in mask, each algorithm in mask, and main.
-func assemble(mask uint8, main string) string {
+// bucket is in mask, each algorithm in mask, and the main files, in order.
+func assemble(mask uint8, main ...string) string {
 	files := []string{"prelude.lua"}
 	if mask&(1<<TokenBucket|1<<LeakyBucket) != 0 {
 		files = append(files, "gcra.lua")
@@ -55,7 +55,7 @@ func assemble(mask uint8, main string) string {
 		}
 	}
 	var src []byte
-	for _, f := range append(files, main) {
+	for _, f := range append(files, main...) {
 		src = append(append(src, mustRead(f)...), '\n')
 	}
 	return string(src)

@@ -1,8 +1,10 @@
--- acquire.lua: grant between min and max units to every limit of one key, or
--- to none (all-or-nothing across the limits).
+-- acquire.lua: admission. Grant between min and max units to every limit of
+-- one key, or to none (all-or-nothing across the limits); under the fair
+-- share (fairshare.lua) of the key's members (members.lua), no more than
+-- this member's share allows.
 --
 -- KEYS[i]   state key of limit i; all KEYS share one hash tag (one slot)
--- KEYS[n+1] with a member id only: the key's members hash (see below)
+-- KEYS[n+1] with a member id only: the key's members hash (members.lua)
 -- KEYS[#KEYS] the key's block (Store.Block): while it exists, nothing is
 --           granted
 -- ARGV[1]   min: grant at least this many units, or nothing
@@ -18,29 +20,10 @@
 -- ARGV[8]   horizon (us): how long a lease of this member is meant to last
 -- ARGV[9..] the limits, four values each (see limit() in prelude.lua)
 --
--- Members. A key leased by several instances keeps a hash of them next to
--- its state: member id -> "expires demand tokens at since" (us, units/s,
--- units, us, us; tokens 'x' for a bucket not kept, which counts as full;
--- since, when it joined, may be missing from an entry an older release
--- wrote). A member
--- counts until `expires`, three horizons after its last lease (at least a
--- second); the hash expires with its last member. Instances that never
--- lease the key cost it nothing.
---
--- Fair share (max-min, as Doorman's): while the members together want more
--- than the key's rate R (the smallest rate of its limits, per second), each
--- gets at most f = min(demand, L), where the level L makes the f add up to
--- R. A member's grants then come out of a bucket of its own that refills at
--- f and holds f/R of the tightest limit's capacity C: the buckets add up to
--- the capacity, so what each holds is also in the limit's room, and no
--- member that asks less often loses its share to those that ask more. The
--- room beyond what the buckets hold (spare) is anybody's, so none is lost
--- while someone wants it. The shares are held to only while the room is
--- short of what the members want over a horizon. A member short of its
--- bucket, or finding the limits short, waits until there is a useful batch
--- (a tenth of a horizon of its share, less for a small burst, or what a window
--- has left), not for every unit as it frees up. While the demand fits in R
--- the member buckets stay full and change nothing.
+-- Members (members.lua) and their fair share (fairshare.lua): a member
+-- short of its bucket, or finding the limits short, waits until there is a
+-- useful batch (a tenth of a horizon of its share, less for a small burst,
+-- or what a window has left), not for every unit as it frees up.
 --
 -- Returns ten integers:
 --   granted      units charged to every limit; 0 means denied, nothing charged
@@ -68,18 +51,6 @@ local min, max, reserve = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]
 local member, demand = ARGV[4], tonumber(ARGV[5])
 local back, back_at, horizon = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local bkey = KEYS[#KEYS]
--- A batch is a tenth of a horizon of a rate: rate (units/s) * h (us) /
--- TENTH is its size in units.
-local TENTH = 10000000
--- From a bucket, the batches together may hold the capacity and an eighth.
-local OVER = 1.125
--- A window's members' parts are released for its last 1/RELEASE, its
--- second half: a member that is slow to take its part (a loaded machine)
--- or stopped asking holds it from the others for half a window at most,
--- and the rest is taken while a good part of the window remains, however
--- slow the members' leases come back; a member that asks at all takes its
--- part in the first half.
-local RELEASE = 2
 local n = #KEYS - 1
 local mkey
 if member ~= '' then
@@ -139,55 +110,18 @@ if windowed then
   release_at = math.floor(wlen / RELEASE)
   released = tv <= release_at
 end
--- allot(fx) is a member's part of the window at the fair rate fx: f/R of
--- its units (R * wlen / 1e6 of them).
-local function allot(fx) return fx * wlen / 1000000 end
-
 -- Members and the fair share: cap is what this member may take now (huge
 -- when the demand fits), need the least grant worth its while.
 local cap, need, members, refill = math.huge, min, 0, 0
 local tokens -- this member's bucket, while the demand exceeds the rate
 local bucket = 0 -- the size of this member's bucket
-local save = function() return 0 end -- writes this member's entry, less a grant
 local spare = 0 -- room no member's bucket claims
 local debt = false -- a grant is charged to the bucket in full, into debt
+local ttl, last, since = 0, 0, NOW -- this member's entry (members.lua)
 if mkey then
-  local ttl = math.max(3 * horizon, 1000000)
-  local raw = redis.call('HGETALL', mkey)
-  local ds, total, last = { demand }, demand, NOW + ttl
-  local at -- when this member's bucket was last written
-  -- since: when this member joined the key's members (its entry's last
-  -- field; an entry without one counts as joined when last written).
-  local since = NOW
-  -- settled: every member joined before the current window opened (see
-  -- windowed, below).
-  local settled = true
-  -- The other members' buckets, for what they claim of the room: their
-  -- demand, tokens ('x': full) and when those were written, in turn.
-  local others = {}
-  for j = 1, #raw, 2 do
-    local e, d, tk, t, s0 = string.match(raw[j + 1], '^(%d+) (%d+) (%S+) (%d+) ?(%d*)$')
-    e = tonumber(e)
-    if not e or e <= NOW then
-      redis.call('HDEL', mkey, raw[j])
-    else
-      local joined = tonumber(s0) or tonumber(t)
-      if joined >= wstart then settled = false end
-      if raw[j] == member then
-        since = joined
-        -- A bucket of 'x' is not kept (the demand fitted): a full one.
-        if tk ~= 'x' then tokens, at = tonumber(tk), tonumber(t) end
-      else
-        d = tonumber(d)
-        ds[#ds + 1], total = d, total + d
-        local k = #others
-        -- (false, not nil, for a bucket not kept: nil would end the list)
-        others[k + 1], others[k + 2], others[k + 3] = d, tonumber(tk) or false, tonumber(t)
-        if e > last then last = e end
-      end
-    end
-  end
-  if since >= wstart then settled = false end
+  ttl = member_ttl(horizon)
+  local ds, total, at, settled, others
+  ds, total, last, tokens, at, since, settled, others = read_members(mkey, member, demand, ttl, wstart)
   -- A window is shared out by parts only among members that all knew of
   -- each other as it opened: in a window where a member joins (the first
   -- of a run, a fleet's restart), the parts of the members already there
@@ -195,42 +129,17 @@ if mkey then
   -- the members' buckets refill as a bucket's, as for any other limit.
   windowed = windowed and settled
   members = #ds
-  local f = demand -- this member's fair rate
   if total > R then
-    -- Water-filling: the smallest demands are met in full, the rest share
-    -- what is left equally; L is that equal part.
-    table.sort(ds)
-    local left, L = R, R
-    for j = 1, #ds do
-      L = left / (#ds - j + 1)
-      if ds[j] >= L then break end
-      left = left - ds[j]
-    end
-    f = math.min(demand, L)
+    local L = water_level(ds, R)
+    local f = math.min(demand, L) -- this member's fair rate
     local h = horizon
     if valid >= 0 and valid < h then h = valid end
-    -- The batch worth waiting for: the share's worth of a tenth of a
-    -- horizon (of what is left of the window, for a window): small, so
-    -- that what a member holds unused at any time is little, and large
-    -- enough that it asks only a few times a horizon; from a bucket, no
-    -- more than this member's part of the capacity and an eighth (OVER)
-    -- and no more than half of the capacity, so that each batch fits
-    -- twice (a small burst is never outwaited) and the batches together
-    -- hold little more than the capacity: the bucket does not fill up and
-    -- overflow while its members wait for their batches. (The eighth over
-    -- saves a tenth of the leases where the capacity sets the batches,
-    -- for about half a point of accuracy: docs/leasing.md, "Small
-    -- bursts".) (A window that will not have a
-    -- batch before it ends gives what it has left: see below.) A member's
-    -- bucket holds a batch (at least min): what the buckets hold is kept
-    -- from the others, so it is room that waits unused, a tenth of what
-    -- the key makes in a horizon in all, little more than its capacity.
-    local function size_of(fx, least_grant)
-      local b = fx * h / TENTH
-      if valid < 0 then b = math.min(b, OVER * fx / R * C, C / 2) end
-      return math.floor(b), math.max(least_grant, b)
-    end
-    local batch, size = size_of(f, min)
+    -- A member's bucket holds a batch (at least min): what the buckets
+    -- hold is kept from the others, so it is room that waits unused, a
+    -- tenth of what the key makes in a horizon in all, little more than
+    -- its capacity. (A window that will not have a batch before it ends
+    -- gives what it has left: see below.)
+    local batch, size = batch_size(f, min, h, valid, R, C)
     -- A window's room comes whole, when the window opens: a bucket that
     -- refills over the window would spread it out, and the member that
     -- asks fastest would take what the buckets leave. So when the key's
@@ -241,7 +150,7 @@ if mkey then
     -- member that stopped asking strands nothing. A window opened late in
     -- a run is still taken at once, each member taking its part.
     if windowed then
-      size = allot(f)
+      size = allot(f, wlen)
       if not tokens or at < wstart then tokens = size else tokens = math.min(size, tokens) end
     elseif not tokens then tokens = size else
       tokens = math.min(size, tokens + f * (NOW - at) / 1000000)
@@ -253,20 +162,7 @@ if mkey then
     -- to its bucket. So a member that asks less often than the others
     -- still finds its share, and room that a member leaves unused goes to
     -- those who want it rather than overflow the limit's capacity.
-    local claims = 0 -- what the other members' buckets hold
-    for j = 1, #others, 3 do
-      local fj = math.min(others[j], L)
-      local tk = others[j + 1]
-      if windowed then
-        local aj = allot(fj)
-        if tk and others[j + 2] >= wstart then tk = math.min(aj, tk) else tk = aj end
-        if released then tk = 0 end
-      else
-        local _, sj = size_of(fj, 1)
-        if tk then tk = math.min(sj, tk + fj * (NOW - others[j + 2]) / 1000000) else tk = sj end
-      end
-      claims = claims + math.max(0, math.floor(tk)) -- whole units
-    end
+    local claims = claims_of(others, L, windowed and wlen or 0, wstart, released, h, valid, R, C)
     local room = math.floor(math.max(0, AV[tight] - claims))
     spare = math.max(0, room - math.max(0, tokens))
     -- The shares are held to only while the room is short (less than the
@@ -290,29 +186,35 @@ if mkey then
   else
     tokens = nil -- the demand fits: no bucket of its own
   end
-  -- The member entry is written whatever the outcome: the demand counts
-  -- even when nothing is granted. A grant is charged to the bucket as far
-  -- as the bucket holds it (the rest was spare), or wholly when it is
-  -- taken in debt.
-  save = function(g)
-    local tk = 'x'
-    if tokens then
-      -- A member in debt pays for spare too: it took its part before.
-      local charged = math.min(g, math.max(0, tokens))
-      if debt or tokens < 0 then charged = g end
-      tk = string.format('%.3f', math.max(-C, tokens - charged))
-      tokens = tokens - charged
-      spare = spare - (g - charged)
-    end
-    redis.call('HSET', mkey, member, string.format('%d %d %s %d %d', NOW + ttl, demand, tk, NOW, since))
-    redis.call('PEXPIRE', mkey, int(cdiv(last - NOW, 1000)))
+end
+
+-- Writes this member's entry, when the call names one, whatever the
+-- outcome: the demand counts even when nothing is granted. A grant of g is
+-- charged to the bucket as far as the bucket holds it (the rest was spare),
+-- or wholly when it is taken in debt (a member in debt pays for spare too:
+-- it took its part before); a bucket is never kept below -C.
+local function save(g)
+  if not mkey then return end
+  local kept
+  if tokens then
+    local charged = math.min(g, math.max(0, tokens))
+    if debt or tokens < 0 then charged = g end
+    kept = math.max(-C, tokens - charged)
+    tokens = tokens - charged
+    spare = spare - (g - charged)
   end
-  local retry = 0
-  if refill > 0 and cap < need and windowed then
+  write_member(mkey, member, demand, kept, since, ttl, last)
+end
+
+-- Short of a batch under the fair share: denied, back once the bucket
+-- holds the batch.
+if refill > 0 and cap < need then
+  local retry
+  if windowed then
     -- The member's part of the window is spent, and the others' parts are
     -- theirs: back when they are released, or when the window ends.
     if released then retry = math.max(1, tv) else retry = math.max(1, tv - release_at) end
-  elseif refill > 0 and cap < need then
+  else
     retry = math.max(1, cdiv((need - cap) * 1000000, refill))
     if valid >= 0 and retry >= valid and least >= min then
       -- The window ends before this member's share makes a batch: what it
@@ -320,8 +222,7 @@ if mkey then
       cap, debt = math.huge, true
     end
   end
-  if refill > 0 and cap < need then
-    -- Denied by the fair share: back once the bucket holds the batch.
+  if cap < need then
     save(0)
     local alg, rate, period, burst = limit(tight)
     local reset = ALG[alg].reset(S1[tight], S2[tight], S3[tight], rate, period, burst)

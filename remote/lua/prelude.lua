@@ -1,7 +1,8 @@
 -- prelude.lua: shared by every script. For each policy the Go side
 -- concatenates
 --   prelude.lua, gcra.lua (if a bucket is used), the file of each algorithm
---   the policy uses, then acquire.lua or refund.lua
+--   the policy uses, then members.lua, fairshare.lua and acquire.lua, or
+--   refund.lua
 -- into one script, so a policy that mixes algorithms is still decided by one
 -- atomic call.
 --

@@ -1,0 +1,93 @@
+-- fairshare.lua: the max-min fair share of a key's rate among its members
+-- (members.lua), for acquire.lua.
+--
+-- While the members together want more than the key's rate R (the smallest
+-- rate of its limits, per second), each gets at most f = min(demand, L),
+-- where the level L makes the f add up to R (Doorman's max-min share). A
+-- member's grants then come out of a bucket of its own that refills at f
+-- and holds a batch: what the buckets hold is kept from the others, so no
+-- member that asks less often loses its share to those that ask more. The
+-- room beyond what the buckets hold (spare) is anybody's, so none is lost
+-- while someone wants it. While the demand fits in R the member buckets stay
+-- full and change nothing.
+--
+-- Floats. The fair rates (L, f) and the member buckets are fractions of a
+-- unit, and a bucket is stored to a thousandth of one (members.lua). This is
+-- the one place floats appear, and it is harmless to the bound: the buckets
+-- decide only which member may take how much of the room, never how much
+-- room there is. Every grant is a whole number of units (math.floor),
+-- charged to the limits' integer state, which alone enforces the bound; a
+-- rounding error moves at most a unit from one member's turn to another's.
+
+-- A batch is a tenth of a horizon of a share: rate (units/s) * h (us) /
+-- TENTH is its size in units. Small, so that what a member holds unused at
+-- any time is little; large enough that it asks only about ten times a
+-- horizon.
+local TENTH = 10000000
+-- From a bucket, the batches together may hold the capacity and an eighth:
+-- a member's batch is at most its part of the capacity times OVER. The
+-- eighth saves a tenth of the leases where the capacity sets the batches;
+-- it can hold an eighth of the capacity from the others for a batch's time
+-- (docs/leasing.md, "Small bursts").
+local OVER = 1.125
+-- A window's members' parts are released for its last 1/RELEASE, its second
+-- half: a member that is slow to take its part (a loaded machine) or stopped
+-- asking holds it from the others for half a window at most, and the rest is
+-- taken while a good part of the window remains, however slow the members'
+-- leases come back; a member that asks at all takes its part in the first
+-- half.
+local RELEASE = 2
+
+-- The level L of the water-filling of demands ds (sorted in place) to R: the
+-- smallest demands are met in full, the rest share what is left equally.
+local function water_level(ds, R)
+  table.sort(ds)
+  local left, L = R, R
+  for j = 1, #ds do
+    L = left / (#ds - j + 1)
+    if ds[j] >= L then break end
+    left = left - ds[j]
+  end
+  return L
+end
+
+-- The batch worth waiting for at the fair rate fx, and the size of the
+-- bucket that holds it (at least least_grant units). A batch is the share's
+-- worth of a tenth of a horizon h (of what is left of the window, for a
+-- window); from a bucket (valid < 0) no more than the member's part of the
+-- capacity C and an eighth (OVER) and no more than half of C, so that each
+-- batch fits twice (a small burst is never outwaited) and the batches
+-- together hold little more than C: the bucket does not fill up and
+-- overflow while its members wait for their batches.
+local function batch_size(fx, least_grant, h, valid, R, C)
+  local b = fx * h / TENTH
+  if valid < 0 then b = math.min(b, OVER * fx / R * C, C / 2) end
+  return math.floor(b), math.max(least_grant, b)
+end
+
+-- A member's part of a window of wlen us at the fair rate fx: f/R of its
+-- units (R * wlen / 1e6 of them).
+local function allot(fx, wlen) return fx * wlen / 1000000 end
+
+-- What the other members' buckets hold now (whole units), at the level L:
+-- kept from this member. others as read_members returns it. For a window
+-- (wlen > 0) a bucket holds what is left of the member's part of the window
+-- that started at wstart, nothing once released; otherwise it refilled at
+-- its fair rate since written, up to its size.
+local function claims_of(others, L, wlen, wstart, released, h, valid, R, C)
+  local claims = 0
+  for j = 1, #others, 3 do
+    local fj = math.min(others[j], L)
+    local tk = others[j + 1]
+    if wlen > 0 then
+      local aj = allot(fj, wlen)
+      if tk and others[j + 2] >= wstart then tk = math.min(aj, tk) else tk = aj end
+      if released then tk = 0 end
+    else
+      local _, sj = batch_size(fj, 1, h, valid, R, C)
+      if tk then tk = math.min(sj, tk + fj * (NOW - others[j + 2]) / 1000000) else tk = sj end
+    end
+    claims = claims + math.max(0, math.floor(tk))
+  end
+  return claims
+end
