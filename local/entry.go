@@ -61,6 +61,9 @@ type Entry[P any] struct {
 	// asked counts the units denied locally (cached denials): wanted, but
 	// not taken. Added to off the hit path.
 	asked atomic.Int64
+	// waiting counts the callers that wait (Wait) for units of the entry,
+	// from their first denial until they return.
+	waiting atomic.Int64
 
 	// The last word from Redis on this key (see Word), and the members of
 	// the key (0: unknown). Written at each lease.
@@ -202,6 +205,11 @@ func (e *Entry[P]) Back() int64 {
 // lease): the demand counts them.
 func (e *Entry[P]) Wanted(n int64) { e.asked.Add(n) }
 
+// Waiting counts a caller that waits for the entry's units (d = 1), from
+// its first denial, and its end (d = -1). While any waits, the leases of
+// the entry say so (Lease.Waiting).
+func (e *Entry[P]) Waiting(d int64) { e.waiting.Add(d) }
+
 // Word is the last word from Redis on an entry's key: what the Results of
 // its local hits and cached denials report.
 type Word struct {
@@ -266,6 +274,10 @@ type Lease struct {
 	// Epoch is the entry's epoch at the start (see Forget): its grant is
 	// filled with it (Grant.Epoch).
 	Epoch uint64
+	// Waiting: callers wait for the entry's units (see Entry.Waiting). A
+	// caller asleep until its retry asks nothing meanwhile, so the demand
+	// it measures is less than it wants.
+	Waiting bool
 }
 
 // StartLease starts a lease of the entry at now for a request of n units
@@ -313,7 +325,8 @@ func (e *Entry[P]) startLocked(n, now int64) Lease {
 	taken, asked := e.allowance.Taken(), e.asked.Load()
 	e.demand.Observe(taken-e.seen+asked-e.askedSeen+n, now)
 	e.seen, e.askedSeen = taken, asked
-	l := Lease{Rate: e.demand.Rate(), WindowEnd: e.windowEnd, LastGrant: e.lastGrant, Back: e.back, BackAt: e.backAt, Epoch: e.epoch}
+	l := Lease{Rate: e.demand.Rate(), WindowEnd: e.windowEnd, LastGrant: e.lastGrant, Back: e.back, BackAt: e.backAt, Epoch: e.epoch,
+		Waiting: e.waiting.Load() > 0}
 	e.back = 0
 	return l
 }

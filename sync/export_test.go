@@ -10,3 +10,4 @@ func Refusing(l *Leaser) bool {
 	defer l.batcher.mu.Unlock()
 	return l.batcher.closed
 }
+func ID(l *Leaser) string { return l.id }

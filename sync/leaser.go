@@ -313,6 +313,16 @@ func (l *Leaser) Prefetch(e *Entry) {
 func (l *Leaser) plan(e *Entry, st local.Lease, n, now int64) *call {
 	p := e.Policy()
 	rate := st.Rate
+	if st.Waiting {
+		// Callers wait for the key's units: each asks once per retry and
+		// sleeps meanwhile, so the demand measured is what the key got, not
+		// what it wants. A waiter takes whatever comes, as a caller that
+		// spins does: it wants the key's whole rate, and the fair share
+		// (max-min) holds it to its part. Measured alone, the waiters of
+		// each instance would say they want what they got, and the share
+		// would leave them where they are.
+		rate = max(rate, p.Rate())
+	}
 	h := max(l.cfg.horizon(), min(4*l.batcher.roundTrip(), l.cfg.TTL/2))
 	want := rate * h.Seconds()
 	if st.WindowEnd > now {

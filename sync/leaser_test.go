@@ -461,3 +461,53 @@ func TestGuardedLeaser(t *testing.T) {
 		// (the test's cleanup), before goleak looks.
 	})
 }
+
+// A caller waiting for a key's units (Entry.Waiting) wants them all: the
+// leases made while it waits tell Redis the key's whole rate as this
+// member's demand, whatever the demand measured, so that the fair share
+// holds it to its part rather than to what it got while asleep.
+func TestWaitersWantTheKeysRate(t *testing.T) {
+	mr := redistest.StartMini(t)
+	clk := clock.NewManual(mr.Now())
+	c := mr.Client(t)
+	l := newLeaser(t, c, clk, cfg())
+	p, err := remote.NewPolicy("p", []remote.Limit{{Algorithm: remote.TokenBucket, Rate: 500, Period: time.Second, Burst: 500}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := l.NewTable(p, nil).GetOrCreate("k")
+	demand := func() int64 {
+		t.Helper()
+		mr.Advance(100 * time.Millisecond)
+		clk.Advance(100 * time.Millisecond)
+		if _, _, err := l.Lease(context.Background(), e, 1); err != nil {
+			t.Fatal(err)
+		}
+		v, err := c.HGet(context.Background(), "t:{p:k}:m", leasesync.ID(l)).Result()
+		if errors.Is(err, redis.Nil) {
+			return 0 // no member: no demand measured yet
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var exp, d int64
+		if _, err := fmt.Sscanf(v, "%d %d", &exp, &d); err != nil {
+			t.Fatalf("member entry %q: %v", v, err)
+		}
+		return d
+	}
+	if d := demand(); d != 0 {
+		t.Fatalf("cold lease: demand %d, want none (no member)", d)
+	}
+	if d := demand(); d <= 0 || d >= 500 {
+		t.Fatalf("measured demand %d, want a few units a second", d)
+	}
+	e.Waiting(1)
+	if d := demand(); d != 500 {
+		t.Fatalf("demand %d while a caller waits, want the key's rate 500", d)
+	}
+	e.Waiting(-1)
+	if d := demand(); d >= 500 {
+		t.Fatalf("demand %d once nobody waits, want the measured one", d)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ratelease/ratelease/remote"
+	leasesync "github.com/ratelease/ratelease/sync"
 )
 
 // allowExact decides with one Redis call, or by the failure mode.
@@ -30,18 +31,7 @@ func (e *Engine) allowExact(ctx context.Context, p *remote.Policy, key string, n
 // instead of polling; a wait cancelled before its slot gives the slot back.
 func (e *Engine) Wait(ctx context.Context, p *remote.Policy, key string, n int64) error {
 	if e.leaser != nil && Leasable(p) {
-		for {
-			if e.closed.Load() {
-				return ErrClosed
-			}
-			d, err := e.Allow(ctx, p, key, n)
-			if err != nil || d.Allowed {
-				return err
-			}
-			if err := e.sleep(ctx, d.RetryAfter); err != nil {
-				return err
-			}
-		}
+		return e.waitLeased(ctx, p, key, n)
 	}
 	if _, err := e.check(p); err != nil {
 		return err
@@ -144,5 +134,36 @@ func (e *Engine) decided(p *remote.Policy, d remote.Decision) Decision {
 		RetryAfter: d.RetryAfter,
 		ResetAfter: d.ResetAfter,
 		Blocked:    d.Blocked,
+	}
+}
+
+// waitLeased is Wait for a policy that leases: Allow, and sleep for each
+// denial's RetryAfter. From its first denial until it returns, the caller
+// is counted on the key's entry (Entry.Waiting): asleep, it asks nothing,
+// and the key's leases say for it that it wants more than the key got.
+func (e *Engine) waitLeased(ctx context.Context, p *remote.Policy, key string, n int64) error {
+	var waiting *leasesync.Entry
+	defer func() {
+		if waiting != nil {
+			waiting.Waiting(-1)
+		}
+	}()
+	for {
+		if e.closed.Load() {
+			return ErrClosed
+		}
+		d, err := e.Allow(ctx, p, key, n)
+		if err != nil || d.Allowed {
+			return err
+		}
+		if waiting == nil && d.Source != Fallback {
+			if ent, err := e.entry(p, key); err == nil {
+				waiting = ent
+				ent.Waiting(1)
+			}
+		}
+		if err := e.sleep(ctx, d.RetryAfter); err != nil {
+			return err
+		}
 	}
 }

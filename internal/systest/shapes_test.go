@@ -490,24 +490,11 @@ func (r shapeRow) check(t *testing.T) {
 	// its end gives up at once, its deadline coming first, and which
 	// waiters those are is chance, not a share.)
 	if r.exact.worst >= 0.9 && !(r.cell.shape.kind == "wait" && r.cell.alg != ratelease.TokenBucket) {
-		// Waiters are held at 0.25: in lease mode a waiter asleep for its
-		// RetryAfter asks once per sleep, so its measured demand, its fair
-		// share and so its next RetryAfter feed each other; an instance
-		// got 0.37 of its share in one run of some twenty (open: see
-		// docs/leasing.md).
-		guard := 0.5
-		if r.cell.shape.kind == "wait" {
-			guard = 0.25
-		}
-		if r.cell.alg != ratelease.TokenBucket {
-			// A window's room comes all at once, as it opens, and under the
-			// fair share it is spare, anybody's: the member whose leases
-			// come back fastest takes most of it (0.35-0.5 of a fair share
-			// for the slowest, flooding). Sharing it out cost the runs
-			// that start mid-window their floor, and was taken back: an
-			// open point of docs/leasing.md.
-			guard = 0.25
-		}
+		// Held at half a share: a cell lasts a few seconds, and a window's
+		// room comes a window at a time, so chance (which member's lease
+		// comes back first as a window opens, or its parts are released)
+		// moves a share by more than a bucket's.
+		const guard = 0.5
 		target(t, r.lease.worst >= 0.9, r.lease.worst >= guard,
 			"lease mode: the worst instance got %.2f of its max-min fair share; target at least 0.9 (held at %.2f)", r.lease.worst, guard)
 	}
