@@ -140,8 +140,8 @@
 //	}
 //
 // All three are tested in examples/frameworks, a module of its own so that
-// no framework enters the main go.mod, which has this adapter as
-// frameworks.Gin: its examples make real requests to an httptest server,
+// no framework enters the main go.mod. That module also holds this adapter,
+// as frameworks.Gin. Its examples make real requests to an httptest server,
 // and its tests check, in exact and lease mode, that the headers reach
 // every response, that the handlers after the middleware run for admitted
 // requests only (in gin the request is aborted, and an earlier gin
