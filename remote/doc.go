@@ -14,7 +14,7 @@
 //     Store.Reset deletes a key's state with one DEL; Store.Block and
 //     Unblock set and delete a key's block, which acquire and peek read
 //     before anything else (a blocked key is denied, charging nothing);
-//   - the key layout <prefix>:{<policy>:<key>}:<limit> (and :m for the
+//   - the key layout <prefix>:{<policy>:<key>}:<algorithm>:<period µs> (and :m for the
 //     key's members, :b for its block), whose hash tag puts every limit of
 //     one key in one Redis Cluster slot;
 //   - [Store], which runs the scripts on any redis.UniversalClient through

@@ -3,7 +3,7 @@
 // the frameworks never enter the main go.mod; its examples and tests run
 // with
 //
-//	cd examples/frameworks && go test -race ./...
+//	cd examples/frameworks && go test -race -v .
 //
 // httplimit.New returns a func(http.Handler) http.Handler, the standard
 // library's middleware shape. Each framework takes it in one line:

@@ -10,8 +10,8 @@
 // those of work in the background started with Go), and its Close waits
 // for them for a bounded time only.
 //
-// It knows nothing of Redis, leases or decisions: the callers (packages
-// tier and sync) say what a call is and what a late result means.
+// It knows nothing of Redis, leases or decisions: its caller (package
+// internal/door) says what a call is and what a late result means.
 package guard
 
 import (
