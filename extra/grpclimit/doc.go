@@ -19,6 +19,13 @@
 // and options checked once, by New, with sentinel errors (ErrNoLimiter,
 // ErrNoPolicy, ErrInvalidOption).
 //
+// A call that a dimension's KeyFunc gives no key for (an anonymous call
+// under a per-API-key policy) is what WithMissingKey says, with
+// httplimit's choices: DenyMissingKey refuses it (codes.Unauthenticated
+// with the default error handler), the safe choice when every client must
+// be limited; FallbackKey("anonymous") limits every such call under one
+// shared key; PassMissingKey, the default, leaves it out of that policy.
+//
 // An admitted call gets the fields in its header metadata. A denied call
 // fails with codes.ResourceExhausted: its status carries an
 // errdetails.RetryInfo, whose delay is the Result's RetryAfter, and an

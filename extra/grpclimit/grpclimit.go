@@ -29,8 +29,9 @@ var ErrNoPolicy = errors.New("grpclimit: nil policy")
 // ErrInvalidOption: an option whose value cannot work: a method name that
 // is not "/package.Service/Method" or "/package.Service/*", a method given
 // twice to WithMethod or to both WithMethod and WithExempt, a nil handler,
-// a header style that does not exist; for UnaryClientInterceptor, a
-// negative WithMaxRetries or a WithMaxWait that is not positive.
+// a header style that does not exist, a FallbackKey longer than
+// ratelease.MaxKeyLen; for UnaryClientInterceptor, a negative
+// WithMaxRetries or a WithMaxWait that is not positive.
 var ErrInvalidOption = errors.New("grpclimit: invalid option")
 
 // Option configures an Interceptor (New).
@@ -43,7 +44,8 @@ func (f optionFunc) apply(c *config) { f(c) }
 
 // WithKey sets the key of the Interceptor's own policy and of every
 // WithMethod policy. The default (and what a nil key means, here and in
-// WithDimension) is ClientIP(), with no trusted proxies.
+// WithDimension) is ClientIP(), with no trusted proxies. A call the key
+// function gives no key for is WithMissingKey's.
 func WithKey(key KeyFunc) Option { return optionFunc(func(c *config) { c.key = key }) }
 
 // WithMethod limits the calls of a method under p instead of New's policy,
@@ -175,6 +177,8 @@ func DefaultDeniedHandler(_ context.Context, d Denial) error {
 //   - ratelease.ErrUnavailable (Redis is down, or slower than the
 //     Limiter's Redis timeout, and the Limiter's mode is FailClosed) and
 //     ratelease.ErrClosed: codes.Unavailable;
+//   - ErrMissingKey (a call without a key, under DenyMissingKey):
+//     codes.Unauthenticated, as httplimit answers 401;
 //   - ratelease.ErrInvalidKey (a key longer than MaxKeyLen, from metadata
 //     say) and ratelease.ErrExceedsCapacity (a cost no limit can admit):
 //     codes.InvalidArgument;
@@ -189,6 +193,8 @@ func DefaultErrorHandler(_ context.Context, c Call, err error) error {
 		return status.Error(codes.Unavailable, "rate limiter unavailable")
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()
+	case errors.Is(err, ErrMissingKey):
+		return status.Error(codes.Unauthenticated, "a key is required")
 	case errors.Is(err, ratelease.ErrInvalidKey), errors.Is(err, ratelease.ErrExceedsCapacity):
 		return status.Error(codes.InvalidArgument, "call cannot be rate limited: "+err.Error())
 	default:
@@ -274,6 +280,7 @@ func (i *Interceptor) ServerOptions() []grpc.ServerOption {
 
 type config struct {
 	key     KeyFunc
+	missing MissingKey
 	own     *dimension            // New's policy
 	methods map[string]*dimension // a method's own policy, by full method
 	svcs    map[string]*dimension // a service's policy, by "/package.Service/"
@@ -321,6 +328,9 @@ func (c *config) build(p *ratelease.Policy) error {
 	}
 	if c.styles&^AllHeaders != 0 {
 		return fmt.Errorf("%w: header style %#x", ErrInvalidOption, uint8(c.styles))
+	}
+	if len(c.missing.fallback) > ratelease.MaxKeyLen {
+		return fmt.Errorf("%w: FallbackKey of %d bytes, more than %d", ErrInvalidOption, len(c.missing.fallback), ratelease.MaxKeyLen)
 	}
 	c.own = &dimension{policy: p, key: c.key}
 	c.own.describe()
@@ -428,22 +438,30 @@ func (i *Interceptor) decide(ctx context.Context, call Call, s sender) error {
 			return c.onError(ctx, call, fmt.Errorf("%w: WithCost's function returned %d for %s", ratelease.ErrInvalidN, cost, call.FullMethod))
 		}
 	}
-	// The dimensions that apply (a key), all of them named in
-	// ratelimit-policy on every response, decided in order until one
-	// denies: each decision is made in place, in as[:n]. No allocation for
-	// up to four.
+	// The dimensions that apply (a key, or WithMissingKey's fallback), all
+	// of them named in ratelimit-policy on every response, decided in
+	// order until one denies: each decision is made in place, in as[:n].
+	// No allocation for up to four. Every key is read before any decision,
+	// so that DenyMissingKey refuses a call before anything is charged.
 	var pending [4]httplimit.Decision
 	var dims [4]*httplimit.Dimension
 	as, applying := pending[:0], dims[:0]
-	if key := own.key(ctx, call); key != "" {
-		as = append(as, httplimit.Decision{Dimension: own.fields, Key: key})
-		applying = append(applying, own.fields)
-	}
-	for j := range c.extra {
-		if key := c.extra[j].key(ctx, call); key != "" {
-			as = append(as, httplimit.Decision{Dimension: c.extra[j].fields, Key: key})
-			applying = append(applying, c.extra[j].fields)
+	for j := -1; j < len(c.extra); j++ {
+		d := own
+		if j >= 0 {
+			d = &c.extra[j]
 		}
+		key := d.key(ctx, call)
+		if key == "" {
+			if c.missing.deny {
+				return c.onError(ctx, call, fmt.Errorf("%w: %s under policy %q", ErrMissingKey, call.FullMethod, d.policy.Name()))
+			}
+			if key = c.missing.fallback; key == "" {
+				continue
+			}
+		}
+		as = append(as, httplimit.Decision{Dimension: d.fields, Key: key})
+		applying = append(applying, d.fields)
 	}
 	if len(as) == 0 {
 		return nil

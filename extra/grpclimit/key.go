@@ -24,16 +24,18 @@ type Call struct {
 }
 
 // KeyFunc returns the key that a call is limited by under one policy. An
-// empty key means that the policy does not apply to the call (an anonymous
-// call under a per-API-key policy, say).
+// empty key means that the call has none under the policy (an anonymous
+// call under a per-API-key policy, say): WithMissingKey says what then
+// happens; by default (PassMissingKey) the policy does not apply to the
+// call.
 type KeyFunc func(ctx context.Context, c Call) string
 
 // Metadata returns a KeyFunc that keys calls by the first value of the
 // named incoming metadata key (an API key, say; the name is matched without
-// regard to case, as gRPC lowercases metadata keys). A call without it is
-// not limited by that dimension. A value longer than ratelease.MaxKeyLen
-// is an error (ratelease.ErrInvalidKey: codes.InvalidArgument with the
-// default error handler).
+// regard to case, as gRPC lowercases metadata keys). A call without it
+// has no key under that dimension: see WithMissingKey. A value longer
+// than ratelease.MaxKeyLen is an error (ratelease.ErrInvalidKey:
+// codes.InvalidArgument with the default error handler).
 func Metadata(name string) KeyFunc {
 	name = strings.ToLower(name)
 	return func(ctx context.Context, _ Call) string {
@@ -67,8 +69,8 @@ func FullMethod() KeyFunc {
 // prefix ("2001:db8:1:2::/64"): one subscriber gets a whole /64, and keying
 // each address would give them billions of keys. A peer that is not an IP
 // (a Unix socket, say) is keyed by its address as it is; a call with no
-// peer at all (which a gRPC server always sets) is not limited by the
-// dimension.
+// peer at all (which a gRPC server always sets) has no key (see
+// WithMissingKey).
 //
 // The address is found by httplimit.ClientAddr, and keyed by
 // httplimit.IPKey, from the peer's address and the incoming metadata, so
