@@ -38,7 +38,8 @@ func TestFairShareSimulated(t *testing.T) {
 		{600, 600, 100 * ms, []float64{100, 100, 200, 400, 800}, []float64{100, 100, 133.3, 133.3, 133.3}, 0},
 		// The capacity sets the batches: together they hold it and an
 		// eighth, so a unit costs at most members/(1.125·burst) = 0.0178
-		// calls (batches within the capacity: 0.02, 0.019 measured).
+		// calls, where batches within the capacity would cost
+		// members/burst = 0.02.
 		{2000, 200, 1125 * ms, []float64{200, 400, 1000, 2400}, []float64{200, 400, 700, 700}, 0.0178},
 		{2000, 20, 1125 * ms, []float64{4000}, []float64{2000}, 0},
 	} {
@@ -170,13 +171,17 @@ func TestFairShareWindowFlood(t *testing.T) {
 
 // Six members flood a window with requests of n = 187 units each (AllowN
 // with a sixteenth of the limit), their leases coming back at different
-// speeds, as in TestFairShareWindowFlood. A lease's grant comes in whole
-// multiples of n, so no remainder below n waits unused until its window
-// ends (it did: 7 to 113 units a member), and the leases take at least
-// least of what requests of n units each, one call apiece, take (exact
-// mode's way) of the same windows: 1.000 measured on the fixed window,
-// 0.952 on the sliding window counter (0.984 while a window's spare was
-// shared out among the members, a change taken back: docs/leasing.md).
+// speeds (member i asks again i+1 ms after its answer allows, as a member
+// on a busier machine does). A lease's grant comes in whole multiples of
+// n, so no remainder below n waits unused until its window ends, and the
+// leases take at least least of what requests of n units each, one call
+// apiece, take (exact mode's way) of the same windows. Simulated time and
+// a fixed order make every run the same, so least needs no room for
+// chance. On a fixed window the leases take as much as exact mode does;
+// on a sliding window counter they take less, and least sits just under
+// what they take: its room comes as the last window's weight fades and
+// goes out in the members' batches, as a bucket's does (docs/leasing.md),
+// where exact mode's requests take it n at a time as it comes.
 func TestLeaseGrantsWholeRequests(t *testing.T) {
 	for _, c := range []struct {
 		alg   remote.Algorithm
@@ -235,8 +240,8 @@ func windowFloodOfN(t *testing.T, alg remote.Algorithm, exact bool) int64 {
 
 // A quota window that refills far slower than a horizon (50 units per 240
 // hours), flooded by two members: its spare is not charged into debt, which
-// no bucket would repay for days, so the members take all 50 between them
-// (they took 32, each locked out for hours by its own debt).
+// no bucket would repay for days and would lock each member out for hours,
+// so the members take all 50 between them.
 func TestFairShareSlowWindowIsTakenWhole(t *testing.T) {
 	f := newFake(t)
 	p := mustPolicy(t, "p", win(remote.FixedWindow, 50, 240*time.Hour))
