@@ -22,11 +22,10 @@ import (
 // loaded machine does.
 //
 // With a burst of a tenth of a second (the benchmark's accuracy workload),
-// the batches must hold little more than the burst together, or it fills
-// up and overflows while the members wait for them; they hold it and an
-// eighth, which asks a tenth less often than batches within it. And a
-// member alone at a burst of a hundredth of a second must not wait for a
-// batch the burst cannot hold.
+// the capacity sets the batches: together they hold half of it, so that it
+// does not fill up and overflow while the members come back for them. And
+// a member alone at a burst of a hundredth of a second must not wait for
+// a batch the burst cannot hold.
 func TestFairShareSimulated(t *testing.T) {
 	for _, c := range []struct {
 		rate, burst   int64
@@ -36,11 +35,10 @@ func TestFairShareSimulated(t *testing.T) {
 	}{
 		{3000, 3000, 750 * ms, []float64{375, 375, 750, 1500, 3000}, []float64{375, 375, 750, 750, 750}, 0},
 		{600, 600, 100 * ms, []float64{100, 100, 200, 400, 800}, []float64{100, 100, 133.3, 133.3, 133.3}, 0},
-		// The capacity sets the batches: together they hold it and an
-		// eighth, so a unit costs at most members/(1.125·burst) = 0.0178
-		// calls, where batches within the capacity would cost
-		// members/burst = 0.02.
-		{2000, 200, 1125 * ms, []float64{200, 400, 1000, 2400}, []float64{200, 400, 700, 700}, 0.0178},
+		// The capacity sets the batches: together they hold half of it
+		// (PART in fairshare.lua), so a unit costs at most
+		// members/(0.5·burst) = 0.04 calls.
+		{2000, 200, 1125 * ms, []float64{200, 400, 1000, 2400}, []float64{200, 400, 700, 700}, 0.04},
 		{2000, 20, 1125 * ms, []float64{4000}, []float64{2000}, 0},
 	} {
 		for _, jitter := range []bool{false, true} {

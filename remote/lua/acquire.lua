@@ -261,10 +261,9 @@ if grant < need then
     -- A member whose bucket is more than half full has been getting less
     -- than its share: it comes back in half that time, ahead of the others.
     -- From a bucket, a member whose own bucket holds its batch is owed it:
-    -- it comes back when the limit has made it (retry), no later. (The
-    -- batches may hold more than the capacity together, see size_of; a
-    -- member put off by a whole batch would leave the limit to fill up
-    -- and overflow meanwhile.)
+    -- it comes back when the limit has made it (retry), no later: a
+    -- member put off by a whole batch would leave the limit to fill up and
+    -- overflow meanwhile.
     if refill > 0 and members > 1 and decider == tight and (valid >= 0 or tokens < need) then
       local wait = cdiv(need * 1000000, refill)
       if tokens >= bucket / 2 then wait = cdiv(wait, 2) end

@@ -24,12 +24,14 @@
 -- any time is little; large enough that it asks only about ten times a
 -- horizon.
 local TENTH = 10000000
--- From a bucket, the batches together may hold the capacity and an eighth:
--- a member's batch is at most its part of the capacity times OVER. The
--- eighth saves a tenth of the leases where the capacity sets the batches;
--- it can hold an eighth of the capacity from the others for a batch's time
--- (docs/leasing.md, "Small bursts").
-local OVER = 1.125
+-- From a bucket, a member's batch is at most half its part of the capacity
+-- (PART): when every member's batch is due at once, as in a flood, the key's
+-- bucket is then half full, not full, and members that come back late (a
+-- loaded machine, a slow reply) find it still filling, with half the
+-- capacity's worth of time (C / 2R) to spare, rather than overflowing. Batches
+-- of a whole part would ask half as often, and lose what the bucket makes
+-- past its capacity while the last member is on its way.
+local PART = 0.5
 -- A window's members' parts are released for its last 1/RELEASE, its second
 -- half: a member that is slow to take its part (a loaded machine) or stopped
 -- asking holds it from the others for half a window at most, and the rest is
@@ -54,14 +56,14 @@ end
 -- The batch worth waiting for at the fair rate fx, and the size of the
 -- bucket that holds it (at least least_grant units). A batch is the share's
 -- worth of a tenth of a horizon h (of what is left of the window, for a
--- window); from a bucket (valid < 0) no more than the member's part of the
--- capacity C and an eighth (OVER) and no more than half of C, so that each
--- batch fits twice (a small burst is never outwaited) and the batches
--- together hold little more than C: the bucket does not fill up and
--- overflow while its members wait for their batches.
+-- window); from a bucket (valid < 0) no more than half the member's part of
+-- the capacity C (PART), so that the batches together hold half of C: the
+-- bucket does not fill up and overflow while its members come back for
+-- their batches, and a member alone (whose part is all of C) has a batch
+-- that fits twice, so that a small burst is never outwaited.
 local function batch_size(fx, least_grant, h, valid, R, C)
   local b = fx * h / TENTH
-  if valid < 0 then b = math.min(b, OVER * fx / R * C, C / 2) end
+  if valid < 0 then b = math.min(b, PART * fx / R * C) end
   return math.floor(b), math.max(least_grant, b)
 end
 
