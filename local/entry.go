@@ -47,6 +47,9 @@ type Entry[P any] struct {
 	windowEnd int64
 	// lastGrant is the size of the last grant, for the next lease's growth.
 	lastGrant int64
+	// request is the units of the last request that leased (its n): a
+	// lease made ahead of need asks for whole requests of it.
+	request int64
 	// cold: the lease in flight asks for its requester's units alone
 	// (see StartLease).
 	cold bool
@@ -274,6 +277,9 @@ type Lease struct {
 	// Epoch is the entry's epoch at the start (see Forget): its grant is
 	// filled with it (Grant.Epoch).
 	Epoch uint64
+	// Request is the units of the last request that leased the entry (its
+	// n; 0 before any): the requests that follow are likely of as many.
+	Request int64
 	// Waiting: callers wait for the entry's units (see Entry.Waiting). A
 	// caller asleep until its retry asks nothing meanwhile, so the demand
 	// it measures is less than it wants.
@@ -325,8 +331,11 @@ func (e *Entry[P]) startLocked(n, now int64) Lease {
 	taken, asked := e.allowance.Taken(), e.asked.Load()
 	e.demand.Observe(taken-e.seen+asked-e.askedSeen+n, now)
 	e.seen, e.askedSeen = taken, asked
+	if n > 0 {
+		e.request = n
+	}
 	l := Lease{Rate: e.demand.Rate(), WindowEnd: e.windowEnd, LastGrant: e.lastGrant, Back: e.back, BackAt: e.backAt, Epoch: e.epoch,
-		Waiting: e.waiting.Load() > 0}
+		Request: e.request, Waiting: e.waiting.Load() > 0}
 	e.back = 0
 	return l
 }

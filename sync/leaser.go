@@ -307,9 +307,11 @@ func (l *Leaser) Prefetch(e *Entry) {
 // (Refresh, or three quarters of TTL; at least four measured round trips,
 // so that a hot key's prefetch lands before its units run out), but not
 // past the end of the current window, within [Min, Max] and the policy's
-// capacity. A cold key (no demand measured yet) asks for n alone: a key
-// used once costs what one exact call does. The call also carries the
-// units of e that lapsed and are still worth giving back (st.Back).
+// capacity; a prefetch asks for at least one request of the size of the
+// last (whole multiples of it). A cold key (no demand measured yet) asks
+// for n alone: a key used once costs what one exact call does. The call
+// also carries the units of e that lapsed and are still worth giving back
+// (st.Back).
 func (l *Leaser) plan(e *Entry, st local.Lease, n, now int64) *call {
 	p := e.Policy()
 	rate := st.Rate
@@ -337,9 +339,16 @@ func (l *Leaser) plan(e *Entry, st local.Lease, n, now int64) *call {
 	if l.cfg.Max > 0 {
 		size = min(size, l.cfg.Max)
 	}
-	size = max(min(size, p.Capacity()), n)
+	least := max(n, 1)
+	if n == 0 && st.Request > 1 {
+		// Ahead of need, whole requests of the last one's size: Redis
+		// grants whole multiples of Min, and a remainder below the size of
+		// the requests that use it would wait unused until it lapses.
+		least = min(st.Request, p.Capacity())
+	}
+	size = max(min(size, p.Capacity()), least)
 	return &call{
-		req: remote.Request{Policy: p, Key: e.Key(), Min: max(n, 1), Max: size,
+		req: remote.Request{Policy: p, Key: e.Key(), Min: least, Max: size,
 			Member: l.id, Demand: int64(math.Ceil(rate)), Horizon: h,
 			Back: st.Back, BackAt: st.BackAt},
 		entry: e, start: now, epoch: st.Epoch, done: make(chan struct{}),

@@ -15,6 +15,7 @@ import (
 	"github.com/ratelease/ratelease/clock"
 	"github.com/ratelease/ratelease/internal/door"
 	"github.com/ratelease/ratelease/internal/redistest"
+	"github.com/ratelease/ratelease/local"
 	"github.com/ratelease/ratelease/remote"
 	leasesync "github.com/ratelease/ratelease/sync"
 )
@@ -509,5 +510,37 @@ func TestWaitersWantTheKeysRate(t *testing.T) {
 	e.Waiting(-1)
 	if d := demand(); d >= 500 {
 		t.Fatalf("demand %d once nobody waits, want the measured one", d)
+	}
+}
+
+// A lease made ahead of need asks for whole requests of the size of the
+// last request that leased (Redis grants whole multiples of Min): a key
+// used by AllowN(187) would otherwise hold remainders below 187 that no
+// request takes until they lapse.
+func TestPrefetchAsksForWholeRequests(t *testing.T) {
+	mr := redistest.StartMini(t)
+	clk := clock.NewManual(mr.Now())
+	l := newLeaser(t, mr.Client(t), clk, cfg())
+	p := tokenBucket(t, 1_000_000, 1_000_000)
+	e := l.NewTable(p, nil).GetOrCreate("k")
+	now := l.Now()
+	if req := leasesync.PlanOf(l, e, local.Lease{}, 0, now); req.Min != 1 {
+		t.Fatalf("a prefetch before any request asks for at least %d, want 1", req.Min)
+	}
+	st, _ := e.StartLease(187, 1, now)
+	if req := leasesync.PlanOf(l, e, st, 187, now); req.Min != 187 {
+		t.Fatalf("a request of 187 asks for at least %d", req.Min)
+	}
+	e.EndLease()
+	st, ok := e.TryStartLease(l.Now, func() bool { return true })
+	if !ok {
+		t.Fatal("no lease started ahead of need")
+	}
+	defer e.EndLease()
+	if st.Request != 187 {
+		t.Fatalf("the entry's last request was %d units, want 187", st.Request)
+	}
+	if req := leasesync.PlanOf(l, e, st, 0, l.Now()); req.Min != 187 || req.Max < 187 {
+		t.Fatalf("a prefetch after requests of 187 asks for %d to %d, want at least 187", req.Min, req.Max)
 	}
 }
