@@ -252,7 +252,7 @@ func BenchmarkPeek(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer l.Close()
-			want := map[string]ratelease.Source{"local": ratelease.Local, "redis": ratelease.Remote}[from]
+			want := map[string]ratelease.Source{"local": ratelease.SourceLocal, "redis": ratelease.SourceRemote}[from]
 			for i := 0; ; i++ { // in lease mode, until the key's demand makes a lease hold units
 				if _, err := l.Allow(ctx, p, from); err != nil {
 					b.Fatal(err)

@@ -104,6 +104,6 @@ func events(f func(Event)) func(tier.Event) {
 		return nil
 	}
 	return func(e tier.Event) {
-		f(Event{Kind: EventKind(e.Kind), Breaker: BreakerState(e.Breaker), Err: e.Err, Node: e.Node})
+		f(Event{Kind: EventKind(e.Kind), Breaker: BreakerState(e.Breaker), Err: rootErr(e.Err), Node: e.Node})
 	}
 }

@@ -72,12 +72,12 @@ func TestEventsOfAnOutage(t *testing.T) {
 	defer l.Close()
 	p := policy(t, "outage", ratelease.PerSecond(1000))
 	ctx := context.Background()
-	if res, err := l.Allow(ctx, p, "k"); err != nil || res.Source != ratelease.Remote {
+	if res, err := l.Allow(ctx, p, "k"); err != nil || res.Source != ratelease.SourceRemote {
 		t.Fatalf("Redis up: %+v, %v", res, err)
 	}
 	srv.Kill()
 	for i := range 6 {
-		if res, err := l.Allow(ctx, p, "k"); err != nil || res.Source != ratelease.Fallback {
+		if res, err := l.Allow(ctx, p, "k"); err != nil || res.Source != ratelease.SourceFallback {
 			t.Fatalf("Redis down, request %d: %+v, %v", i, res, err)
 		}
 	}
@@ -100,7 +100,7 @@ func TestEventsOfAnOutage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.Source == ratelease.Remote {
+		if res.Source == ratelease.SourceRemote {
 			break
 		}
 		if time.Now().After(deadline) {

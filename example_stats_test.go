@@ -8,8 +8,9 @@ import (
 	"github.com/ratelease/ratelease"
 )
 
-// Each policy's decisions, by outcome and by source: what a metrics
-// exporter publishes, with the policy's name as a label.
+// Each policy's decisions, by outcome and by source, and its denials by
+// the limit that decided: what a metrics exporter publishes, with the
+// policy's name as a label.
 func ExampleLimiter_PolicyStats() {
 	client, done := exampleRedis()
 	defer done()
@@ -39,7 +40,7 @@ func ExampleLimiter_PolicyStats() {
 		fmt.Printf("%s: allowed %d, denied %d, remote %d\n", name, ps.Allowed, ps.Denied, ps.Remote)
 	}
 	// Output:
-	// api: {Allowed:3 Denied:2 Local:0 Remote:5 Cached:0 Fallback:0 ShadowDenied:0}
+	// api: {Allowed:3 Denied:2 Local:0 Remote:5 Cached:0 Fallback:0 ShadowDenied:0 DeniedBy:map[3 req/s (burst 3):2]}
 	// api: allowed 3, denied 2, remote 5
 	// login: allowed 1, denied 0, remote 1
 }

@@ -40,7 +40,7 @@ func TestLeaseServesLocallyAndRefundsOnClose(t *testing.T) {
 		}
 		sources[res.Source]++
 	}
-	if sources[ratelease.Remote] != 1 || sources[ratelease.Local] != 29 {
+	if sources[ratelease.SourceRemote] != 1 || sources[ratelease.SourceLocal] != 29 {
 		t.Fatalf("sources %v, want 1 remote (the lease) and 29 local", sources)
 	}
 	s := l.Stats()
@@ -82,13 +82,13 @@ func TestLeaseCachesDenials(t *testing.T) {
 	// The first denial comes from Redis, or from the cache if the low-water
 	// prefetch already heard it.
 	res, err := l.Allow(ctx, p, "k")
-	if err != nil || res.Allowed || (res.Source != ratelease.Remote && res.Source != ratelease.Cached) || res.RetryAfter <= 0 {
+	if err != nil || res.Allowed || (res.Source != ratelease.SourceRemote && res.Source != ratelease.SourceCached) || res.RetryAfter <= 0 {
 		t.Fatalf("first denial: %+v, %v", res, err)
 	}
 	before := l.Stats().RoundTrips
 	for i := 0; i < 10; i++ {
 		res, _ = l.Allow(ctx, p, "k")
-		if res.Allowed || res.Source != ratelease.Cached || res.RetryAfter <= 0 {
+		if res.Allowed || res.Source != ratelease.SourceCached || res.RetryAfter <= 0 {
 			t.Fatalf("repeated denial: %+v", res)
 		}
 	}
@@ -104,7 +104,7 @@ func TestLeaseLeavesExactPoliciesExact(t *testing.T) {
 	defer l.Close()
 	p := policy(t, "p", ratelease.Limit{Rate: 10, Period: time.Minute, Algorithm: ratelease.SlidingWindowLog})
 	for i := 0; i < 3; i++ {
-		if res, _ := l.Allow(context.Background(), p, "k"); res.Source != ratelease.Remote {
+		if res, _ := l.Allow(context.Background(), p, "k"); res.Source != ratelease.SourceRemote {
 			t.Fatalf("request %d: source %v, want Remote", i, res.Source)
 		}
 	}

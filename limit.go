@@ -1,11 +1,11 @@
 package ratelease
 
 import (
-	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/ratelease/ratelease/remote"
+	"github.com/ratelease/ratelease/tier"
 )
 
 // Algorithm is how a Limit counts. The zero value is TokenBucket.
@@ -40,6 +40,10 @@ func (a Algorithm) String() string {
 	return remote.Algorithm(a).String()
 }
 
+// MarshalText makes the algorithm a word in JSON and logs, as String says
+// it.
+func (a Algorithm) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
+
 // Limit is one rate limit: Rate events per Period. Its zero value is not a
 // valid limit; PerSecond, PerMinute and PerHour make the common ones.
 type Limit struct {
@@ -70,24 +74,7 @@ func PerHour(rate int) Limit { return Limit{Rate: rate, Period: time.Hour, Burst
 
 // String formats the limit as "10 req/s (burst 10)", "100 req/min (fixed
 // window)" or "5 req/s (leaky bucket, queue 10)".
-func (l Limit) String() string {
-	per := map[time.Duration]string{time.Second: "s", time.Minute: "min", time.Hour: "h"}[l.Period]
-	if per == "" {
-		per = l.Period.String()
-	}
-	burst := l.Burst
-	if burst == 0 {
-		burst = l.Rate
-	}
-	switch l.Algorithm {
-	case TokenBucket:
-		return fmt.Sprintf("%d req/%s (burst %d)", l.Rate, per, burst)
-	case LeakyBucket:
-		return fmt.Sprintf("%d req/%s (leaky bucket, queue %d)", l.Rate, per, burst)
-	default:
-		return fmt.Sprintf("%d req/%s (%s)", l.Rate, per, l.Algorithm)
-	}
-}
+func (l Limit) String() string { return tier.LimitName(l.resolved()) }
 
 // resolved returns l with Burst filled in, as the scripts see it.
 func (l Limit) resolved() remote.Limit {

@@ -17,7 +17,22 @@ import (
 // Limiter enforces policies for any number of keys against one Redis
 // deployment. Make it with New; it is safe for concurrent use. Several
 // Limiters (in one process or many) that share a Redis and a key prefix
-// share every limit.
+// share every limit. The state of a key lives in Redis under
+// <prefix>:{<policy>:<key>}:<limit>; the hash tag keeps all limits of one
+// key in one Redis Cluster slot.
+//
+// Besides the decisions (Allow, AllowN, Wait, WaitN), a Limiter serves
+// operators: Peek, Reset, AllowAtMost and Refund; Block and Unblock, which
+// deny a key on every instance for a while (Result.Blocked); and
+// Policy.Shadow, a policy whose would-be denials are admitted, marked
+// (Result.Shadowed) and counted (PolicyStats.ShadowDenied), to roll a
+// limit out safely.
+//
+// While Redis is unavailable, a circuit breaker stops calling it and the
+// failure mode decides (WithFailureMode: FailLocal, FailOpen, FailClosed).
+// Stats counts what happened; WithEvents tells it as it happens, with the
+// cause: the first failure, each change of the breaker, and a warning of a
+// Redis whose maxmemory-policy may evict limiter keys.
 type Limiter struct {
 	engine *tier.Engine
 }
@@ -66,21 +81,45 @@ type Source uint8
 
 // The sources of a decision.
 const (
-	// Local: answered from a local allowance, without a Redis call.
-	Local Source = iota + 1
-	// Remote: answered by one atomic Redis call.
-	Remote
-	// Fallback: answered by the outage fallback while Redis is unavailable.
-	Fallback
-	// Cached: a denial answered locally: Redis denied this key moments ago
-	// (less than a lease TTL), and its RetryAfter has not passed, so it is
-	// not asked again.
-	Cached
+	// SourceLocal: answered from a local allowance, without a Redis call.
+	SourceLocal Source = iota + 1
+	// SourceRemote: answered by one atomic Redis call.
+	SourceRemote
+	// SourceFallback: answered by the outage fallback while Redis is
+	// unavailable.
+	SourceFallback
+	// SourceCached: a denial answered locally: Redis denied this key
+	// moments ago (less than a lease TTL), and its RetryAfter has not
+	// passed, so it is not asked again.
+	SourceCached
+)
+
+// The sources' names before they took the prefix of their family.
+const (
+	// Local is SourceLocal.
+	//
+	// Deprecated: use SourceLocal.
+	Local Source = SourceLocal
+	// Remote is SourceRemote.
+	//
+	// Deprecated: use SourceRemote.
+	Remote Source = SourceRemote
+	// Fallback is SourceFallback.
+	//
+	// Deprecated: use SourceFallback.
+	Fallback Source = SourceFallback
+	// Cached is SourceCached.
+	//
+	// Deprecated: use SourceCached.
+	Cached Source = SourceCached
 )
 
 // String returns "local", "remote", "fallback", "cached", or "none" for the
 // zero value.
 func (s Source) String() string { return tier.Source(s).String() }
+
+// MarshalText makes the source a word in JSON and logs, as String says it.
+func (s Source) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
 // New returns a Limiter that keeps its limits in client: any
 // redis.UniversalClient (*redis.Client, *redis.ClusterClient, *redis.Ring,
@@ -133,7 +172,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 		RedisHook:   doorHook(cfg.redisHook),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, rootErr(err))
 	}
 	l := &Limiter{engine: engine}
 	// A Limiter dropped without Close: its goroutines (the lease batcher,
@@ -156,15 +195,15 @@ func (l *Limiter) Allow(ctx context.Context, p *Policy, key string) (Result, err
 // ErrUnavailable (with its cause; only with FailClosed), ErrClosed, or ctx's
 // error unwrapped.
 func (l *Limiter) AllowN(ctx context.Context, p *Policy, key string, n int) (Result, error) {
-	if err := check(p, key, n); err != nil {
+	if err := l.check(p, key, n); err != nil {
 		return Result{}, err
 	}
 	if limit, remaining, resetAfter, ok := l.engine.Hit(p.compiled, key, int64(n)); ok {
-		return Result{Allowed: true, Limit: p.limits[limit], Remaining: int(remaining), ResetAfter: resetAfter, Source: Local, Granted: n}, nil
+		return Result{Allowed: true, Limit: p.limits[limit], Remaining: int(remaining), ResetAfter: resetAfter, Source: SourceLocal, Granted: n}, nil
 	}
 	d, err := l.engine.Miss(ctx, p.compiled, key, int64(n))
 	if err != nil {
-		return Result{}, err
+		return Result{}, rootErr(err)
 	}
 	if d.Allowed {
 		d.Granted = int64(n)
@@ -204,33 +243,41 @@ func (l *Limiter) Wait(ctx context.Context, p *Policy, key string) error {
 // Other errors are AllowN's. Under a policy in shadow mode it never waits:
 // it is AllowN, and a would-be denial returns nil at once (Policy.Shadow).
 func (l *Limiter) WaitN(ctx context.Context, p *Policy, key string, n int) error {
-	if err := check(p, key, n); err != nil {
+	if err := l.check(p, key, n); err != nil {
 		return err
 	}
 	if p.shadow {
 		_, err := l.AllowN(ctx, p, key, n)
 		return err
 	}
-	return l.engine.Wait(ctx, p.compiled, key, int64(n))
-}
-
-// check validates a request's arguments.
-func check(p *Policy, key string, n int) error {
-	switch {
-	case p == nil:
-		return fmt.Errorf("%w: nil policy", ErrInvalidPolicy)
-	case p.compiled == nil:
-		return fmt.Errorf("%w: a zero Policy: make one with NewPolicy", ErrInvalidPolicy)
-	case key == "":
-		return fmt.Errorf("%w: empty key", ErrInvalidKey)
-	case len(key) > MaxKeyLen:
-		return fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidKey, len(key), MaxKeyLen)
-	case n <= 0:
-		return fmt.Errorf("%w: %d", ErrInvalidN, n)
-	case n > p.Capacity():
-		return fmt.Errorf("%w: %d > %d of policy %q", ErrExceedsCapacity, n, p.Capacity(), p.name)
+	if err := l.engine.Wait(ctx, p.compiled, key, int64(n)); err != nil {
+		return rootErr(err)
 	}
 	return nil
+}
+
+// check validates a request's arguments. A refusal counts in
+// Stats.Invalid: the one place the root counts it, on the error path.
+func (l *Limiter) check(p *Policy, key string, n int) error {
+	var err error
+	switch {
+	case p == nil:
+		err = fmt.Errorf("%w: nil policy", ErrInvalidPolicy)
+	case p.compiled == nil:
+		err = fmt.Errorf("%w: a zero Policy: make one with NewPolicy", ErrInvalidPolicy)
+	case key == "":
+		err = fmt.Errorf("%w: empty key", ErrInvalidKey)
+	case len(key) > MaxKeyLen:
+		err = fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidKey, len(key), MaxKeyLen)
+	case n <= 0:
+		err = fmt.Errorf("%w: %d", ErrInvalidN, n)
+	case n > p.Capacity():
+		err = fmt.Errorf("%w: %d > %d of policy %q", ErrExceedsCapacity, n, p.Capacity(), p.name)
+	default:
+		return nil
+	}
+	l.engine.CountInvalid()
+	return err
 }
 
 // Close stops the Limiter: it gives every leased unit it holds back to
@@ -239,4 +286,9 @@ func check(p *Policy, key string, n int) error {
 // It is idempotent. It does not close the Redis client. A Limiter dropped
 // without Close is closed when the garbage collector finds it unreachable
 // (its goroutines do not keep it alive); Close says when.
-func (l *Limiter) Close() error { return l.engine.Close() }
+func (l *Limiter) Close() error {
+	if err := l.engine.Close(); err != nil {
+		return rootErr(err)
+	}
+	return nil
+}

@@ -206,12 +206,12 @@ func TestAllowResult(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := ratelease.Result{Allowed: true, Limit: second, Remaining: 1, ResetAfter: 400 * time.Millisecond, Source: ratelease.Remote, Granted: 4}
+	want := ratelease.Result{Allowed: true, Limit: second, Remaining: 1, ResetAfter: 400 * time.Millisecond, Source: ratelease.SourceRemote, Granted: 4}
 	if res != want {
 		t.Fatalf("AllowN(4):\n got %+v\nwant %+v", res, want)
 	}
 	res, _ = e.l.AllowN(ctx, p, "u", 2)
-	want = ratelease.Result{Limit: second, Remaining: 1, RetryAfter: 100 * time.Millisecond, ResetAfter: 400 * time.Millisecond, Source: ratelease.Remote}
+	want = ratelease.Result{Limit: second, Remaining: 1, RetryAfter: 100 * time.Millisecond, ResetAfter: 400 * time.Millisecond, Source: ratelease.SourceRemote}
 	if res != want {
 		t.Fatalf("denied by the second limit:\n got %+v\nwant %+v", res, want)
 	}
@@ -221,7 +221,7 @@ func TestAllowResult(t *testing.T) {
 	}
 	e.advance(time.Second)
 	res, _ = e.l.Allow(ctx, p, "u")
-	want = ratelease.Result{Limit: hour, RetryAfter: time.Hour - 2*time.Second, ResetAfter: time.Hour - time.Second, Source: ratelease.Remote}
+	want = ratelease.Result{Limit: hour, RetryAfter: time.Hour - 2*time.Second, ResetAfter: time.Hour - time.Second, Source: ratelease.SourceRemote}
 	if res != want {
 		t.Fatalf("denied by the hour limit:\n got %+v\nwant %+v", res, want)
 	}

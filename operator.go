@@ -24,12 +24,12 @@ import (
 // holds, at least one unit or a denial). Errors are AllowN's but
 // ErrExceedsCapacity.
 func (l *Limiter) AllowAtMost(ctx context.Context, p *Policy, key string, n int) (Result, error) {
-	if err := checkN(p, key, n); err != nil {
+	if err := l.checkN(p, key, n); err != nil {
 		return Result{}, err
 	}
 	d, err := l.engine.AllowAtMost(ctx, p.compiled, key, int64(n))
 	if err != nil {
-		return Result{}, err
+		return Result{}, rootErr(err)
 	}
 	return l.shadowed(p, p.result(d), min(n, p.Capacity())), nil
 }
@@ -57,10 +57,13 @@ func (l *Limiter) AllowAtMost(ctx context.Context, p *Policy, key string, n int)
 // take the units (whatever the failure mode), an error wrapping
 // ErrUnavailable and the cause.
 func (l *Limiter) Refund(ctx context.Context, p *Policy, key string, n int) error {
-	if err := checkN(p, key, n); err != nil {
+	if err := l.checkN(p, key, n); err != nil {
 		return err
 	}
-	return l.engine.Refund(ctx, p.compiled, key, int64(n))
+	if err := l.engine.Refund(ctx, p.compiled, key, int64(n)); err != nil {
+		return rootErr(err)
+	}
+	return nil
 }
 
 // Peek reports what Allow would decide for one unit of key under p now,
@@ -69,12 +72,12 @@ func (l *Limiter) Refund(ctx context.Context, p *Policy, key string, n int) erro
 // RetryAfter when denied, ResetAfter, and Source.
 //
 // In exact mode, and for a policy that does not lease, Peek reads Redis:
-// one call (Source Remote), current to that moment. In lease mode, when
+// one call (SourceRemote), current to that moment. In lease mode, when
 // this instance holds a unit of key, or a denial of it is cached, Peek
-// answers from them without a Redis call, as Allow would (Source Local or
-// Cached): Allowed is then exact for this instance, and Remaining and
-// ResetAfter are Redis's word at the key's last lease (at most a lease's
-// life old) plus the units held. Otherwise it reads Redis (Source Remote)
+// answers from them without a Redis call, as Allow would (SourceLocal or
+// SourceCached): Allowed is then exact for this instance, and Remaining
+// and ResetAfter are Redis's word at the key's last lease (at most a lease's
+// life old) plus the units held. Otherwise it reads Redis (SourceRemote)
 // and adds the units this instance holds to Remaining. It does not apply
 // the fair share among instances: it tells whether the limits have room.
 //
@@ -85,12 +88,12 @@ func (l *Limiter) Refund(ctx context.Context, p *Policy, key string, n int) erro
 // unwrapped, or, when Redis cannot answer (whatever the failure mode), an
 // error wrapping ErrUnavailable and the cause.
 func (l *Limiter) Peek(ctx context.Context, p *Policy, key string) (Result, error) {
-	if err := checkTarget(p, key); err != nil {
+	if err := l.checkTarget(p, key); err != nil {
 		return Result{}, err
 	}
 	d, err := l.engine.Peek(ctx, p.compiled, key)
 	if err != nil {
-		return Result{}, err
+		return Result{}, rootErr(err)
 	}
 	r := p.result(d)
 	if !r.Allowed && p.shadow { // as Allow would, but not counted
@@ -110,10 +113,13 @@ func (l *Limiter) Peek(ctx context.Context, p *Policy, key string) (Result, erro
 // bound in lease mode. Errors are Peek's; this instance's own state is
 // forgotten even when Redis cannot be reached.
 func (l *Limiter) Reset(ctx context.Context, p *Policy, key string) error {
-	if err := checkTarget(p, key); err != nil {
+	if err := l.checkTarget(p, key); err != nil {
 		return err
 	}
-	return l.engine.Reset(ctx, p.compiled, key)
+	if err := l.engine.Reset(ctx, p.compiled, key); err != nil {
+		return rootErr(err)
+	}
+	return nil
 }
 
 // MaxBlock is the longest a Block may last.
@@ -133,26 +139,29 @@ const MaxBlock = 366 * 24 * time.Hour
 //
 // In exact mode (and for policies that do not lease) it holds from the
 // next decision on, on every instance. In lease mode this instance gives
-// its units of key back and denies key at once (a cached denial, Source
-// Cached); other instances use the units of key they already hold until
-// those lapse, within the lease bound (LeaseConfig.TTL, or the end of the
-// window for window algorithms), and are denied by Redis from their next
-// lease on. Every instance caches the block, as any denial, for its time
-// left or the lease TTL, whichever ends first. While Redis is unavailable
-// no block is known: the failure mode decides as for any key.
+// its units of key back and denies key at once (a cached denial,
+// SourceCached); other instances use the units of key they already hold
+// until those lapse, within the lease bound (LeaseConfig.TTL, or the end of
+// the window for window algorithms), and are denied by Redis from their
+// next lease on. Every instance caches the block, as any denial, for its
+// time left or the lease TTL, whichever ends first. While Redis is
+// unavailable no block is known: the failure mode decides as for any key.
 //
 // Errors: ErrInvalidPolicy, ErrInvalidKey, ErrClosed, ErrInvalidDuration
 // for d outside 1ms to MaxBlock, ctx's error unwrapped, or, when Redis
 // cannot take the block (whatever the failure mode), an error wrapping
 // ErrUnavailable and the cause; then nothing is blocked.
 func (l *Limiter) Block(ctx context.Context, p *Policy, key string, d time.Duration) error {
-	if err := checkTarget(p, key); err != nil {
+	if err := l.checkTarget(p, key); err != nil {
 		return err
 	}
 	if d < time.Millisecond || d > MaxBlock {
 		return fmt.Errorf("%w: block of %v (1ms to %v)", ErrInvalidDuration, d, MaxBlock)
 	}
-	return l.engine.Block(ctx, p.compiled, key, d)
+	if err := l.engine.Block(ctx, p.compiled, key, d); err != nil {
+		return rootErr(err)
+	}
+	return nil
 }
 
 // Unblock lifts a block of key under p (see Block); a key not blocked is
@@ -161,10 +170,13 @@ func (l *Limiter) Block(ctx context.Context, p *Policy, key string, d time.Durat
 // lease TTL (LeaseConfig.TTL). Errors are Peek's; this instance's cached
 // block is dropped even when Redis cannot be reached.
 func (l *Limiter) Unblock(ctx context.Context, p *Policy, key string) error {
-	if err := checkTarget(p, key); err != nil {
+	if err := l.checkTarget(p, key); err != nil {
 		return err
 	}
-	return l.engine.Unblock(ctx, p.compiled, key)
+	if err := l.engine.Unblock(ctx, p.compiled, key); err != nil {
+		return rootErr(err)
+	}
+	return nil
 }
 
 // result converts a decision of the engine on p into a Result.
@@ -183,16 +195,9 @@ func (p *Policy) result(d tier.Decision) Result {
 
 // checkTarget validates the policy and key of a call, as AllowN does
 // (one unit always fits a policy).
-func checkTarget(p *Policy, key string) error { return check(p, key, 1) }
+func (l *Limiter) checkTarget(p *Policy, key string) error { return l.check(p, key, 1) }
 
 // checkN validates the policy, key and n of a call that has no capacity
-// to exceed.
-func checkN(p *Policy, key string, n int) error {
-	if err := checkTarget(p, key); err != nil {
-		return err
-	}
-	if n <= 0 {
-		return fmt.Errorf("%w: %d", ErrInvalidN, n)
-	}
-	return nil
-}
+// to exceed (n above it is no error): as AllowN does, but for the
+// capacity.
+func (l *Limiter) checkN(p *Policy, key string, n int) error { return l.check(p, key, min(n, 1)) }

@@ -59,7 +59,7 @@ func TestOperatorsPerAlgorithm(t *testing.T) {
 			p := policy(t, "p", ratelease.Limit{Rate: 4, Period: time.Second, Algorithm: c.alg})
 			res, err := e.l.Peek(ctx, p, "k")
 			checkResult(t, "Peek of a new key", res, err, peekWant{granted: 1, remaining: 4})
-			if res.Source != ratelease.Remote || res.Limit != p.Limits()[0] {
+			if res.Source != ratelease.SourceRemote || res.Limit != p.Limits()[0] {
 				t.Fatalf("Peek: %+v", res)
 			}
 			res, err = e.l.AllowAtMost(ctx, p, "k", 10) // capped at the capacity, 4
@@ -275,12 +275,12 @@ func TestOperatorsRedisDown(t *testing.T) {
 					t.Errorf("AllowAtMost: %+v, %v", res, err)
 				}
 			case ratelease.FailOpen: // n capped at the capacity
-				if err != nil || res.Granted != 3 || res.Source != ratelease.Fallback {
+				if err != nil || res.Granted != 3 || res.Source != ratelease.SourceFallback {
 					t.Errorf("AllowAtMost: %+v, %v", res, err)
 				}
 			case ratelease.FailLocal: // this instance's share: all 3
 				res2, _ := l.AllowAtMost(ctx, p, "k", 5)
-				if err != nil || res.Granted != 3 || res.Source != ratelease.Fallback || res2.Allowed || res2.Granted != 0 {
+				if err != nil || res.Granted != 3 || res.Source != ratelease.SourceFallback || res2.Allowed || res2.Granted != 0 {
 					t.Errorf("AllowAtMost: %+v, %v; then %+v", res, err, res2)
 				}
 			}
@@ -309,7 +309,7 @@ func testOperatorsLeaseMode(t *testing.T, alg ratelease.Algorithm) {
 		t.Fatalf("leased %d units, want a lease to hold some", leased)
 	}
 	res, err := e.l.Peek(ctx, p, "k")
-	if err != nil || !res.Allowed || res.Granted != 1 || res.Source != ratelease.Local || res.Remaining != 20-1 {
+	if err != nil || !res.Allowed || res.Granted != 1 || res.Source != ratelease.SourceLocal || res.Remaining != 20-1 {
 		t.Fatalf("Peek with units held: %+v, %v", res, err)
 	}
 	// Redis has what was not leased. A prefetch (the demand's low water
@@ -326,7 +326,7 @@ func testOperatorsLeaseMode(t *testing.T, alg ratelease.Algorithm) {
 		}
 	}
 	res, _ = e.l.AllowAtMost(ctx, p, "k", 1)
-	if res.Granted != 1 || res.Source != ratelease.Local {
+	if res.Granted != 1 || res.Source != ratelease.SourceLocal {
 		t.Fatalf("AllowAtMost(1) with units held: %+v", res)
 	}
 	res, _ = e.l.AllowAtMost(ctx, p, "k", 100)
@@ -338,7 +338,7 @@ func testOperatorsLeaseMode(t *testing.T, alg ratelease.Algorithm) {
 		t.Fatalf("AllowAtMost(2) when empty: %+v", res)
 	}
 	e.l.Allow(ctx, p, "k") // a denial, cached
-	if res, _ := e.l.Peek(ctx, p, "k"); res.Allowed || res.Source != ratelease.Cached {
+	if res, _ := e.l.Peek(ctx, p, "k"); res.Allowed || res.Source != ratelease.SourceCached {
 		t.Fatalf("Peek with a cached denial: %+v", res)
 	}
 	if err := e.l.Refund(ctx, p, "k", 3); err != nil {
@@ -347,7 +347,7 @@ func testOperatorsLeaseMode(t *testing.T, alg ratelease.Algorithm) {
 	if res, _ := exact.Peek(ctx, p, "k"); res.Remaining != 3 {
 		t.Fatalf("Redis after Refund(3): %+v", res)
 	}
-	if res, _ := e.l.AllowN(ctx, p, "k", 2); !res.Allowed || res.Source != ratelease.Remote {
+	if res, _ := e.l.AllowN(ctx, p, "k", 2); !res.Allowed || res.Source != ratelease.SourceRemote {
 		t.Fatalf("AllowN(2) after Refund(3): %+v, want the cached denial dropped", res)
 	}
 	if err := e.l.Reset(ctx, p, "k"); err != nil {
@@ -357,7 +357,7 @@ func testOperatorsLeaseMode(t *testing.T, alg ratelease.Algorithm) {
 		t.Fatalf("keys left after Reset: %v", keys)
 	}
 	res, _ = e.l.Peek(ctx, p, "k")
-	if !res.Allowed || res.Source != ratelease.Remote || res.Remaining != 20 {
+	if !res.Allowed || res.Source != ratelease.SourceRemote || res.Remaining != 20 {
 		t.Fatalf("Peek after Reset: %+v, want Redis's full limit and nothing held", res)
 	}
 	res, _ = e.l.AllowAtMost(ctx, p, "k", 20)
@@ -394,7 +394,7 @@ func TestAllowAtMostWithAPrefetchInFlight(t *testing.T) {
 	}
 	armed.Store(true)
 	// 6 of the 7 held: below low water (a quarter of 8), a prefetch of 8.
-	if res, _ := e.l.AllowAtMost(ctx, p, "k", 6); res.Granted != 6 || res.Source != ratelease.Local {
+	if res, _ := e.l.AllowAtMost(ctx, p, "k", 6); res.Granted != 6 || res.Source != ratelease.SourceLocal {
 		t.Fatalf("AllowAtMost(6): %+v", res)
 	}
 	select {

@@ -15,4 +15,9 @@ import "context"
 // failure mode without an error (but with FailClosed), so a wrong address
 // or a Redis that is gone shows here. Ping charges nothing, and goes past
 // the circuit breaker: it asks Redis even while the breaker is open.
-func (l *Limiter) Ping(ctx context.Context) error { return l.engine.Ping(ctx) }
+func (l *Limiter) Ping(ctx context.Context) error {
+	if err := l.engine.Ping(ctx); err != nil {
+		return rootErr(err)
+	}
+	return nil
+}

@@ -14,12 +14,13 @@ const MaxKeyLen = 1024
 
 // MaxLogUnits is the most units one request may take from a policy with a
 // SlidingWindowLog (its Capacity is at most this): the log writes one entry
-// per unit, about a microsecond of Redis's time each, while Redis serves no
-// other client, so a request's cost must not stall a shared Redis.
-const MaxLogUnits = remote.MaxLogUnits
+// per unit, so a request's time in Redis grows with its units, and Redis
+// serves no other client meanwhile: a request's cost must not stall a
+// shared Redis.
+const MaxLogUnits = 1000
 
 // MaxPolicyNameLen is the longest policy name, in bytes.
-const MaxPolicyNameLen = remote.MaxNameLen
+const MaxPolicyNameLen = 128
 
 // Policy is a named set of limits that all apply to every key: a request is
 // admitted only when every limit admits it, and a denial by one limit

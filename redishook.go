@@ -69,6 +69,9 @@ func (o RedisOp) String() string {
 	return "none"
 }
 
+// MarshalText makes the op a word in JSON and logs, as String says it.
+func (o RedisOp) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
+
 // RedisCall is one Redis round trip that a Limiter starts (WithRedisHook).
 type RedisCall struct {
 	// Op says what it does.
@@ -140,6 +143,9 @@ func doorHook(h RedisHook) door.Hook {
 			return hctx, nil
 		}
 		return hctx, func(o door.Outcome) {
+			if o.Err != nil {
+				o.Err = rootErr(o.Err)
+			}
 			end(RedisOutcome{Err: o.Err, Failed: o.Failed, Granted: o.Granted})
 		}
 	}

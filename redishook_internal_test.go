@@ -23,4 +23,10 @@ func TestExportedConstantsMatchTheirInternals(t *testing.T) {
 	if MaxKeyLen != remote.MaxKeyLen {
 		t.Errorf("MaxKeyLen %d, remote's %d", MaxKeyLen, remote.MaxKeyLen)
 	}
+	if MaxLogUnits != remote.MaxLogUnits {
+		t.Errorf("MaxLogUnits %d, remote's %d", MaxLogUnits, remote.MaxLogUnits)
+	}
+	if MaxPolicyNameLen != remote.MaxNameLen {
+		t.Errorf("MaxPolicyNameLen %d, remote's MaxNameLen %d", MaxPolicyNameLen, remote.MaxNameLen)
+	}
 }

@@ -189,7 +189,7 @@ func testRedisHookExact(t *testing.T, guarded bool) {
 	// the failure mode decides.
 	e.mr.SetError("ERR boom")
 	r, err := l.Allow(ctx, p, "other")
-	if err != nil || r.Source != ratelease.Fallback {
+	if err != nil || r.Source != ratelease.SourceFallback {
 		t.Fatalf("during the failure: %+v, %v", r, err)
 	}
 	calls = rec.snapshot()
@@ -253,7 +253,7 @@ func TestRedisHookCharge(t *testing.T) {
 	ctx := context.Background()
 	e.mr.SetError("ERR down")
 	for range 6 { // the breaker opens after 5 failed calls
-		if r, err := e.l.Allow(ctx, p, "k"); err != nil || !r.Allowed || r.Source != ratelease.Fallback {
+		if r, err := e.l.Allow(ctx, p, "k"); err != nil || !r.Allowed || r.Source != ratelease.SourceFallback {
 			t.Fatalf("during the outage: %+v, %v", r, err)
 		}
 	}
@@ -262,7 +262,7 @@ func TestRedisHookCharge(t *testing.T) {
 	}
 	e.mr.SetError("")
 	e.advance(time.Second) // past the breaker's backoff
-	if r, err := e.l.Allow(ctx, p, "other"); err != nil || r.Source != ratelease.Remote {
+	if r, err := e.l.Allow(ctx, p, "other"); err != nil || r.Source != ratelease.SourceRemote {
 		t.Fatalf("after the outage: %+v, %v", r, err)
 	}
 	var charge *hookCall
@@ -290,7 +290,7 @@ func TestRedisHookOption(t *testing.T) {
 		return nil, nil
 	}))
 	p := policy(t, "api", ratelease.PerSecond(2))
-	if r, err := e.l.Allow(context.Background(), p, "k"); err != nil || !r.Allowed || r.Source != ratelease.Remote {
+	if r, err := e.l.Allow(context.Background(), p, "k"); err != nil || !r.Allowed || r.Source != ratelease.SourceRemote {
 		t.Fatalf("%+v, %v", r, err)
 	}
 	if starts != 1 {

@@ -38,7 +38,7 @@ func TestShadowPerAlgorithm(t *testing.T) {
 				res, err = e.l.Allow(ctx, s, "k")
 				if err != nil || !res.Allowed || !res.Shadowed || res.Granted != 1 || res.Blocked ||
 					res.RetryAfter != want.RetryAfter || res.Remaining != want.Remaining ||
-					res.ResetAfter != want.ResetAfter || res.Source != ratelease.Remote {
+					res.ResetAfter != want.ResetAfter || res.Source != ratelease.SourceRemote {
 					t.Fatalf("Allow %d under the shadow: %+v, %v; want the denial %+v, admitted", i, res, err, want)
 				}
 			}
@@ -92,7 +92,7 @@ func TestShadowLeaseMode(t *testing.T) {
 				t.Fatalf("Allow 21 under the shadow: %+v, %v", res, err)
 			}
 			res, _ = e.l.AllowN(ctx, s, "k", 3)
-			if !res.Shadowed || res.Source != ratelease.Cached || res.Granted != 3 {
+			if !res.Shadowed || res.Source != ratelease.SourceCached || res.Granted != 3 {
 				t.Fatalf("AllowN(3) under the shadow, cached: %+v", res)
 			}
 			if res, _ := e.l.Allow(ctx, p, "k"); res.Allowed || res.Shadowed {
@@ -132,7 +132,7 @@ func TestBlockPerAlgorithm(t *testing.T) {
 			blocked := func(what string, res ratelease.Result, err error, left time.Duration) {
 				t.Helper()
 				if err != nil || res.Allowed || !res.Blocked || res.Granted != 0 || res.RetryAfter != left ||
-					res.ResetAfter != left || res.Remaining != 0 || res.Limit != p.Limits()[0] || res.Source != ratelease.Remote {
+					res.ResetAfter != left || res.Remaining != 0 || res.Limit != p.Limits()[0] || res.Source != ratelease.SourceRemote {
 					t.Fatalf("%s: %+v, %v; want blocked for %v", what, res, err, left)
 				}
 			}
@@ -224,7 +224,7 @@ func TestBlockLeaseMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err := e.l.Allow(ctx, p, "k")
-	if err != nil || res.Allowed || !res.Blocked || res.Source != ratelease.Cached || res.RetryAfter != time.Minute {
+	if err != nil || res.Allowed || !res.Blocked || res.Source != ratelease.SourceCached || res.RetryAfter != time.Minute {
 		t.Fatalf("Allow after Block: %+v, %v; want a cached block of a minute", res, err)
 	}
 	// The 7 units held went back (the batcher sends them).
@@ -246,10 +246,10 @@ func TestBlockLeaseMode(t *testing.T) {
 	// the block's time left.
 	e.advance(20 * time.Second)
 	res, err = e.l.Allow(ctx, p, "k")
-	if err != nil || res.Allowed || !res.Blocked || res.Source != ratelease.Remote || res.RetryAfter != 40*time.Second {
+	if err != nil || res.Allowed || !res.Blocked || res.Source != ratelease.SourceRemote || res.RetryAfter != 40*time.Second {
 		t.Fatalf("Allow past the TTL: %+v, %v", res, err)
 	}
-	if res, _ := e.l.Peek(ctx, p, "k"); !res.Blocked || res.Source != ratelease.Cached || res.RetryAfter != 40*time.Second {
+	if res, _ := e.l.Peek(ctx, p, "k"); !res.Blocked || res.Source != ratelease.SourceCached || res.RetryAfter != 40*time.Second {
 		t.Fatalf("Peek: %+v", res)
 	}
 	if err := e.l.Unblock(ctx, p, "k"); err != nil {

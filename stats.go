@@ -24,6 +24,14 @@ type Stats struct {
 	// Fallback counts the decisions of the failure mode while Redis was
 	// unavailable (Source Fallback).
 	Fallback uint64
+	// Invalid counts the calls refused for invalid input, with
+	// ErrInvalidPolicy (a nil or zero Policy, or one that a policy made
+	// later redefined in this Limiter), ErrInvalidKey, ErrInvalidN or
+	// ErrExceedsCapacity: decisions (Allow, Wait, AllowAtMost and their N
+	// forms) and the operators' calls (Peek, Reset, Refund, Block,
+	// Unblock). None is a decision: they are not in Allowed or Denied.
+	// (Block's ErrInvalidDuration is not counted.)
+	Invalid uint64
 	// RoundTrips counts Redis round trips: one pipeline of leases and
 	// refunds counts one.
 	RoundTrips uint64
@@ -57,6 +65,10 @@ type Stats struct {
 	// Instances is the most instances that shared a key this instance
 	// leased in the last minute, as Redis counted them (1 in exact mode).
 	Instances int64
+	// Keys is the number of keys the Limiter holds in its local key store
+	// now, each with its leased units or its cached denial (WithMaxKeys
+	// bounds them); 0 in exact mode, which holds none.
+	Keys uint64
 	// Breaker is the circuit breaker's state now. With a Redis Cluster
 	// there is a breaker per master, and Breaker is the worst of them
 	// (open, then half-open, then closed).
@@ -70,7 +82,7 @@ type Stats struct {
 	// Policies counts decisions by policy name, for the policies the
 	// Limiter holds (policies of one name summed). A policy that leases is
 	// let go when its last key leaves the key store (WithMaxKeys bounds
-	// them; the first 1024 policies of the process are kept), a policy
+	// them; the first 1024 policies the Limiter leases under are kept), a policy
 	// decided exactly when the program no longer refers to it, and every
 	// policy at Close; a policy used again after it was let go counts from
 	// zero. Policies made at run time (per tenant, per request) thus do not
@@ -112,6 +124,21 @@ type PolicyStats struct {
 	// mode (Policy.Shadow), admitted all the same; each is in Denied as
 	// well.
 	ShadowDenied uint64
+	// DeniedBy counts the policy's denials by the limit that decided them
+	// (Result.Limit), keyed by that limit's String ("10 req/s (burst 10)"):
+	// one entry for each of the policy's limits (Policy.Limits), 0
+	// included, so that a policy of 10/s and 100/min tells which of the
+	// two denies. It counts the denials that Redis made (Source Remote)
+	// and those repeated locally (Cached), shadow mode's would-be denials
+	// included; not those of a blocked key (Result.Blocked: no limit
+	// decided) nor those of the failure mode (Fallback, which decides by
+	// local shares of the limits), so its sum is at most Denied. Policies
+	// of one name with other limits (a redefinition, while both are held)
+	// each add their own limits. In Stats.DroppedPolicies it is nil: a
+	// limit means nothing across the policies let go, and theirs would
+	// accumulate. Counting it costs a denial one atomic add, and an
+	// admission nothing.
+	DeniedBy map[string]uint64
 }
 
 // Stats returns a snapshot of the Limiter's counters, with those of each
@@ -139,11 +166,12 @@ func (l *Limiter) PolicyStats(p *Policy) PolicyStats {
 func statsOf(s tier.Stats) Stats {
 	st := Stats{
 		Allowed: s.Allowed, Denied: s.Denied,
-		Local: s.Local, Remote: s.Remote, Cached: s.Cached, Fallback: s.Fallback,
+		Local: s.Local, Remote: s.Remote, Cached: s.Cached, Fallback: s.Fallback, Invalid: s.Invalid,
 		RoundTrips: s.RoundTrips, Errors: s.Errors,
 		Leases: s.Leases, UnitsLeased: s.UnitsLeased, UnitsRefunded: s.UnitsRefunded, UnitsExpired: s.UnitsExpired,
 		UnitsUsed: s.UnitsUsed, UnitsDropped: s.UnitsDropped, UnitsHeld: s.UnitsHeld,
 		Instances:       s.Instances,
+		Keys:            s.Keys,
 		Breaker:         BreakerState(s.Breaker),
 		BreakerOpens:    s.BreakerOpens,
 		UnitsCharged:    s.UnitsCharged,

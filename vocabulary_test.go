@@ -21,10 +21,10 @@ func TestVocabularyAgrees(t *testing.T) {
 			rootN      int64
 			tierN      int64
 		}{
-			{"Local", Local, tier.Local, int64(Local), int64(tier.Local)},
-			{"Remote", Remote, tier.Remote, int64(Remote), int64(tier.Remote)},
-			{"Fallback", Fallback, tier.Fallback, int64(Fallback), int64(tier.Fallback)},
-			{"Cached", Cached, tier.Cached, int64(Cached), int64(tier.Cached)},
+			{"SourceLocal", SourceLocal, tier.Local, int64(SourceLocal), int64(tier.Local)},
+			{"SourceRemote", SourceRemote, tier.Remote, int64(SourceRemote), int64(tier.Remote)},
+			{"SourceFallback", SourceFallback, tier.Fallback, int64(SourceFallback), int64(tier.Fallback)},
+			{"SourceCached", SourceCached, tier.Cached, int64(SourceCached), int64(tier.Cached)},
 			{"FailLocal", FailLocal, tier.FailLocal, int64(FailLocal), int64(tier.FailLocal)},
 			{"FailOpen", FailOpen, tier.FailOpen, int64(FailOpen), int64(tier.FailOpen)},
 			{"FailClosed", FailClosed, tier.FailClosed, int64(FailClosed), int64(tier.FailClosed)},
@@ -43,14 +43,18 @@ func TestVocabularyAgrees(t *testing.T) {
 		// Every value, named or not, reads the same: a constant added to
 		// tier alone shows here (the root would say "none" or "unknown").
 		for v := range 256 {
-			if a, b := Source(v).String(), tier.Source(v).String(); a != b {
-				t.Errorf("Source(%d): root %q, tier %q", v, a, b)
+			a, _ := Source(v).MarshalText()
+			b, _ := tier.Source(v).MarshalText()
+			if Source(v).String() != tier.Source(v).String() || string(a) != string(b) {
+				t.Errorf("Source(%d): root %v %q, tier %v %q", v, Source(v), a, tier.Source(v), b)
 			}
-			if a, b := FailureMode(v).String(), tier.FailureMode(v).String(); a != b {
-				t.Errorf("FailureMode(%d): root %q, tier %q", v, a, b)
+			a, _ = FailureMode(v).MarshalText()
+			b, _ = tier.FailureMode(v).MarshalText()
+			if FailureMode(v).String() != tier.FailureMode(v).String() || string(a) != string(b) {
+				t.Errorf("FailureMode(%d): root %v %q, tier %v %q", v, FailureMode(v), a, tier.FailureMode(v), b)
 			}
-			a, _ := EventKind(v).MarshalText()
-			b, _ := tier.EventKind(v).MarshalText()
+			a, _ = EventKind(v).MarshalText()
+			b, _ = tier.EventKind(v).MarshalText()
 			if EventKind(v).String() != tier.EventKind(v).String() || string(a) != string(b) {
 				t.Errorf("EventKind(%d): root %v %q, tier %v %q", v, EventKind(v), a, tier.EventKind(v), b)
 			}
@@ -95,8 +99,21 @@ func TestVocabularyAgrees(t *testing.T) {
 			fmt.Sprintf("%+v", out) != fmt.Sprintf("%+v", in) {
 			t.Errorf("events(%+v) = %+v", in, out)
 		}
-		if ErrEvictionPolicy != tier.ErrEvictionPolicy {
-			t.Error("ErrEvictionPolicy is not the engine's")
+		// An event's cause that is one of the engine's sentinels matches
+		// the root's.
+		in.Kind, in.Breaker, in.Err = tier.Warning, tier.BreakerClosed, fmt.Errorf("%w: maxmemory-policy allkeys-lru", tier.ErrEvictionPolicy)
+		events(func(ev Event) { out = ev })(in)
+		if !errors.Is(out.Err, ErrEvictionPolicy) || !errors.Is(out.Err, tier.ErrEvictionPolicy) || out.Err.Error() != in.Err.Error() {
+			t.Errorf("events(%+v): Err %v, want one matching ErrEvictionPolicy, saying the same", in, out.Err)
+		}
+	})
+	// The root's sentinels for the engine's say what the engine's say: a
+	// user sees the same message whichever is returned.
+	t.Run("errors", func(t *testing.T) {
+		for _, s := range engineSentinels {
+			if s.root == s.engine || s.root.Error() != s.engine.Error() {
+				t.Errorf("root sentinel %q (%p), engine's %q (%p): want two errors of one message", s.root, s.root, s.engine, s.engine)
+			}
 		}
 	})
 	// statsOf copies every field: each of a tier.Stats set to a value of

@@ -463,7 +463,7 @@ func TestLeaseModeOnRequest(t *testing.T) {
 		}
 		sources[res.Source]++
 	}
-	if sources[ratelease.Local] == 0 {
+	if sources[ratelease.SourceLocal] == 0 {
 		t.Fatalf("sources %v: no decision from a lease", sources)
 	}
 	if err := env.Exhaust(ctx, p, "k"); err != nil {

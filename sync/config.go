@@ -96,6 +96,9 @@ type Stats struct {
 	// Instances is the most members any key leased in the last minute had
 	// (1 before the first lease).
 	Instances int64
+	// Keys is the number of entries in the key store now (its bound,
+	// MaxKeys).
+	Keys uint64
 }
 
 func errorf(format string, args ...any) error {

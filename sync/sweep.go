@@ -178,7 +178,7 @@ func (l *Leaser) Stats() Stats {
 		UnitsLeased:   s.leased.Load() + b.LateGranted,
 		UnitsRefunded: s.refunded.Load() + b.LateRefunded, UnitsExpired: s.expired.Load(),
 		UnitsUsed: used, UnitsDropped: s.dropped.Load() + (b.LateGranted - b.LateRefunded), UnitsHeld: uint64(max(0, held)),
-		Instances: l.Instances(),
+		Instances: l.Instances(), Keys: uint64(l.bound.Len()),
 	}
 }
 

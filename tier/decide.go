@@ -205,8 +205,9 @@ func (e *Engine) fromLocal(p *remote.Policy, ent *leasesync.Entry, n, now int64)
 		// yields first: it costs the denial a scheduling round, and the
 		// refill no more than one.
 		runtime.Gosched()
-		e.count(p, Cached, false)
-		return cachedDenial(ent, left, now), true
+		d := cachedDenial(ent, left, now)
+		e.countBy(p, Cached, false, deciding(d))
+		return d, true
 	}
 	return Decision{}, false
 }

@@ -70,6 +70,7 @@ func (e *Engine) late(p *remote.Policy, d *definition) (verdict, error) {
 	if e.clock.Now().UnixNano()-d.since < int64(RedefinitionGrace) {
 		return straggler, nil
 	}
+	e.stats.invalid.Add(1) // the one place the engine refuses a call's input
 	return current, fmt.Errorf("%w: policy %q was redefined in this Limiter by a policy made later, with other limits (%s); "+
 		"two policies of one name with other limits are not used side by side: give them other names",
 		ErrInvalidPolicy, p.Name(), d.limits)

@@ -90,6 +90,9 @@ func (s Source) String() string {
 	return "none"
 }
 
+// MarshalText makes the source a word in JSON and logs, as String says it.
+func (s Source) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
 // Decision is the engine's answer to one request.
 type Decision struct {
 	Allowed bool
@@ -166,6 +169,7 @@ type counters struct {
 	remote, cached  atomic.Uint64
 	fallback        atomic.Uint64
 	charged         atomic.Uint64
+	invalid         atomic.Uint64 // calls refused for invalid input
 }
 
 // Stats is a snapshot of an Engine's counters since New.
@@ -174,6 +178,10 @@ type Stats struct {
 	Allowed, Denied uint64
 	// Local, Remote, Cached and Fallback count decisions by Source.
 	Local, Remote, Cached, Fallback uint64
+	// Invalid counts the calls refused for invalid input: those the root
+	// refused (CountInvalid) and those of a policy a redefinition replaced
+	// (ErrInvalidPolicy). None is a decision.
+	Invalid uint64
 	// RoundTrips counts Redis round trips (one pipeline of leases and
 	// refunds counts one); Errors the calls that failed.
 	RoundTrips, Errors uint64
@@ -186,6 +194,9 @@ type Stats struct {
 	// Instances is the most instances that shared a key this instance
 	// leased in the last minute, as Redis counted them (1 in exact mode).
 	Instances int64
+	// Keys is the number of keys held in the local key store now (the
+	// Leaser's, bounded by MaxKeys; 0 in exact mode).
+	Keys uint64
 	// Breaker is the circuit breaker's state now; BreakerOpens counts the
 	// times it opened. With a Redis Cluster there is a breaker per master,
 	// and Breaker is the worst of them (open, half-open, closed). UnitsCharged counts the units admitted during outages
@@ -198,7 +209,7 @@ type Stats struct {
 	// the decisions of the policies it no longer holds, so that policies
 	// made at run time do not accumulate: a policy that leases is dropped
 	// when its last key leaves the key store (MaxKeys bounds them; the
-	// first 1024 policies of the process are kept), a policy decided
+	// first 1024 policies the engine leases under are kept), a policy decided
 	// exactly when the program no longer refers to it (it is collected),
 	// and every policy at Close. A policy used again after it was dropped
 	// counts from zero. The policies' counts and DroppedPolicies add up to
@@ -249,7 +260,7 @@ func (e *Engine) Stats() Stats {
 		Allowed: s.allowed.Load(), Denied: s.denied.Load(),
 		Remote: s.remote.Load(), Cached: s.cached.Load(), Fallback: s.fallback.Load(),
 		RoundTrips: single.RoundTrips + batched.RoundTrips, Errors: single.Errors + batched.Errors,
-		Instances: 1, UnitsCharged: s.charged.Load(),
+		Instances: 1, UnitsCharged: s.charged.Load(), Invalid: s.invalid.Load(),
 	}
 	st.Breaker, st.BreakerOpens = e.door.Breakers()
 	st.Policies, st.DroppedPolicies = e.policyStats()
@@ -259,7 +270,7 @@ func (e *Engine) Stats() Stats {
 		st.Allowed += st.Local
 		st.Leases, st.UnitsLeased, st.UnitsRefunded, st.UnitsExpired = ls.Leases, ls.UnitsLeased, ls.UnitsRefunded, ls.UnitsExpired
 		st.UnitsUsed, st.UnitsDropped, st.UnitsHeld = ls.UnitsUsed, ls.UnitsDropped, ls.UnitsHeld
-		st.Instances = ls.Instances
+		st.Instances, st.Keys = ls.Instances, ls.Keys
 	}
 	return st
 }

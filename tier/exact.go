@@ -125,8 +125,7 @@ func (e *Engine) sleep(ctx context.Context, d time.Duration) error {
 
 // decided counts a Redis decision on p and converts it.
 func (e *Engine) decided(p *remote.Policy, d remote.Decision) Decision {
-	e.count(p, Remote, d.Granted > 0)
-	return Decision{
+	dec := Decision{
 		Allowed:    d.Granted > 0,
 		Source:     Remote,
 		Limit:      d.Decider,
@@ -135,6 +134,8 @@ func (e *Engine) decided(p *remote.Policy, d remote.Decision) Decision {
 		ResetAfter: d.ResetAfter,
 		Blocked:    d.Blocked,
 	}
+	e.countBy(p, Remote, dec.Allowed, deciding(dec))
+	return dec
 }
 
 // waitLeased is Wait for a policy that leases: Allow, and sleep for each

@@ -42,6 +42,9 @@ func (m FailureMode) String() string {
 	return "unknown"
 }
 
+// MarshalText makes the mode a word in JSON and logs, as String says it.
+func (m FailureMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+
 // fallback decides while Redis is unavailable, and remembers what it
 // admitted per key, to be charged to Redis once it is back.
 type fallback struct {

@@ -1,7 +1,10 @@
 package tier
 
 import (
+	"fmt"
+	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/ratelease/ratelease/remote"
 )
@@ -12,13 +15,26 @@ import (
 // Local + Remote + Cached + Fallback. ShadowDenied counts those of the
 // denials that were admitted all the same, the policy being in shadow mode
 // (each is in Denied as well).
+//
+// DeniedBy counts the denials that a limit decided, by that limit's name
+// (LimitName): one entry per limit of the policies counted, 0 included.
+// It counts the denials Redis made (Source Remote) and those repeated
+// locally (Cached), not a blocked key's (no limit decided) nor the failure
+// mode's (Fallback, which decides by local shares of the limits, not by
+// them): their sum is at most Denied. Keyed by limit, the counts of
+// policies of one name with other limits (a redefinition) stay apart. The
+// totals of dropped policies have none (nil): a limit has no meaning
+// across policies, and the names of the limits of every policy made at run
+// time would accumulate.
 type PolicyStats struct {
 	Allowed, Denied                 uint64
 	Local, Remote, Cached, Fallback uint64
 	ShadowDenied                    uint64
+	DeniedBy                        map[string]uint64
 }
 
-// add adds o to s.
+// add adds o to s. s takes o's DeniedBy when it has none of its own: o is
+// a snapshot, not shared.
 func (s *PolicyStats) add(o PolicyStats) {
 	s.Allowed += o.Allowed
 	s.Denied += o.Denied
@@ -27,20 +43,59 @@ func (s *PolicyStats) add(o PolicyStats) {
 	s.Cached += o.Cached
 	s.Fallback += o.Fallback
 	s.ShadowDenied += o.ShadowDenied
+	if s.DeniedBy == nil {
+		s.DeniedBy = o.DeniedBy
+		return
+	}
+	for name, n := range o.DeniedBy {
+		s.DeniedBy[name] += n
+	}
+}
+
+// LimitName names l: "10 req/s (burst 10)", "100 req/min (fixed window)",
+// "5 req/s (leaky bucket, queue 10)". It is the key of PolicyStats.DeniedBy,
+// and the root package's Limit.String. (l's Burst is resolved:
+// windows have Burst = Rate.)
+func LimitName(l remote.Limit) string {
+	var per string
+	switch l.Period {
+	case time.Second:
+		per = "s"
+	case time.Minute:
+		per = "min"
+	case time.Hour:
+		per = "h"
+	default:
+		per = l.Period.String()
+	}
+	switch l.Algorithm {
+	case remote.TokenBucket:
+		return fmt.Sprintf("%d req/%s (burst %d)", l.Rate, per, l.Burst)
+	case remote.LeakyBucket:
+		return fmt.Sprintf("%d req/%s (leaky bucket, queue %d)", l.Rate, per, l.Burst)
+	default:
+		return fmt.Sprintf("%d req/%s (%s)", l.Rate, per, l.Algorithm)
+	}
 }
 
 // counts are the counters of one policy's decisions, updated atomically.
 // Local hits are counted by the entries of the policy's table instead (no
 // counter on the hit path); local holds those of dropped policies only.
+// deniedBy[i] counts the denials by limits[i], the limits of the policy
+// whose state this is (nil in the totals of dropped policies, whose
+// deniedBy is unused): a denial's only cost, one atomic add.
 type counts struct {
 	allowed, denied          atomic.Uint64 // of Remote, Cached and Fallback decisions
 	remote, cached, fallback atomic.Uint64
 	local                    atomic.Uint64
 	shadowDenied             atomic.Uint64 // (a subset of denied)
+	limits                   []remote.Limit
+	deniedBy                 [remote.MaxLimits]atomic.Uint64
 }
 
-// add counts one decision from s.
-func (c *counts) add(s Source, allowed bool) {
+// add counts one decision of p from s; by is the index in p of the limit
+// that denied it, or -1 (allowed, or no limit decided).
+func (c *counts) add(p *remote.Policy, s Source, allowed bool, by int) {
 	switch s {
 	case Remote:
 		c.remote.Add(1)
@@ -51,12 +106,25 @@ func (c *counts) add(s Source, allowed bool) {
 	}
 	if allowed {
 		c.allowed.Add(1)
-	} else {
-		c.denied.Add(1)
+		return
 	}
+	c.denied.Add(1)
+	if by < 0 {
+		return
+	}
+	// p's limits are c's, but for a policy that shares the state of
+	// another of its name with the same limits in another order (see
+	// tables.sparse): then by is found among c's.
+	l := p.Limits()[by]
+	if by >= len(c.limits) || c.limits[by] != l {
+		if by = slices.Index(c.limits, l); by < 0 {
+			return
+		}
+	}
+	c.deniedBy[by].Add(1)
 }
 
-// load returns a snapshot of c.
+// load returns a snapshot of c, without DeniedBy (see policy.stats).
 func (c *counts) load() PolicyStats {
 	local := c.local.Load()
 	return PolicyStats{
@@ -66,7 +134,8 @@ func (c *counts) load() PolicyStats {
 	}
 }
 
-// fold adds what st counted, its local hits included, to c.
+// fold adds what st counted, its local hits included, to c (the totals of
+// dropped policies: DeniedBy folds into nothing).
 func (c *counts) fold(st *policy) {
 	s := st.stats()
 	c.allowed.Add(s.Allowed - s.Local)
@@ -79,7 +148,7 @@ func (c *counts) fold(st *policy) {
 }
 
 // stats returns a snapshot of st's counters, walking its table's entries
-// for their hits.
+// for their hits, with its denials by limit, named.
 func (st *policy) stats() PolicyStats {
 	s := st.counts.load()
 	if st.table != nil {
@@ -87,12 +156,23 @@ func (st *policy) stats() PolicyStats {
 		s.Local += local
 		s.Allowed += local
 	}
+	s.DeniedBy = make(map[string]uint64, len(st.counts.limits))
+	for i, l := range st.counts.limits {
+		s.DeniedBy[LimitName(l)] += st.counts.deniedBy[i].Load()
+	}
 	return s
 }
 
 // count counts a decision of p from s (not Local: a hit is counted by its
 // entry) in the engine's and in p's counters.
 func (e *Engine) count(p *remote.Policy, s Source, allowed bool) {
+	e.countBy(p, s, allowed, -1)
+}
+
+// countBy is count for a decision that names the limit that decided it:
+// by is that limit's index in p when the decision is a denial a limit made
+// (-1: none, as for a blocked key).
+func (e *Engine) countBy(p *remote.Policy, s Source, allowed bool, by int) {
 	switch s {
 	case Remote:
 		e.stats.remote.Add(1)
@@ -106,8 +186,21 @@ func (e *Engine) count(p *remote.Policy, s Source, allowed bool) {
 	} else {
 		e.stats.denied.Add(1)
 	}
-	e.counts(p).add(s, allowed)
+	e.counts(p).add(p, s, allowed, by)
 }
+
+// deciding returns the index of the limit that made d, a decision on a
+// denial, or -1 when none did (a blocked key; an allowed d).
+func deciding(d Decision) int {
+	if d.Allowed || d.Blocked {
+		return -1
+	}
+	return d.Limit
+}
+
+// CountInvalid counts a call that the root refused for invalid input
+// (Stats.Invalid): on the error path only.
+func (e *Engine) CountInvalid() { e.stats.invalid.Add(1) }
 
 // counts returns p's counters: those of its state, or, for a policy that
 // leases and whose state was dropped (the decision raced with the drop),

@@ -152,7 +152,7 @@ func (ts *tables) getOrMake(p *remote.Policy, l *leasesync.Leaser) (*policy, err
 			return st, nil
 		}
 	}
-	st := &policy{name: p.Name()}
+	st := &policy{name: p.Name(), counts: counts{limits: p.Limits()}}
 	switch {
 	case ts.closed:
 		st.table = l.NewTable(p, nil)
@@ -200,7 +200,7 @@ func (ts *tables) exact(p *remote.Policy) *policy {
 	if v, ok := o.exact.Load(p.ID()); ok {
 		return v.(*policy)
 	}
-	v, loaded := o.exact.LoadOrStore(p.ID(), &policy{name: p.Name()})
+	v, loaded := o.exact.LoadOrStore(p.ID(), &policy{name: p.Name(), counts: counts{limits: p.Limits()}})
 	if !loaded {
 		runtime.AddCleanup(p, o.drop, exactID{p.ID(), p.Name()})
 	}

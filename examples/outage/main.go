@@ -11,7 +11,7 @@
 //	go run ./examples/outage -rate 50 -down 3s
 //
 // Expect: while Redis is down, FailLocal keeps admitting about the limit
-// (Source Fallback), FailOpen admits everything, FailClosed returns
+// (SourceFallback), FailOpen admits everything, FailClosed returns
 // ErrUnavailable; each first failing call waits at most the Redis timeout
 // (100 ms here), then the circuit breaker answers at once. When Redis is
 // back, the breaker closes within its backoff and decisions come from
@@ -58,7 +58,7 @@ type counts struct {
 
 func (c counts) String() string {
 	var src []string
-	for _, s := range []ratelease.Source{ratelease.Local, ratelease.Remote, ratelease.Cached, ratelease.Fallback} {
+	for _, s := range []ratelease.Source{ratelease.SourceLocal, ratelease.SourceRemote, ratelease.SourceCached, ratelease.SourceFallback} {
 		if n := c.sources[s]; n > 0 {
 			src = append(src, fmt.Sprintf("%s %d", s, n))
 		}

@@ -19,7 +19,8 @@ func TestOneStatsPerCollection(t *testing.T) {
 	calls := 0
 	reg, err := register(config{meters: mp}, func() ratelease.Stats {
 		calls++
-		return ratelease.Stats{Allowed: math.MaxUint64, Policies: map[string]ratelease.PolicyStats{"a": {}, "b": {}}}
+		return ratelease.Stats{Allowed: math.MaxUint64, Policies: map[string]ratelease.PolicyStats{
+			"a": {DeniedBy: map[string]uint64{"1 req/s (burst 1)": 0}}, "b": {}}}
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -33,7 +34,7 @@ func TestOneStatsPerCollection(t *testing.T) {
 		if calls != i {
 			t.Fatalf("%d collections read Stats %d times", i, calls)
 		}
-		if n := len(rm.ScopeMetrics[0].Metrics); n != 21 {
+		if n := len(rm.ScopeMetrics[0].Metrics); n != 24 {
 			t.Fatalf("%d instruments", n)
 		}
 		for _, m := range rm.ScopeMetrics[0].Metrics {

@@ -39,8 +39,10 @@ type instruments struct {
 	held                              metric.Int64ObservableGauge
 	charged, breakerOpens             metric.Int64ObservableCounter
 	breakerState, instances           metric.Int64ObservableGauge
+	invalid                           metric.Int64ObservableCounter
+	keys                              metric.Int64ObservableGauge
 	policyDecisions, policySources    metric.Int64ObservableCounter
-	policyShadow                      metric.Int64ObservableCounter
+	policyShadow, policyDeniedBy      metric.Int64ObservableCounter
 	droppedDecisions, droppedSources  metric.Int64ObservableCounter
 	droppedShadow                     metric.Int64ObservableCounter
 }
@@ -86,12 +88,18 @@ func register(cfg config, stats func() ratelease.Stats) (metric.Registration, er
 	ins.breakerOpens = counter("ratelease.breaker.opens", "{open}", "Times a circuit breaker opened.")
 	ins.instances = gauge("ratelease.instances", "{instance}",
 		"The most instances that shared a key this instance leased in the last minute, as Redis counted them (1 in exact mode).")
+	ins.invalid = counter("ratelease.invalid_requests", "{call}",
+		"Calls refused for invalid input (invalid policy, key or n, or n above the policy's capacity); they are not decisions.")
+	ins.keys = gauge("ratelease.keys", "{key}",
+		"Keys held in the limiter's local key store now, with their leased units or cached denials (0 in exact mode).")
 	ins.policyDecisions = counter("ratelease.policy.decisions", "{decision}",
 		"Decisions by policy and outcome (allowed, denied), for the policies the limiter holds.")
 	ins.policySources = counter("ratelease.policy.decisions.by_source", "{decision}",
 		"Decisions by policy and source (local, remote, cached, fallback), for the policies the limiter holds.")
 	ins.policyShadow = counter("ratelease.policy.shadow_denied", "{decision}",
 		"Would-be denials admitted because the policy is in shadow mode (counted in the denied outcome as well).")
+	ins.policyDeniedBy = counter("ratelease.policy.denied_by_limit", "{decision}",
+		"Denials by policy and the limit that decided them (as Limit.String writes it), by Redis or repeated locally, for the policies the limiter holds; a blocked key's denials and the failure mode's are in no limit's.")
 	ins.droppedDecisions = counter("ratelease.dropped_policy.decisions", "{decision}",
 		"Decisions by outcome of the policies the limiter no longer holds.")
 	ins.droppedSources = counter("ratelease.dropped_policy.decisions.by_source", "{decision}",
@@ -110,7 +118,8 @@ func register(cfg config, stats func() ratelease.Stats) (metric.Registration, er
 	},
 		ins.decisions, ins.bySource, ins.roundTrips, ins.errors, ins.leases, ins.leased, ins.refunded, ins.expired,
 		ins.used, ins.dropped, ins.held, ins.charged, ins.breakerState, ins.breakerOpens, ins.instances,
-		ins.policyDecisions, ins.policySources, ins.policyShadow,
+		ins.invalid, ins.keys,
+		ins.policyDecisions, ins.policySources, ins.policyShadow, ins.policyDeniedBy,
 		ins.droppedDecisions, ins.droppedSources, ins.droppedShadow)
 }
 
@@ -154,6 +163,8 @@ func (ins *instruments) observe(o metric.Observer, s ratelease.Stats, base []att
 	}
 	observe(ins.breakerOpens, s.BreakerOpens)
 	observe(ins.instances, uint64(max(s.Instances, 0)))
+	observe(ins.invalid, s.Invalid)
+	observe(ins.keys, s.Keys)
 
 	for name, ps := range s.Policies {
 		policy := PolicyKey.String(name)
@@ -164,6 +175,9 @@ func (ins *instruments) observe(o metric.Observer, s ratelease.Stats, base []att
 		observe(ins.policySources, ps.Cached, policy, cached)
 		observe(ins.policySources, ps.Fallback, policy, fallback)
 		observe(ins.policyShadow, ps.ShadowDenied, policy)
+		for limit, n := range ps.DeniedBy {
+			observe(ins.policyDeniedBy, n, policy, LimitKey.String(limit))
+		}
 	}
 	ds := s.DroppedPolicies
 	observe(ins.droppedDecisions, ds.Allowed, allowed)

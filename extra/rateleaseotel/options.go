@@ -95,6 +95,9 @@ const (
 	LimiterKey = attribute.Key("ratelease.limiter")
 	// PolicyKey is a policy's name.
 	PolicyKey = attribute.Key("ratelease.policy")
+	// LimitKey is one of a policy's limits, as ratelease.Limit's String
+	// writes it: "10 req/s (burst 10)".
+	LimitKey = attribute.Key("ratelease.limit")
 	// OutcomeKey is a decision's outcome: "allowed" or "denied".
 	OutcomeKey = attribute.Key("ratelease.outcome")
 	// SourceKey is a decision's source: "local", "remote", "cached" or

@@ -169,8 +169,10 @@ func TestMetrics(t *testing.T) {
 		"ratelease.units.charged":     one(0),
 		"ratelease.breaker.state": {"ratelease.breaker.state=closed," + e: 1, "ratelease.breaker.state=open," + e: 0,
 			"ratelease.breaker.state=half_open," + e: 0},
-		"ratelease.breaker.opens": one(0),
-		"ratelease.instances":     one(1),
+		"ratelease.breaker.opens":    one(0),
+		"ratelease.instances":        one(1),
+		"ratelease.invalid_requests": one(0),
+		"ratelease.keys":             one(0),
 		"ratelease.policy.decisions": {
 			e + ",ratelease.outcome=allowed,ratelease.policy=api": 3, e + ",ratelease.outcome=denied,ratelease.policy=api": 2,
 			e + ",ratelease.outcome=allowed,ratelease.policy=login": 1, e + ",ratelease.outcome=denied,ratelease.policy=login": 0,
@@ -186,17 +188,23 @@ func TestMetrics(t *testing.T) {
 		},
 		"ratelease.policy.shadow_denied": {e + ",ratelease.policy=api": 0, e + ",ratelease.policy=login": 0,
 			e + ",ratelease.policy=beta": 1},
+		"ratelease.policy.denied_by_limit": {
+			"ratelease.limit=3 req/min (burst 3)," + e + ",ratelease.policy=api":   2,
+			"ratelease.limit=1 req/min (burst 1)," + e + ",ratelease.policy=login": 0,
+			"ratelease.limit=1 req/min (burst 1)," + e + ",ratelease.policy=beta":  1,
+		},
 		"ratelease.dropped_policy.decisions": {e + ",ratelease.outcome=allowed": 0, e + ",ratelease.outcome=denied": 0},
 		"ratelease.dropped_policy.decisions.by_source": {e + ",ratelease.source=local": 0, e + ",ratelease.source=remote": 0,
 			e + ",ratelease.source=cached": 0, e + ",ratelease.source=fallback": 0},
 		"ratelease.dropped_policy.shadow_denied": one(0),
 	})
-	if len(got.points) != 21 {
-		t.Errorf("%d instruments, want 21: %v", len(got.points), slices.Sorted(maps.Keys(got.points)))
+	if len(got.points) != 24 {
+		t.Errorf("%d instruments, want 24: %v", len(got.points), slices.Sorted(maps.Keys(got.points)))
 	}
 	for name, kind := range got.kind {
 		want := "counter"
-		if name == "ratelease.breaker.state" || name == "ratelease.instances" || name == "ratelease.units.held" {
+		switch name {
+		case "ratelease.breaker.state", "ratelease.instances", "ratelease.units.held", "ratelease.keys":
 			want = "gauge"
 		}
 		if kind != want {
@@ -219,7 +227,8 @@ func TestMetrics(t *testing.T) {
 			e + ",ratelease.source=cached": 0, e + ",ratelease.source=fallback": 0},
 		"ratelease.dropped_policy.shadow_denied": one(1),
 	})
-	for _, name := range []string{"ratelease.policy.decisions", "ratelease.policy.decisions.by_source", "ratelease.policy.shadow_denied"} {
+	for _, name := range []string{"ratelease.policy.decisions", "ratelease.policy.decisions.by_source", "ratelease.policy.shadow_denied",
+		"ratelease.policy.denied_by_limit"} {
 		if len(got.points[name]) != 0 {
 			t.Errorf("%s after Close: %v, want none", name, got.points[name])
 		}
@@ -424,4 +433,43 @@ func TestOptionErrors(t *testing.T) {
 			t.Errorf("NewRedisHook, %s: %v", name, err)
 		}
 	}
+}
+
+// Calls refused for invalid input, keys held in lease mode, and a policy
+// of 2/s and 3/min that denies by one limit, then by the other.
+func TestMetricsInvalidKeysDeniedBy(t *testing.T) {
+	clk := clock.NewManual(epoch)
+	l, mr := newLimiter(t, ratelease.WithLease(ratelease.LeaseConfig{Min: 1, Max: 1, TTL: time.Hour}), ratelease.WithClock(clk))
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	reg, err := rateleaseotel.RegisterMetrics(l, rateleaseotel.WithMeterProvider(mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Unregister()
+	ctx := context.Background()
+	p := newPolicy(t, "two", ratelease.PerSecond(2), ratelease.PerMinute(3))
+	if _, err := l.Allow(ctx, p, ""); !errors.Is(err, ratelease.ErrInvalidKey) {
+		t.Fatal(err)
+	}
+	if err := l.WaitN(ctx, p, "k", 0); !errors.Is(err, ratelease.ErrInvalidN) {
+		t.Fatal(err)
+	}
+	allow(t, ctx, l, p, "k", 4) // 2 allowed, 2 denied by the second's
+	mr.SetTime(epoch.Add(time.Second))
+	clk.Set(epoch.Add(time.Second))
+	allow(t, ctx, l, p, "k", 2) // 1 allowed, 1 denied by the minute's
+	allow(t, ctx, l, p, "other", 1)
+	collect(t, reader).check(t, map[string]points{
+		"ratelease.invalid_requests": {"": 2},
+		"ratelease.keys":             {"": 2},
+		"ratelease.policy.denied_by_limit": {
+			"ratelease.limit=2 req/s (burst 2),ratelease.policy=two":   2,
+			"ratelease.limit=3 req/min (burst 3),ratelease.policy=two": 1,
+		},
+		"ratelease.policy.decisions": {"ratelease.outcome=allowed,ratelease.policy=two": 4,
+			"ratelease.outcome=denied,ratelease.policy=two": 3},
+	})
+	runtime.KeepAlive(p)
 }

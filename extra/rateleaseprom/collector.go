@@ -11,8 +11,9 @@ import (
 	"github.com/ratelease/ratelease"
 )
 
-// ErrInvalidOption is wrapped by New's errors: a nil Limiter, or labels
-// that Prometheus would refuse.
+// ErrInvalidOption is wrapped by New's errors: a nil Limiter, labels that
+// Prometheus would refuse, or the report of TimeRedisCalls that another
+// Collector has.
 var ErrInvalidOption = errors.New("rateleaseprom: invalid option")
 
 // LimiterLabel is the name of the constant label that WithLimiterName
@@ -26,6 +27,9 @@ const LimiterLabel = "limiter"
 type Collector struct {
 	stats func() ratelease.Stats
 	d     descs
+	// redis is the histogram of TimeRedisCalls, with the constant labels;
+	// nil without it.
+	redis prometheus.Collector
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -37,9 +41,9 @@ type descs struct {
 	leases, leased, refunded, expired   *prometheus.Desc
 	used, dropped, held                 *prometheus.Desc
 	charged, breakerState, breakerOpens *prometheus.Desc
-	instances                           *prometheus.Desc
+	instances, invalid, keys            *prometheus.Desc
 	policyDecisions, policySources      *prometheus.Desc
-	policyShadow                        *prometheus.Desc
+	policyShadow, policyDeniedBy        *prometheus.Desc
 	droppedDecisions, droppedSources    *prometheus.Desc
 	droppedShadow                       *prometheus.Desc
 }
@@ -48,8 +52,8 @@ type descs struct {
 func (d *descs) each(f func(*prometheus.Desc)) {
 	for _, desc := range []*prometheus.Desc{
 		d.decisions, d.bySource, d.roundTrips, d.errors, d.leases, d.leased, d.refunded, d.expired,
-		d.used, d.dropped, d.held, d.charged, d.breakerState, d.breakerOpens, d.instances,
-		d.policyDecisions, d.policySources, d.policyShadow,
+		d.used, d.dropped, d.held, d.charged, d.breakerState, d.breakerOpens, d.instances, d.invalid, d.keys,
+		d.policyDecisions, d.policySources, d.policyShadow, d.policyDeniedBy,
 		d.droppedDecisions, d.droppedSources, d.droppedShadow,
 	} {
 		f(desc)
@@ -67,6 +71,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
 	labels prometheus.Labels
+	redis  *redisTimes // TimeRedisCalls's report
 }
 
 // WithLimiterName adds the constant label limiter="name" (LimiterLabel)
@@ -78,7 +83,7 @@ func WithLimiterName(name string) Option {
 
 // WithConstLabels adds constant labels to every metric. They must be valid
 // Prometheus label names and values, and none of the metrics' own labels
-// (policy, outcome, source, state).
+// (policy, outcome, source, state, limit, op).
 func WithConstLabels(labels prometheus.Labels) Option {
 	return optionFunc(func(c *config) {
 		for k, v := range labels {
@@ -87,8 +92,10 @@ func WithConstLabels(labels prometheus.Labels) Option {
 	})
 }
 
-// New returns a Collector of l's Stats. A nil l or a nil option, or
-// labels that Prometheus would refuse (see WithConstLabels), is an error
+// New returns a Collector of l's Stats, and of its Redis call times when
+// given the report of TimeRedisCalls (whose timing l was made with). A nil
+// l or a nil option, labels that Prometheus would refuse (see
+// WithConstLabels), or a report another Collector has, is an error
 // wrapping ErrInvalidOption.
 func New(l *ratelease.Limiter, opts ...Option) (*Collector, error) {
 	if l == nil {
@@ -102,10 +109,17 @@ func New(l *ratelease.Limiter, opts ...Option) (*Collector, error) {
 		o.apply(&cfg)
 	}
 	c := &Collector{stats: l.Stats, d: newDescs(cfg.labels)}
+	if cfg.redis != nil {
+		c.redis = prometheus.WrapCollectorWith(cfg.labels, cfg.redis.vec)
+	}
 	// A registry checks every description (names, labels, values): a
 	// Collector that one refuses is refused here, not at the first scrape.
 	if err := prometheus.NewPedanticRegistry().Register(c); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+	}
+	if cfg.redis != nil && !cfg.redis.taken.CompareAndSwap(false, true) {
+		return nil, fmt.Errorf("%w: the Redis call times of TimeRedisCalls are reported by another Collector: "+
+			"call TimeRedisCalls once for each Limiter", ErrInvalidOption)
 	}
 	return c, nil
 }
@@ -146,12 +160,18 @@ func newDescs(labels prometheus.Labels) descs {
 			"Times a circuit breaker opened."),
 		instances: desc("instances",
 			"The most instances that shared a key this instance leased in the last minute, as Redis counted them (1 in exact mode)."),
+		invalid: desc("invalid_requests_total",
+			"Calls refused for invalid input (invalid policy, key or n, or n above the policy's capacity); they are not decisions."),
+		keys: desc("keys",
+			"Keys held in the limiter's local key store now, with their leased units or cached denials (0 in exact mode)."),
 		policyDecisions: desc("policy_decisions_total",
 			"Decisions by policy and outcome (allowed, denied), for the policies the limiter holds.", "policy", "outcome"),
 		policySources: desc("policy_decisions_by_source_total",
 			"Decisions by policy and source (local, remote, cached, fallback), for the policies the limiter holds.", "policy", "source"),
 		policyShadow: desc("policy_shadow_denied_total",
 			"Would-be denials admitted because the policy is in shadow mode (counted in the denied outcome as well).", "policy"),
+		policyDeniedBy: desc("policy_denied_by_limit_total",
+			"Denials by policy and the limit that decided them (as Limit.String writes it), by Redis or repeated locally, for the policies the limiter holds; a blocked key's denials and the failure mode's are in no limit's.", "policy", "limit"),
 		droppedDecisions: desc("dropped_policy_decisions_total",
 			"Decisions by outcome of the policies the limiter no longer holds.", "outcome"),
 		droppedSources: desc("dropped_policy_decisions_by_source_total",
@@ -164,10 +184,16 @@ func newDescs(labels prometheus.Labels) descs {
 // Describe sends the description of every metric the Collector reports.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	c.d.each(func(d *prometheus.Desc) { ch <- d })
+	if c.redis != nil {
+		c.redis.Describe(ch)
+	}
 }
 
 // Collect reads the Limiter's Stats once and sends every metric.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	if c.redis != nil {
+		c.redis.Collect(ch)
+	}
 	s := c.stats()
 	d := &c.d
 	counter := func(desc *prometheus.Desc, v uint64, labels ...string) {
@@ -202,6 +228,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(d.breakerOpens, s.BreakerOpens)
 	gauge(d.instances, float64(s.Instances))
+	counter(d.invalid, s.Invalid)
+	gauge(d.keys, float64(s.Keys))
 
 	for name, ps := range policies(s.Policies) {
 		counter(d.policyDecisions, ps.Allowed, name, "allowed")
@@ -211,6 +239,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(d.policySources, ps.Cached, name, "cached")
 		counter(d.policySources, ps.Fallback, name, "fallback")
 		counter(d.policyShadow, ps.ShadowDenied, name)
+		for limit, n := range ps.DeniedBy {
+			counter(d.policyDeniedBy, n, name, limit)
+		}
 	}
 	ds := s.DroppedPolicies
 	counter(d.droppedDecisions, ds.Allowed, "allowed")
@@ -265,6 +296,16 @@ func policies(m map[string]ratelease.PolicyStats) map[string]ratelease.PolicySta
 		sum.Cached += ps.Cached
 		sum.Fallback += ps.Fallback
 		sum.ShadowDenied += ps.ShadowDenied
+		if len(ps.DeniedBy) > 0 {
+			deniedBy := make(map[string]uint64, len(sum.DeniedBy)+len(ps.DeniedBy))
+			for limit, n := range sum.DeniedBy {
+				deniedBy[limit] += n
+			}
+			for limit, n := range ps.DeniedBy {
+				deniedBy[limit] += n
+			}
+			sum.DeniedBy = deniedBy
+		}
 		out[label] = sum
 	}
 	return out

@@ -1,6 +1,7 @@
 package rateleaseprom
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -45,13 +46,16 @@ func TestPolicies(t *testing.T) {
 		t.Fatalf("valid names: %v", got)
 	}
 	got := policies(map[string]ratelease.PolicyStats{
-		"a\xff":    {Allowed: 1, Denied: 2, Local: 3, Remote: 4, Cached: 5, Fallback: 6, ShadowDenied: 7},
-		`a\xff`:    {Allowed: 10, Denied: 20, Local: 30, Remote: 40, Cached: 50, Fallback: 60, ShadowDenied: 70},
+		"a\xff": {Allowed: 1, Denied: 2, Local: 3, Remote: 4, Cached: 5, Fallback: 6, ShadowDenied: 7,
+			DeniedBy: map[string]uint64{"1 req/s (burst 1)": 1, "9 req/h (burst 9)": 1}},
+		`a\xff`: {Allowed: 10, Denied: 20, Local: 30, Remote: 40, Cached: 50, Fallback: 60, ShadowDenied: 70,
+			DeniedBy: map[string]uint64{"1 req/s (burst 1)": 10}},
 		"b\xc3":    {Allowed: 1},
 		"ok\u00e9": {Denied: 1},
 	})
 	want := map[string]ratelease.PolicyStats{
-		`a\xff`:    {Allowed: 11, Denied: 22, Local: 33, Remote: 44, Cached: 55, Fallback: 66, ShadowDenied: 77},
+		`a\xff`: {Allowed: 11, Denied: 22, Local: 33, Remote: 44, Cached: 55, Fallback: 66, ShadowDenied: 77,
+			DeniedBy: map[string]uint64{"1 req/s (burst 1)": 11, "9 req/h (burst 9)": 1}},
 		`b\xc3`:    {Allowed: 1},
 		"ok\u00e9": {Denied: 1},
 	}
@@ -59,7 +63,7 @@ func TestPolicies(t *testing.T) {
 		t.Fatalf("got %v, want %v", got, want)
 	}
 	for k, v := range want {
-		if got[k] != v {
+		if !reflect.DeepEqual(got[k], v) {
 			t.Errorf("%q: %+v, want %+v", k, got[k], v)
 		}
 	}

@@ -118,6 +118,12 @@ ratelease_dropped_policy_shadow_denied_total{limiter="edge"} 0
 # HELP ratelease_instances The most instances that shared a key this instance leased in the last minute, as Redis counted them (1 in exact mode).
 # TYPE ratelease_instances gauge
 ratelease_instances{limiter="edge"} 1
+# HELP ratelease_invalid_requests_total Calls refused for invalid input (invalid policy, key or n, or n above the policy's capacity); they are not decisions.
+# TYPE ratelease_invalid_requests_total counter
+ratelease_invalid_requests_total{limiter="edge"} 0
+# HELP ratelease_keys Keys held in the limiter's local key store now, with their leased units or cached denials (0 in exact mode).
+# TYPE ratelease_keys gauge
+ratelease_keys{limiter="edge"} 0
 # HELP ratelease_leases_total Leases that Redis answered.
 # TYPE ratelease_leases_total counter
 ratelease_leases_total{limiter="edge"} 0
@@ -143,6 +149,11 @@ ratelease_policy_decisions_total{limiter="edge",outcome="allowed",policy="login"
 ratelease_policy_decisions_total{limiter="edge",outcome="denied",policy="api"} 2
 ratelease_policy_decisions_total{limiter="edge",outcome="denied",policy="beta"} 1
 ratelease_policy_decisions_total{limiter="edge",outcome="denied",policy="login"} 0
+# HELP ratelease_policy_denied_by_limit_total Denials by policy and the limit that decided them (as Limit.String writes it), by Redis or repeated locally, for the policies the limiter holds; a blocked key's denials and the failure mode's are in no limit's.
+# TYPE ratelease_policy_denied_by_limit_total counter
+ratelease_policy_denied_by_limit_total{limit="3 req/min (burst 3)",limiter="edge",policy="api"} 2
+ratelease_policy_denied_by_limit_total{limit="1 req/min (burst 1)",limiter="edge",policy="beta"} 1
+ratelease_policy_denied_by_limit_total{limit="1 req/min (burst 1)",limiter="edge",policy="login"} 0
 # HELP ratelease_policy_shadow_denied_total Would-be denials admitted because the policy is in shadow mode (counted in the denied outcome as well).
 # TYPE ratelease_policy_shadow_denied_total counter
 ratelease_policy_shadow_denied_total{limiter="edge",policy="api"} 0
@@ -200,9 +211,10 @@ func TestCollectExact(t *testing.T) {
 		t.Fatal(err)
 	}
 	lint(t, c)
-	// 21 metrics, 15 of them one series each and 6 labelled: 2 outcomes,
-	// 4 sources, 3 states; per policy 2 + 4 + 1 series.
-	if n := testutil.CollectAndCount(c); n != 2+4+12+3+3*(2+4+1)+2+4+1 {
+	// 24 metrics, 17 of them one series each and 7 labelled: 2 outcomes,
+	// 4 sources, 3 states; per policy 2 + 4 + 1 series, and one for each
+	// of its limits.
+	if n := testutil.CollectAndCount(c); n != 2+4+14+3+3*(2+4+1+1)+2+4+1 {
 		t.Fatalf("%d series", n)
 	}
 	// A policy decided exactly is dropped once the program no longer
@@ -239,7 +251,7 @@ ratelease_decisions_total{limiter="edge",outcome="denied"} 3
 		t.Fatal(err)
 	}
 	if n := testutil.CollectAndCount(c, "ratelease_policy_decisions_total", "ratelease_policy_decisions_by_source_total",
-		"ratelease_policy_shadow_denied_total"); n != 0 {
+		"ratelease_policy_shadow_denied_total", "ratelease_policy_denied_by_limit_total"); n != 0 {
 		t.Fatalf("%d policy series after Close, want 0", n)
 	}
 }

@@ -132,7 +132,7 @@ func TestClusterMasterKilled(t *testing.T) {
 			}
 			for i := 1; i < len(keys); i++ { // the live masters
 				b, a := before.keys[i], after.keys[i]
-				if n := b.sources[ratelease.Fallback] + a.sources[ratelease.Fallback] + a.unavailable; n > 0 {
+				if n := b.sources[ratelease.SourceFallback] + a.sources[ratelease.SourceFallback] + a.unavailable; n > 0 {
 					t.Errorf("key on live master %d: %d decisions without Redis", i, n)
 				}
 				what := fmt.Sprintf("key on live master %d", i)
@@ -143,9 +143,9 @@ func TestClusterMasterKilled(t *testing.T) {
 			dead := after.keys[0]
 			switch mode {
 			case ratelease.FailLocal:
-				if dead.sources[ratelease.Fallback] == 0 || dead.unavailable > 0 {
+				if dead.sources[ratelease.SourceFallback] == 0 || dead.unavailable > 0 {
 					t.Errorf("key on the dead master: %d fallback decisions, %d errors; want fallback and no error",
-						dead.sources[ratelease.Fallback], dead.unavailable)
+						dead.sources[ratelease.SourceFallback], dead.unavailable)
 				}
 			case ratelease.FailClosed:
 				if dead.unavailable == 0 {

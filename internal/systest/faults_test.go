@@ -2,6 +2,7 @@ package systest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -105,7 +106,7 @@ func TestRedisFaults(t *testing.T) {
 			if perSecond < 0.7*rate || perSecond > 1.3*rate {
 				t.Errorf("admitted %.0f/s during the fault, want %d ± 30%%", perSecond, rate)
 			}
-			fallback := during.sources[ratelease.Fallback]
+			fallback := during.sources[ratelease.SourceFallback]
 			switch {
 			case c.outage:
 				if fallback < during.decisions/2 {
@@ -129,7 +130,7 @@ func TestRedisFaults(t *testing.T) {
 					t.Errorf("sources %v: no decision should need the fallback", during.sources)
 				}
 			}
-			if after.sources[ratelease.Local]+after.sources[ratelease.Remote] == 0 {
+			if after.sources[ratelease.SourceLocal]+after.sources[ratelease.SourceRemote] == 0 {
 				t.Errorf("Redis back for 2s, and no decision came from it: %v", after.sources)
 			}
 			if s := l.Stats(); s.Breaker != ratelease.BreakerClosed {
@@ -177,7 +178,7 @@ func TestFailureModesOnHungRedis(t *testing.T) {
 			t.Logf("during: %d decisions, %d errors (%d ErrUnavailable), sources %v, %d admitted; after: %d errors, sources %v",
 				during.decisions, during.errors, during.unavailable, during.sources, during.admitted, after.errors, after.sources)
 			checkLatency(t, "during the fault", during, phases[1].lag, ratelease.DefaultRedisTimeout)
-			if after.sources[ratelease.Local]+after.sources[ratelease.Remote] == 0 {
+			if after.sources[ratelease.SourceLocal]+after.sources[ratelease.SourceRemote] == 0 {
 				t.Errorf("Redis back for 3s, and no decision came from it: %v", after.sources)
 			}
 			switch mode {
@@ -185,20 +186,26 @@ func TestFailureModesOnHungRedis(t *testing.T) {
 				if n := before.errors + during.errors + after.errors; n != 0 {
 					t.Errorf("%d errors in FailOpen", n)
 				}
-				if during.sources[ratelease.Fallback] < during.decisions/2 || during.fallbackDenied != 0 {
+				if during.sources[ratelease.SourceFallback] < during.decisions/2 || during.fallbackDenied != 0 {
 					t.Errorf("FailOpen: %d of %d decisions from the fallback, %d of them denials; want most, and none denied",
-						during.sources[ratelease.Fallback], during.decisions, during.fallbackDenied)
+						during.sources[ratelease.SourceFallback], during.decisions, during.fallbackDenied)
 				}
 			case ratelease.FailClosed:
 				if during.unavailable < during.decisions/2 || during.unavailable != during.errors {
 					t.Errorf("FailClosed: %d ErrUnavailable, %d errors in all, of %d decisions; want most, and no other error",
 						during.unavailable, during.errors, during.decisions)
 				}
-				// It wraps the cause too: the timeout, or the open breaker.
-				if w, ok := during.lastErr.(interface{ Unwrap() []error }); !ok || len(w.Unwrap()) < 2 {
+				// It wraps the cause too: the timeout, or the open breaker
+				// (down the chain: the root's error wraps the engine's).
+				wraps := false
+				for err := during.lastErr; err != nil && !wraps; err = errors.Unwrap(err) {
+					w, ok := err.(interface{ Unwrap() []error })
+					wraps = ok && len(w.Unwrap()) >= 2
+				}
+				if !wraps {
 					t.Errorf("FailClosed: %v wraps no cause beside ErrUnavailable", during.lastErr)
 				}
-				if n := during.sources[ratelease.Fallback] + after.sources[ratelease.Fallback]; n != 0 {
+				if n := during.sources[ratelease.SourceFallback] + after.sources[ratelease.SourceFallback]; n != 0 {
 					t.Errorf("FailClosed decided %d requests by itself", n)
 				}
 				if after.errors != after.unavailable {

@@ -130,7 +130,7 @@ func (in *instance) count(res ratelease.Result, n int) bool {
 		in.admitted.Add(1)
 		in.units.Add(int64(n))
 	}
-	if res.Source == ratelease.Fallback {
+	if res.Source == ratelease.SourceFallback {
 		in.fallback.Add(1)
 		if res.Allowed {
 			in.fallbackUnits.Add(int64(n))

@@ -294,12 +294,12 @@ func phasedLoad(t *testing.T, ls []*ratelease.Limiter, spec loadSpec, p *ratelea
 						}
 					default:
 						r.sources[res.Source]++
-						if res.Source == ratelease.Fallback && start.After(r.lastFallback) {
+						if res.Source == ratelease.SourceFallback && start.After(r.lastFallback) {
 							r.lastFallback = start
 						}
 						if res.Allowed {
 							r.admitted++
-						} else if res.Source == ratelease.Fallback {
+						} else if res.Source == ratelease.SourceFallback {
 							r.fallbackDenied++
 						}
 					}

@@ -62,7 +62,7 @@ func TestOperatorsTwoInstancesRealRedis(t *testing.T) {
 		t.Fatalf("after Reset Redis has %d, want 40", res.Remaining)
 	}
 	// b still holds units of its lease, for up to its TTL.
-	if res, _ := b.Allow(ctx, p, "k"); !res.Allowed || res.Source != ratelease.Local {
+	if res, _ := b.Allow(ctx, p, "k"); !res.Allowed || res.Source != ratelease.SourceLocal {
 		t.Fatalf("b after a's Reset: %+v, want a unit it holds", res)
 	}
 	// a takes the whole limit; once b's lease lapses, b meets Redis's word.
@@ -79,7 +79,7 @@ func TestOperatorsTwoInstancesRealRedis(t *testing.T) {
 		if !res.Allowed {
 			break
 		}
-		if res.Source == ratelease.Local && after > heldB {
+		if res.Source == ratelease.SourceLocal && after > heldB {
 			t.Fatalf("b after its TTL answers from a lease it held: %+v", res)
 		}
 		after++
@@ -92,7 +92,7 @@ func TestOperatorsTwoInstancesRealRedis(t *testing.T) {
 	// does to the key (a Refund, a Reset, an Unblock) reaches b within
 	// its TTL.
 	res, _ := b.AllowAtMost(ctx, p, "k", 5)
-	if res.Granted != 0 || res.Source != ratelease.Cached || res.RetryAfter < time.Minute {
+	if res.Granted != 0 || res.Source != ratelease.SourceCached || res.RetryAfter < time.Minute {
 		t.Fatalf("b.AllowAtMost(5): %+v, want its cached denial, with Redis's RetryAfter", res)
 	}
 	time.Sleep(ttl) // b's denial lapses from its cache; b gives back what lapsed
@@ -100,7 +100,7 @@ func TestOperatorsTwoInstancesRealRedis(t *testing.T) {
 	if err := a.Refund(ctx, p, "k", 2); err != nil {
 		t.Fatal(err)
 	}
-	if res, _ := b.AllowAtMost(ctx, p, "k", 40); res.Granted != before.Remaining+2 || res.Source != ratelease.Remote {
+	if res, _ := b.AllowAtMost(ctx, p, "k", 40); res.Granted != before.Remaining+2 || res.Source != ratelease.SourceRemote {
 		t.Fatalf("b.AllowAtMost(40) after a's Refund(2): %+v, want %d from Redis", res, before.Remaining+2)
 	}
 	for range 2 { // denied by Redis, then from the cache

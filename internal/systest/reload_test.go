@@ -74,7 +74,7 @@ func TestLimitChangedMidRun(t *testing.T) {
 								}
 							case r.Allowed:
 								ph.admitted.Add(1)
-								if r.Source == ratelease.Fallback {
+								if r.Source == ratelease.SourceFallback {
 									ph.fallback.Add(1)
 								}
 							}

@@ -65,7 +65,7 @@ func TestSentinelFailover(t *testing.T) {
 	t.Logf("admitted %d over %.3fs of Redis time, bound %.0f", total, run.seconds(), bound)
 	atMost(t, "through the failover", float64(total), bound)
 	// The old primary is dead: a decision from Redis now came from the replica.
-	if after.sources[ratelease.Local]+after.sources[ratelease.Remote] == 0 {
+	if after.sources[ratelease.SourceLocal]+after.sources[ratelease.SourceRemote] == 0 {
 		t.Errorf("the replica promoted, and no decision came from it: %v", after.sources)
 	}
 	if st.Breaker != ratelease.BreakerClosed {
