@@ -75,17 +75,17 @@ func write(w io.Writer, e env, peers []bench.Peer, dec map[decisionKey]decisionS
 	}
 
 	p("\n## What one decision costs\n\n")
-	p("One key, a limit far above the demand (a million per second, a bucket of a billion), so that every decision admits: the common case. Each benchmark ran %d times for %v, the peers interleaved round by round; a figure is benchstat's: the median, ± the 95%% confidence interval. decisions/s is per process, over the benchmark's wall time. \"32 goroutines\" is `RunParallel` with 32 goroutines.\n\n",
+	p("One key, a limit far above the demand (a million per second, a bucket of a billion), so that every decision admits: the common case. Each benchmark ran %d times for %v, the peers interleaved round by round; a figure is benchstat's: the median, ± the 95%% confidence interval. decisions/s is per process, over the benchmark's wall time. \"32 goroutines\" is `RunParallel` with 32 goroutines. Redis µs/decision is the CPU time Redis spent per decision, from `INFO commandstats` (reset before each benchmark): its scripts' time for a peer that runs scripts (which includes the commands they call), every command's otherwise; Redis runs them on one core, so it sets how many decisions one Redis (or Cluster master) can make per second.\n\n",
 		count, benchtimeFlag())
-	p("| peer | goroutines | ns/op | decisions/s | × %s | round trips/decision | B/op | allocs/op |\n|---|---|---|---|---|---|---|---|\n", baseline)
+	p("| peer | goroutines | ns/op | decisions/s | × %s | round trips/decision | Redis µs/decision | B/op | allocs/op |\n|---|---|---|---|---|---|---|---|---|\n", baseline)
 	for _, g := range goroutineCounts {
 		base := median(dec[decisionKey{baseline, g}]["decisions/s"])
 		for _, pe := range peers {
 			s := dec[decisionKey{pe.Name, g}]
 			ns := summary(s["ns/op"])
-			p("| %s | %d | %s ± %s | %s | %s | %s | %.0f | %.0f |\n", e.peer(pe.Name), g, num(ns.Center), ns.PctRangeString(),
+			p("| %s | %d | %s ± %s | %s | %s | %s | %s | %.0f | %.0f |\n", e.peer(pe.Name), g, num(ns.Center), ns.PctRangeString(),
 				rate(median(s["decisions/s"])), times(median(s["decisions/s"])/base), roundTrips(median(s["roundtrips/op"])),
-				median(s["B/op"]), median(s["allocs/op"]))
+				redisMicros(pe, s["redis-us/op"]), median(s["B/op"]), median(s["allocs/op"]))
 		}
 	}
 	p("\nThe raw lines are in `bench/%s`; `benchstat -col /impl bench/%s` compares the peers.\n", raw, raw)
@@ -275,6 +275,15 @@ func num(v float64) string {
 		return fmt.Sprintf("%.0f", v)
 	}
 	return fmt.Sprintf("%.3g", v)
+}
+
+// redisMicros formats the Redis CPU time per decision of peer pe (the
+// median of values), "—" for a peer without Redis.
+func redisMicros(pe bench.Peer, values []float64) string {
+	if !pe.Global {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f", median(values))
 }
 
 func roundTrips(v float64) string {
