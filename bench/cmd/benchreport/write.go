@@ -283,7 +283,7 @@ func redisMicros(pe bench.Peer, values []float64) string {
 	if !pe.Global {
 		return "—"
 	}
-	return fmt.Sprintf("%.2f", median(values))
+	return fmt.Sprintf("%.3g", median(values))
 }
 
 func roundTrips(v float64) string {
