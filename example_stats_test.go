@@ -28,8 +28,9 @@ func ExampleLimiter_PolicyStats() {
 	}
 	limiter.Allow(ctx, login, "user:42")
 
-	fmt.Printf("api: %+v\n", limiter.Stats().Policies[api.Name()])
 	s := limiter.Stats()
+	fmt.Printf("api: %+v\n", s.Policies[api.Name()])
+	fmt.Printf("api denied by: %v\n", s.DeniedBy[api.Name()])
 	names := make([]string, 0, len(s.Policies))
 	for name := range s.Policies {
 		names = append(names, name)
@@ -40,7 +41,8 @@ func ExampleLimiter_PolicyStats() {
 		fmt.Printf("%s: allowed %d, denied %d, remote %d\n", name, ps.Allowed, ps.Denied, ps.Remote)
 	}
 	// Output:
-	// api: {Allowed:3 Denied:2 Local:0 Remote:5 Cached:0 Fallback:0 ShadowDenied:0 DeniedBy:map[3 req/s (burst 3):2]}
+	// api: {Allowed:3 Denied:2 Local:0 Remote:5 Cached:0 Fallback:0 ShadowDenied:0}
+	// api denied by: map[3 req/s (burst 3):2]
 	// api: allowed 3, denied 2, remote 5
 	// login: allowed 1, denied 0, remote 1
 }

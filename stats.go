@@ -93,6 +93,21 @@ type Stats struct {
 	// Denied, Local, Remote, Cached and Fallback (but for decisions made
 	// while Stats reads, or in the moment a policy is let go).
 	DroppedPolicies PolicyStats
+	// DeniedBy counts the denials of the policies in Policies by the limit
+	// that decided them (Result.Limit): policy name -> the limit's String
+	// ("10 req/s (burst 10)") -> denials, one entry for each of the
+	// policy's limits (Policy.Limits), 0 included, so that a policy of 10/s
+	// and 100/min tells which of the two denies. It counts the denials that
+	// Redis made (Source Remote) and those repeated locally (Cached),
+	// shadow mode's would-be denials included; not those of a blocked key
+	// (Result.Blocked: no limit decided) nor those of the failure mode
+	// (Fallback, which decides by local shares of the limits), so a
+	// policy's sum is at most its Denied. Policies of one name with other
+	// limits (a redefinition, while both are held) each add their own
+	// limits. The policies let go have none: a limit means nothing across
+	// them. Counting it costs a denial one atomic add, and an admission
+	// nothing.
+	DeniedBy map[string]map[string]uint64
 }
 
 // PolicyStats counts a Limiter's decisions under one policy name since New
@@ -124,21 +139,6 @@ type PolicyStats struct {
 	// mode (Policy.Shadow), admitted all the same; each is in Denied as
 	// well.
 	ShadowDenied uint64
-	// DeniedBy counts the policy's denials by the limit that decided them
-	// (Result.Limit), keyed by that limit's String ("10 req/s (burst 10)"):
-	// one entry for each of the policy's limits (Policy.Limits), 0
-	// included, so that a policy of 10/s and 100/min tells which of the
-	// two denies. It counts the denials that Redis made (Source Remote)
-	// and those repeated locally (Cached), shadow mode's would-be denials
-	// included; not those of a blocked key (Result.Blocked: no limit
-	// decided) nor those of the failure mode (Fallback, which decides by
-	// local shares of the limits), so its sum is at most Denied. Policies
-	// of one name with other limits (a redefinition, while both are held)
-	// each add their own limits. In Stats.DroppedPolicies it is nil: a
-	// limit means nothing across the policies let go, and theirs would
-	// accumulate. Counting it costs a denial one atomic add, and an
-	// admission nothing.
-	DeniedBy map[string]uint64
 }
 
 // Stats returns a snapshot of the Limiter's counters, with those of each
@@ -176,6 +176,7 @@ func statsOf(s tier.Stats) Stats {
 		BreakerOpens:    s.BreakerOpens,
 		UnitsCharged:    s.UnitsCharged,
 		DroppedPolicies: PolicyStats(s.DroppedPolicies),
+		DeniedBy:        s.DeniedBy,
 	}
 	if s.Policies != nil {
 		st.Policies = make(map[string]PolicyStats, len(s.Policies))

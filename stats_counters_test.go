@@ -13,17 +13,17 @@ import (
 	"github.com/ratelease/ratelease/internal/redistest"
 )
 
-// sumDeniedBy adds up ps.DeniedBy.
-func sumDeniedBy(ps ratelease.PolicyStats) uint64 {
+// sumDeniedBy adds up by, a policy's Stats.DeniedBy.
+func sumDeniedBy(by map[string]uint64) uint64 {
 	var n uint64
-	for _, v := range ps.DeniedBy {
+	for _, v := range by {
 		n += v
 	}
 	return n
 }
 
 // A policy of 2/s and 3/min denies by one limit, then by the other:
-// PolicyStats.DeniedBy counts each under its own name, as Result.Limit
+// Stats.DeniedBy counts each under its own name, as Result.Limit
 // names it; a blocked key's denial is in Denied, not in DeniedBy.
 func TestStatsDeniedByLimit(t *testing.T) {
 	e := newEnv(t)
@@ -31,7 +31,7 @@ func TestStatsDeniedByLimit(t *testing.T) {
 	second, minute := ratelease.PerSecond(2), ratelease.PerMinute(3)
 	p := policy(t, "two", second, minute)
 	want := map[string]uint64{second.String(): 0, minute.String(): 0}
-	if got := e.l.Stats().Policies["two"].DeniedBy; got != nil {
+	if got := e.l.Stats().DeniedBy["two"]; got != nil {
 		t.Fatalf("DeniedBy before any decision: %v", got)
 	}
 	step := func(allowed bool, by ratelease.Limit) {
@@ -43,7 +43,7 @@ func TestStatsDeniedByLimit(t *testing.T) {
 		if !allowed {
 			want[by.String()]++
 		}
-		if got := e.l.Stats().Policies["two"].DeniedBy; !maps.Equal(got, want) {
+		if got := e.l.Stats().DeniedBy["two"]; !maps.Equal(got, want) {
 			t.Fatalf("DeniedBy %v, want %v", got, want)
 		}
 	}
@@ -57,7 +57,7 @@ func TestStatsDeniedByLimit(t *testing.T) {
 
 	s := e.l.Stats()
 	ps := s.Policies["two"]
-	if ps.Denied != 3 || sumDeniedBy(ps) != ps.Denied || s.Denied != 3 {
+	if ps.Denied != 3 || sumDeniedBy(s.DeniedBy["two"]) != ps.Denied || s.Denied != 3 {
 		t.Fatalf("PolicyStats %+v, Stats.Denied %d", ps, s.Denied)
 	}
 	// A block denies with no limit deciding.
@@ -67,8 +67,8 @@ func TestStatsDeniedByLimit(t *testing.T) {
 	if res, err := e.l.Allow(ctx, p, "k"); err != nil || res.Allowed || !res.Blocked {
 		t.Fatalf("blocked key: %+v, %v", res, err)
 	}
-	ps = e.l.Stats().Policies["two"]
-	if ps.Denied != 4 || !maps.Equal(ps.DeniedBy, want) {
+	s = e.l.Stats()
+	if ps = s.Policies["two"]; ps.Denied != 4 || !maps.Equal(s.DeniedBy["two"], want) {
 		t.Fatalf("after a blocked key's denial: %+v, want Denied 4, DeniedBy %v", ps, want)
 	}
 	// A policy let go leaves its denials by limit behind: the dropped
@@ -77,7 +77,7 @@ func TestStatsDeniedByLimit(t *testing.T) {
 	if err := e.l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if s := e.l.Stats(); len(s.Policies) != 0 || s.DroppedPolicies.Denied != 4 || s.DroppedPolicies.DeniedBy != nil {
+	if s := e.l.Stats(); len(s.Policies) != 0 || s.DroppedPolicies.Denied != 4 || len(s.DeniedBy) != 0 {
 		t.Fatalf("after Close: %d policies, dropped %+v", len(s.Policies), s.DroppedPolicies)
 	}
 }
@@ -104,9 +104,10 @@ func TestStatsDeniedByLeaseAndShadow(t *testing.T) {
 			sources = append(sources, res.Source)
 		}
 	}
-	ps := l.Stats().Policies["hourly"]
+	s := l.Stats()
+	ps := s.Policies["hourly"]
 	want := map[string]uint64{minute.String(): 0, hour.String(): 5}
-	if ps.Denied != 5 || ps.Cached == 0 || !maps.Equal(ps.DeniedBy, want) {
+	if ps.Denied != 5 || ps.Cached == 0 || !maps.Equal(s.DeniedBy["hourly"], want) {
 		t.Fatalf("PolicyStats %+v (denials from %v), want 5 denied, some cached, DeniedBy %v", ps, sources, want)
 	}
 
@@ -116,8 +117,8 @@ func TestStatsDeniedByLeaseAndShadow(t *testing.T) {
 			t.Fatalf("%+v, %v", res, err)
 		}
 	}
-	ps = l.Stats().Policies["shadowed"]
-	if ps.ShadowDenied != 2 || ps.DeniedBy[ratelease.PerHour(1).String()] != 2 {
+	s = l.Stats()
+	if ps = s.Policies["shadowed"]; ps.ShadowDenied != 2 || s.DeniedBy["shadowed"][ratelease.PerHour(1).String()] != 2 {
 		t.Fatalf("shadow policy: %+v, want 2 would-be denials by the hour", ps)
 	}
 	runtime.KeepAlive(p)

@@ -218,6 +218,17 @@ type Stats struct {
 	// dropped).
 	Policies        map[string]PolicyStats
 	DroppedPolicies PolicyStats
+	// DeniedBy counts the denials of the policies the engine holds by the
+	// limit that decided them: policy name -> limit name (LimitName) ->
+	// denials, one entry for each limit of the policies of that name, 0
+	// included. It counts the denials Redis made (Remote) and those
+	// repeated locally (Cached), not a blocked key's (no limit decided) nor
+	// the failure mode's (Fallback, which decides by local shares of the
+	// limits): a name's sum is at most its Denied. Keyed by limit, the
+	// counts of policies of one name with other limits (a redefinition)
+	// stay apart. The dropped policies' have none: a limit means nothing
+	// across them.
+	DeniedBy map[string]map[string]uint64
 }
 
 // New returns an Engine for cfg, with its door to Redis and, when
@@ -263,7 +274,7 @@ func (e *Engine) Stats() Stats {
 		Instances: 1, UnitsCharged: s.charged.Load(), Invalid: s.invalid.Load(),
 	}
 	st.Breaker, st.BreakerOpens = e.door.Breakers()
-	st.Policies, st.DroppedPolicies = e.policyStats()
+	st.Policies, st.DroppedPolicies, st.DeniedBy = e.policyStats()
 	if e.leaser != nil {
 		ls := e.leaser.Stats()
 		st.Local = e.leaser.LocalHits()

@@ -14,27 +14,15 @@ import (
 // outcome, Local, Remote, Cached and Fallback by Source. Allowed + Denied =
 // Local + Remote + Cached + Fallback. ShadowDenied counts those of the
 // denials that were admitted all the same, the policy being in shadow mode
-// (each is in Denied as well).
-//
-// DeniedBy counts the denials that a limit decided, by that limit's name
-// (LimitName): one entry per limit of the policies counted, 0 included.
-// It counts the denials Redis made (Source Remote) and those repeated
-// locally (Cached), not a blocked key's (no limit decided) nor the failure
-// mode's (Fallback, which decides by local shares of the limits, not by
-// them): their sum is at most Denied. Keyed by limit, the counts of
-// policies of one name with other limits (a redefinition) stay apart. The
-// totals of dropped policies have none (nil): a limit has no meaning
-// across policies, and the names of the limits of every policy made at run
-// time would accumulate.
+// (each is in Denied as well). (Its denials by limit are in
+// Stats.DeniedBy.)
 type PolicyStats struct {
 	Allowed, Denied                 uint64
 	Local, Remote, Cached, Fallback uint64
 	ShadowDenied                    uint64
-	DeniedBy                        map[string]uint64
 }
 
-// add adds o to s. s takes o's DeniedBy when it has none of its own: o is
-// a snapshot, not shared.
+// add adds o to s.
 func (s *PolicyStats) add(o PolicyStats) {
 	s.Allowed += o.Allowed
 	s.Denied += o.Denied
@@ -43,18 +31,11 @@ func (s *PolicyStats) add(o PolicyStats) {
 	s.Cached += o.Cached
 	s.Fallback += o.Fallback
 	s.ShadowDenied += o.ShadowDenied
-	if s.DeniedBy == nil {
-		s.DeniedBy = o.DeniedBy
-		return
-	}
-	for name, n := range o.DeniedBy {
-		s.DeniedBy[name] += n
-	}
 }
 
 // LimitName names l: "10 req/s (burst 10)", "100 req/min (fixed window)",
-// "5 req/s (leaky bucket, queue 10)". It is the key of PolicyStats.DeniedBy,
-// and the root package's Limit.String. (l's Burst is resolved:
+// "5 req/s (leaky bucket, queue 10)". It is the key of Stats.DeniedBy's
+// counts, and the root package's Limit.String. (l's Burst is resolved:
 // windows have Burst = Rate.)
 func LimitName(l remote.Limit) string {
 	var per string
@@ -124,7 +105,8 @@ func (c *counts) add(p *remote.Policy, s Source, allowed bool, by int) {
 	c.deniedBy[by].Add(1)
 }
 
-// load returns a snapshot of c, without DeniedBy (see policy.stats).
+// load returns a snapshot of c, without its denials by limit (see
+// policy.deniedBy).
 func (c *counts) load() PolicyStats {
 	local := c.local.Load()
 	return PolicyStats{
@@ -148,7 +130,7 @@ func (c *counts) fold(st *policy) {
 }
 
 // stats returns a snapshot of st's counters, walking its table's entries
-// for their hits, with its denials by limit, named.
+// for their hits.
 func (st *policy) stats() PolicyStats {
 	s := st.counts.load()
 	if st.table != nil {
@@ -156,11 +138,14 @@ func (st *policy) stats() PolicyStats {
 		s.Local += local
 		s.Allowed += local
 	}
-	s.DeniedBy = make(map[string]uint64, len(st.counts.limits))
-	for i, l := range st.counts.limits {
-		s.DeniedBy[LimitName(l)] += st.counts.deniedBy[i].Load()
-	}
 	return s
+}
+
+// deniedBy adds st's denials by limit, named (LimitName), to by.
+func (st *policy) deniedBy(by map[string]uint64) {
+	for i, l := range st.counts.limits {
+		by[LimitName(l)] += st.counts.deniedBy[i].Load()
+	}
 }
 
 // count counts a decision of p from s (not Local: a hit is counted by its
@@ -216,16 +201,22 @@ func (e *Engine) counts(p *remote.Policy) *counts {
 }
 
 // policyStats returns the counters of every policy the engine holds, by
-// name (policies of one name summed), and the totals of those it dropped.
-// It walks every entry: for Stats, not for the hot path.
-func (e *Engine) policyStats() (map[string]PolicyStats, PolicyStats) {
+// name (policies of one name summed), the totals of those it dropped, and
+// the held policies' denials by limit (Stats.DeniedBy). It walks every
+// entry: for Stats, not for the hot path.
+func (e *Engine) policyStats() (map[string]PolicyStats, PolicyStats, map[string]map[string]uint64) {
 	m := make(map[string]PolicyStats)
+	by := make(map[string]map[string]uint64)
 	e.tables.each(func(st *policy) {
 		s := m[st.name]
 		s.add(st.stats())
 		m[st.name] = s
+		if by[st.name] == nil {
+			by[st.name] = make(map[string]uint64, len(st.counts.limits))
+		}
+		st.deniedBy(by[st.name])
 	})
-	return m, e.tables.others.dropped.load()
+	return m, e.tables.others.dropped.load(), by
 }
 
 // PolicyStats returns the counters of the policies named name that the

@@ -36,7 +36,7 @@ func TestStatsDeniedBy(t *testing.T) {
 				if !allowed {
 					want[tier.LimitName(by)]++
 				}
-				if got := e.Stats().Policies["two"].DeniedBy; !maps.Equal(got, want) {
+				if got := e.Stats().DeniedBy["two"]; !maps.Equal(got, want) {
 					t.Fatalf("DeniedBy %v, want %v", got, want)
 				}
 			}

@@ -41,7 +41,7 @@
 // is one field of ratelease.Stats or ratelease.PolicyStats, whose docs say
 // what it counts; package extra/rateleaseprom reports the same figures to
 // Prometheus under the same names, "_" for "." (and a _total suffix on
-// counters). A policy's denials by limit (PolicyStats.DeniedBy) tell
+// counters). A policy's denials by limit (Stats.DeniedBy) tell
 // which of its limits denies; they leave out a blocked key's denials and
 // the failure mode's, and a dropped policy's go with it.
 //

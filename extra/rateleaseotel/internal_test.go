@@ -19,8 +19,8 @@ func TestOneStatsPerCollection(t *testing.T) {
 	calls := 0
 	reg, err := register(config{meters: mp}, func() ratelease.Stats {
 		calls++
-		return ratelease.Stats{Allowed: math.MaxUint64, Policies: map[string]ratelease.PolicyStats{
-			"a": {DeniedBy: map[string]uint64{"1 req/s (burst 1)": 0}}, "b": {}}}
+		return ratelease.Stats{Allowed: math.MaxUint64, Policies: map[string]ratelease.PolicyStats{"a": {}, "b": {}},
+			DeniedBy: map[string]map[string]uint64{"a": {"1 req/s (burst 1)": 0}}}
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -175,7 +175,10 @@ func (ins *instruments) observe(o metric.Observer, s ratelease.Stats, base []att
 		observe(ins.policySources, ps.Cached, policy, cached)
 		observe(ins.policySources, ps.Fallback, policy, fallback)
 		observe(ins.policyShadow, ps.ShadowDenied, policy)
-		for limit, n := range ps.DeniedBy {
+	}
+	for name, by := range s.DeniedBy {
+		policy := PolicyKey.String(name)
+		for limit, n := range by {
 			observe(ins.policyDeniedBy, n, policy, LimitKey.String(limit))
 		}
 	}

@@ -239,7 +239,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(d.policySources, ps.Cached, name, "cached")
 		counter(d.policySources, ps.Fallback, name, "fallback")
 		counter(d.policyShadow, ps.ShadowDenied, name)
-		for limit, n := range ps.DeniedBy {
+	}
+	for name, by := range deniedBy(s.DeniedBy) {
+		for limit, n := range by {
 			counter(d.policyDeniedBy, n, name, limit)
 		}
 	}
@@ -296,17 +298,33 @@ func policies(m map[string]ratelease.PolicyStats) map[string]ratelease.PolicySta
 		sum.Cached += ps.Cached
 		sum.Fallback += ps.Fallback
 		sum.ShadowDenied += ps.ShadowDenied
-		if len(ps.DeniedBy) > 0 {
-			deniedBy := make(map[string]uint64, len(sum.DeniedBy)+len(ps.DeniedBy))
-			for limit, n := range sum.DeniedBy {
-				deniedBy[limit] += n
-			}
-			for limit, n := range ps.DeniedBy {
-				deniedBy[limit] += n
-			}
-			sum.DeniedBy = deniedBy
-		}
 		out[label] = sum
+	}
+	return out
+}
+
+// deniedBy returns m (Stats.DeniedBy) with its policy names made valid
+// label values, as policies does.
+func deniedBy(m map[string]map[string]uint64) map[string]map[string]uint64 {
+	valid := true
+	for name := range m {
+		if !utf8.ValidString(name) {
+			valid = false
+			break
+		}
+	}
+	if valid {
+		return m
+	}
+	out := make(map[string]map[string]uint64, len(m))
+	for name, by := range m {
+		label := escape(name)
+		if out[label] == nil {
+			out[label] = make(map[string]uint64, len(by))
+		}
+		for limit, n := range by {
+			out[label][limit] += n
+		}
 	}
 	return out
 }

@@ -46,16 +46,13 @@ func TestPolicies(t *testing.T) {
 		t.Fatalf("valid names: %v", got)
 	}
 	got := policies(map[string]ratelease.PolicyStats{
-		"a\xff": {Allowed: 1, Denied: 2, Local: 3, Remote: 4, Cached: 5, Fallback: 6, ShadowDenied: 7,
-			DeniedBy: map[string]uint64{"1 req/s (burst 1)": 1, "9 req/h (burst 9)": 1}},
-		`a\xff`: {Allowed: 10, Denied: 20, Local: 30, Remote: 40, Cached: 50, Fallback: 60, ShadowDenied: 70,
-			DeniedBy: map[string]uint64{"1 req/s (burst 1)": 10}},
+		"a\xff":    {Allowed: 1, Denied: 2, Local: 3, Remote: 4, Cached: 5, Fallback: 6, ShadowDenied: 7},
+		`a\xff`:    {Allowed: 10, Denied: 20, Local: 30, Remote: 40, Cached: 50, Fallback: 60, ShadowDenied: 70},
 		"b\xc3":    {Allowed: 1},
 		"ok\u00e9": {Denied: 1},
 	})
 	want := map[string]ratelease.PolicyStats{
-		`a\xff`: {Allowed: 11, Denied: 22, Local: 33, Remote: 44, Cached: 55, Fallback: 66, ShadowDenied: 77,
-			DeniedBy: map[string]uint64{"1 req/s (burst 1)": 11, "9 req/h (burst 9)": 1}},
+		`a\xff`:    {Allowed: 11, Denied: 22, Local: 33, Remote: 44, Cached: 55, Fallback: 66, ShadowDenied: 77},
 		`b\xc3`:    {Allowed: 1},
 		"ok\u00e9": {Denied: 1},
 	}
@@ -66,6 +63,27 @@ func TestPolicies(t *testing.T) {
 		if !reflect.DeepEqual(got[k], v) {
 			t.Errorf("%q: %+v, want %+v", k, got[k], v)
 		}
+	}
+}
+
+// The denials by limit of names that are not valid UTF-8 are escaped, and
+// two names that meet are summed, limit by limit.
+func TestDeniedBy(t *testing.T) {
+	valid := map[string]map[string]uint64{"api": {"1 req/s (burst 1)": 1}}
+	if got := deniedBy(valid); !reflect.DeepEqual(got, valid) {
+		t.Fatalf("valid names: %v", got)
+	}
+	got := deniedBy(map[string]map[string]uint64{
+		"a\xff": {"1 req/s (burst 1)": 1, "9 req/h (burst 9)": 1},
+		`a\xff`: {"1 req/s (burst 1)": 10},
+		"ok":    {"1 req/s (burst 1)": 0},
+	})
+	want := map[string]map[string]uint64{
+		`a\xff`: {"1 req/s (burst 1)": 11, "9 req/h (burst 9)": 1},
+		"ok":    {"1 req/s (burst 1)": 0},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
 	}
 }
 

@@ -44,7 +44,7 @@
 // policies' series and the dropped_policy series add up to the Limiter's
 // (Stats.DroppedPolicies says when a policy is dropped; one used again
 // starts from zero, which Prometheus reads as a counter reset). A policy's
-// denials by limit (PolicyStats.DeniedBy) tell which of its limits denies
+// denials by limit (Stats.DeniedBy) tell which of its limits denies
 // (a policy of 10/s and 100/min: the one or the other); they leave out a
 // blocked key's denials and the failure mode's, and a dropped policy's go
 // with it.
