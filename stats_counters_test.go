@@ -228,3 +228,8 @@ func TestStatsKeys(t *testing.T) {
 		t.Fatalf("after Close: Keys %d, want 0", k)
 	}
 }
+
+// PolicyStats stays comparable: code outside may compare two with ==, so
+// a field that is not (a map, a slice) would break it. This line stops
+// compiling first.
+var _ = ratelease.PolicyStats{} == ratelease.PolicyStats{}
