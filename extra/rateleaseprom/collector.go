@@ -272,25 +272,9 @@ func stateLabel(s ratelease.BreakerState) string {
 	return strings.ReplaceAll(s.String(), "-", "_")
 }
 
-// policies returns m with its names made valid label values: a name that
-// is not valid UTF-8 (NewPolicy allows any bytes but ':', braces and
-// whitespace) has its invalid bytes escaped as \xNN, and names that then
-// meet are summed. m itself is returned when every name is valid.
+// policies returns m with its names made valid label values (labeled).
 func policies(m map[string]ratelease.PolicyStats) map[string]ratelease.PolicyStats {
-	valid := true
-	for name := range m {
-		if !utf8.ValidString(name) {
-			valid = false
-			break
-		}
-	}
-	if valid {
-		return m
-	}
-	out := make(map[string]ratelease.PolicyStats, len(m))
-	for name, ps := range m {
-		label := escape(name)
-		sum := out[label]
+	return labeled(m, func(sum *ratelease.PolicyStats, ps ratelease.PolicyStats) {
 		sum.Allowed += ps.Allowed
 		sum.Denied += ps.Denied
 		sum.Local += ps.Local
@@ -298,14 +282,28 @@ func policies(m map[string]ratelease.PolicyStats) map[string]ratelease.PolicySta
 		sum.Cached += ps.Cached
 		sum.Fallback += ps.Fallback
 		sum.ShadowDenied += ps.ShadowDenied
-		out[label] = sum
-	}
-	return out
+	})
 }
 
 // deniedBy returns m (Stats.DeniedBy) with its policy names made valid
-// label values, as policies does.
+// label values (labeled), summed limit by limit.
 func deniedBy(m map[string]map[string]uint64) map[string]map[string]uint64 {
+	return labeled(m, func(sum *map[string]uint64, by map[string]uint64) {
+		if *sum == nil {
+			*sum = make(map[string]uint64, len(by))
+		}
+		for limit, n := range by {
+			(*sum)[limit] += n
+		}
+	})
+}
+
+// labeled returns m, keyed by policy name, with its names made valid label
+// values: a name that is not valid UTF-8 (NewPolicy allows any bytes but
+// ':', braces and whitespace) has its invalid bytes escaped as \xNN, and
+// the values of names that then meet are added up by add. m itself is
+// returned when every name is valid.
+func labeled[V any](m map[string]V, add func(sum *V, v V)) map[string]V {
 	valid := true
 	for name := range m {
 		if !utf8.ValidString(name) {
@@ -316,15 +314,12 @@ func deniedBy(m map[string]map[string]uint64) map[string]map[string]uint64 {
 	if valid {
 		return m
 	}
-	out := make(map[string]map[string]uint64, len(m))
-	for name, by := range m {
+	out := make(map[string]V, len(m))
+	for name, v := range m {
 		label := escape(name)
-		if out[label] == nil {
-			out[label] = make(map[string]uint64, len(by))
-		}
-		for limit, n := range by {
-			out[label][limit] += n
-		}
+		sum := out[label]
+		add(&sum, v)
+		out[label] = sum
 	}
 	return out
 }
