@@ -1,6 +1,7 @@
 package local
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
 )
@@ -9,10 +10,12 @@ import (
 // be done with it:
 //
 //   - the hit path takes units from its allowance (Take) and reads what
-//     Redis last said of the key (LastWord, LowWater), lock-free;
+//     Redis last said of the key with the units that go with it
+//     (Answers, Said, LowWater), lock-free;
 //   - the leaser starts a lease (StartLease, TryStartLease), which
 //     measures the demand and takes along the units set aside; puts the
-//     answer in (Answered, Fill, Deny, SetLowWater); ends it (EndLease);
+//     answer in (BeginAnswer, Answered, Fill, Deny, EndAnswer,
+//     SetLowWater); ends it (EndLease);
 //     and sets aside units that lapsed unused, to be given back (SetAside,
 //     DrainBack, DrainOldBack).
 //
@@ -68,6 +71,9 @@ type Entry[P any] struct {
 	// from their first denial until they return.
 	waiting atomic.Int64
 
+	// answers counts the answers put in, twice each: odd while one is
+	// (between BeginAnswer and EndAnswer). See Said.
+	answers atomic.Uint64
 	// The last word from Redis on this key (see Word), and the members of
 	// the key (0: unknown). Written at each lease.
 	decider   atomic.Int32
@@ -228,6 +234,46 @@ type Word struct {
 // loads, no lock.
 func (e *Entry[P]) LastWord() Word {
 	return Word{Limit: int(e.decider.Load()), Remaining: e.remaining.Load(), ResetAt: e.resetAt.Load()}
+}
+
+// BeginAnswer and EndAnswer bracket the putting in of one answer from
+// Redis: its word (Answered) and its units (Fill). A reader that sees the
+// one then sees the other (Said): between the two, the word would say
+// what Redis has left after the grant, and the units held would not yet
+// count it.
+func (e *Entry[P]) BeginAnswer() { e.answers.Add(1) }
+
+// EndAnswer ends what BeginAnswer began.
+func (e *Entry[P]) EndAnswer() { e.answers.Add(1) }
+
+// Answers returns the count of answers put in, to be read before a Take
+// whose units left Said is to report.
+func (e *Entry[P]) Answers() uint64 { return e.answers.Load() }
+
+// Said returns Redis's last word and the units held that go with it: left,
+// what a Take made after Answers returned v left, if no answer was put in
+// since; else as WordAndUnits. One atomic load more than LastWord on the
+// hit path.
+func (e *Entry[P]) Said(v uint64, left int64) (Word, int64) {
+	w := e.LastWord()
+	if v&1 == 0 && e.answers.Load() == v {
+		return w, left
+	}
+	return e.WordAndUnits()
+}
+
+// WordAndUnits returns Redis's last word and the units held, both of the
+// same answer: read once no answer is being put in.
+func (e *Entry[P]) WordAndUnits() (Word, int64) {
+	for {
+		if v := e.answers.Load(); v&1 == 0 {
+			w, held := e.LastWord(), e.Units()
+			if e.answers.Load() == v {
+				return w, held
+			}
+		}
+		runtime.Gosched() // an answer is being put in: a lock and a few stores
+	}
 }
 
 // Members returns the members of the key Redis counted at its last lease

@@ -633,3 +633,41 @@ func keepAll(int64, int64) bool { return true }
 
 // at is a reading of the time that is always t.
 func at(t int64) func() int64 { return func() int64 { return t } }
+
+// TestSaidPairsTheWordWithItsUnits: an answer's word and units are put in
+// one after the other; a reader between the two must not pair the new
+// word with the old units. Each answer here grants 10 units and says 10
+// fewer are left in Redis, and nothing is taken: word + units is the same
+// whenever a reader looks.
+func TestSaidPairsTheWordWithItsUnits(t *testing.T) {
+	e := local.NewBound[string](10, nil).NewTable("p", nil).GetOrCreate("k")
+	const total = 1_000_000
+	e.Answered(local.Word{Remaining: total}, 1, false)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := int64(1); i <= 2000; i++ {
+			e.BeginAnswer()
+			e.Answered(local.Word{Remaining: total - 10*i}, 1, false)
+			runtime.Gosched() // widen the window between the two
+			e.Fill(local.Grant{Units: 10, Keep: 10, At: i, Expires: 1e18}, 0, keepAll)
+			e.EndAnswer()
+		}
+	}()
+	for reads := 0; ; reads++ {
+		select {
+		case <-done:
+			if w, held := e.WordAndUnits(); w.Remaining+held != total {
+				t.Fatalf("at the end: word %d + units %d", w.Remaining, held)
+			}
+			return
+		default:
+		}
+		v := e.Answers()
+		held := e.Units() // as a Take of nothing would leave them
+		if w, held := e.Said(v, held); w.Remaining+held != total {
+			t.Fatalf("read %d: word %d + units %d = %d, want %d", reads, w.Remaining, held, w.Remaining+held, total)
+		}
+		runtime.Gosched()
+	}
+}

@@ -377,6 +377,7 @@ func (l *Leaser) apply(c *call, n int64) {
 	// ResetAt on the hit's reading of the time, which hits report it
 	// against (a precise one would put it up to the coarse clock's lag
 	// later, and a hit would report the reset that much further off).
+	e.BeginAnswer() // a hit that reads the word reads its units too
 	e.Answered(local.Word{Limit: d.Decider, Remaining: d.Remaining, ResetAt: l.cached() + int64(d.ResetAfter)},
 		d.Members, d.Members > 1 && (d.Granted == 0 || d.Next > 0))
 	e.SetBlocked(0)
@@ -395,6 +396,7 @@ func (l *Leaser) apply(c *call, n int64) {
 		// a call per TTL, and each instance sees another's Reset within
 		// TTL.
 		e.Deny(now+min(int64(d.RetryAfter), int64(l.cfg.TTL)), max(n, 1))
+		e.EndAnswer()
 		return
 	}
 	l.stats.used.Add(uint64(n)) // the requester's
@@ -406,6 +408,7 @@ func (l *Leaser) apply(c *call, n int64) {
 	}
 	g.Expires = start + int64(valid)
 	lapsed, kept, forgot := e.Fill(g, now, l.keep(e, now))
+	e.EndAnswer()
 	l.lapsed(lapsed)
 	switch {
 	case !kept: // e left its table while the lease was in flight: nobody will use them

@@ -64,6 +64,7 @@ func (e *Engine) Hit(p *remote.Policy, key string, n int64) (limit int, remainin
 	// The units must outlast the time by as much as the cached reading may
 	// be behind it: a take within that of their expiry is a miss, and Miss
 	// takes them at a precise reading.
+	v := ent.Answers()
 	left, ok := ent.Take(n, now+late)
 	if !ok {
 		return 0, 0, 0, false
@@ -76,7 +77,8 @@ func (e *Engine) Hit(p *remote.Policy, key string, n int64) (limit int, remainin
 		e.leaser.Now()
 	}
 	e.afterTake(ent, left)
-	limit, remaining, resetAfter = hitState(p, ent.LastWord(), left, now)
+	w, held := ent.Said(v, left)
+	limit, remaining, resetAfter = hitState(p, w, held, now)
 	return limit, remaining, resetAfter, true
 }
 
@@ -186,6 +188,7 @@ func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, key string, 
 // even while Redis denies the key: a prefetch may have been denied while
 // some were left. done is false on a miss.
 func (e *Engine) fromLocal(p *remote.Policy, ent *leasesync.Entry, n, now int64) (Decision, bool) {
+	v := ent.Answers()
 	left, ok := ent.Take(n, now)
 	if !ok && n > 1 && ent.Units() >= n && ent.Merge(now) {
 		// Neither lease held n units, both together may.
@@ -193,7 +196,8 @@ func (e *Engine) fromLocal(p *remote.Policy, ent *leasesync.Entry, n, now int64)
 	}
 	if ok {
 		e.afterTake(ent, left)
-		return hitDecision(hitState(p, ent.LastWord(), left, now)), true
+		w, held := ent.Said(v, left)
+		return hitDecision(hitState(p, w, held, now)), true
 	}
 	if denied, left := ent.Denied(now, n); denied {
 		ent.Wanted(n) // the demand counts it
@@ -223,16 +227,17 @@ func cachedDenial(ent *leasesync.Entry, left, now int64) Decision {
 		return Decision{Source: Cached, Blocked: true,
 			RetryAfter: time.Duration(until - now), ResetAfter: time.Duration(until - now)}
 	}
-	w := ent.LastWord()
+	w, held := ent.WordAndUnits()
 	// Redis's RetryAfter, though the cache asks again sooner (at left).
 	return Decision{Source: Cached, Limit: w.Limit, RetryAfter: time.Duration(max(left, ent.RetryAt()-now)),
-		Remaining:  w.Remaining + ent.Units(),
+		Remaining:  w.Remaining + held,
 		ResetAfter: time.Duration(max(0, w.ResetAt-now))}
 }
 
 // localDecision is the Decision of a hit on ent at now.
 func (e *Engine) localDecision(p *remote.Policy, ent *leasesync.Entry, now int64) Decision {
-	return hitDecision(hitState(p, ent.LastWord(), ent.Units(), now))
+	w, held := ent.WordAndUnits()
+	return hitDecision(hitState(p, w, held, now))
 }
 
 // hitState is what a hit reports, from w, Redis's last word on the entry,
