@@ -17,8 +17,10 @@
 //   - the key layout <prefix>:{<policy>:<key>}:<algorithm>:<period µs> (and :m for the
 //     key's members, :b for its block), whose hash tag puts every limit of
 //     one key in one Redis Cluster slot;
-//   - [Store], which runs the scripts on any redis.UniversalClient through
-//     redis.NewScript (EVALSHA, falling back to EVAL after NOSCRIPT), and
+//   - [Store], which runs the scripts on any redis.UniversalClient: as
+//     Redis functions (FCALL, loading the library where it is missing), or
+//     on a server without them as scripts through redis.NewScript (EVALSHA,
+//     falling back to EVAL after NOSCRIPT); and
 //     reads what else of the servers a Limiter needs to know: whether they
 //     answer and let it run scripts (Ping) and whether they may evict its
 //     keys (MaxmemoryPolicies); its errors name the server (Addr);

@@ -2,10 +2,13 @@ package remote
 
 import (
 	"context"
+	"crypto/sha1"
 	"embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,14 +22,43 @@ var luaFiles embed.FS
 // algorithmFiles holds each algorithm's script file, by Algorithm.
 var algorithmFiles = [numAlgorithms]string{"tokenbucket.lua", "fixedwindow.lua", "slidingwindowlog.lua", "slidingwindowcounter.lua", "leakybucket.lua"}
 
-// scripts are the acquire and refund scripts for one set of algorithms.
+// scripts are the entry points for one set of algorithms: acquire (with
+// the members and their fair share), exact (acquire for a call that names
+// no member: every exact decision), refund.
 type scripts struct {
-	acquire, refund *redis.Script
+	acquire, exact, refund program
 }
+
+// program is an entry point of a set's scripts, runnable two ways (see
+// prelude.lua): as the function fn of the set's library (FCALL), its
+// definitions made once when the library is loaded; or as a script
+// (EVALSHA), which makes them anew on every call. The first is cheaper
+// for Redis (TestScriptCost); the second runs on every server.
+type program struct {
+	script *redis.Script
+	fn     string
+	lib    *library
+}
+
+// library is the Redis function library of one set of algorithms: its
+// name, from its code's hash (two releases of ratelease that differ each
+// load their own), and its code.
+type library struct{ name, code string }
 
 // scriptCache holds the scripts of every algorithm set used so far, by the
 // set's bit mask (bit a for Algorithm a).
 var scriptCache [1 << numAlgorithms]atomic.Pointer[scripts]
+
+// The entry points of a set's library: the files each one's definitions
+// need beyond the set's (helpers), and its body (main).
+var entries = []struct {
+	name, main string
+	helpers    []string
+}{
+	{"acquire", "acquire.lua", []string{"members.lua", "fairshare.lua"}},
+	{"exact", "exact.lua", nil},
+	{"refund", "refund.lua", nil},
+}
 
 // scriptsFor returns the scripts for the algorithms in mask, assembling
 // them on first use.
@@ -34,17 +66,51 @@ func scriptsFor(mask uint8) *scripts {
 	if s := scriptCache[mask].Load(); s != nil {
 		return s
 	}
-	s := &scripts{
-		acquire: redis.NewScript(assemble(mask, "members.lua", "fairshare.lua", "acquire.lua")),
-		refund:  redis.NewScript(assemble(mask, "refund.lua")),
+	// The library: the definitions once, then each entry point as a
+	// function whose arguments become the KEYS and ARGV the files read.
+	code := "local KEYS, ARGV\n" + definitions(mask)
+	for _, e := range entries {
+		code += read(e.helpers...)
 	}
+	sum := sha1.Sum([]byte(code + entryBodies()))
+	lib := &library{name: "ratelease_" + hex.EncodeToString(sum[:10])}
+	progs := make([]program, len(entries))
+	for i, e := range entries {
+		progs[i] = program{
+			script: redis.NewScript(assemble(mask, append(e.helpers, e.main)...)),
+			fn:     lib.name + "_" + e.name,
+			lib:    lib,
+		}
+		code += "redis.register_function('" + progs[i].fn + "', function(keys, args)\nKEYS, ARGV = keys, args\n" +
+			read("now.lua", e.main) + "end)\n"
+	}
+	lib.code = "#!lua name=" + lib.name + "\n" + code
+	s := &scripts{acquire: progs[0], exact: progs[1], refund: progs[2]}
 	scriptCache[mask].CompareAndSwap(nil, s)
 	return scriptCache[mask].Load()
 }
 
-// assemble returns, as one script text: the prelude, the GCRA helpers when a
-// bucket is in mask, each algorithm in mask, and the main files, in order.
+// entryBodies is the text of every entry point's body, which a library's
+// name must depend on as much as on its definitions.
+func entryBodies() string {
+	var src string
+	for _, e := range entries {
+		src += e.name + read(e.main)
+	}
+	return src
+}
+
+// assemble returns one script: the definitions for the algorithms in mask,
+// then, in order, the files in main but its last, now.lua, and the last
+// (the script's body).
 func assemble(mask uint8, main ...string) string {
+	last := len(main) - 1
+	return definitions(mask) + read(main[:last]...) + read("now.lua", main[last])
+}
+
+// definitions returns the prelude, the GCRA helpers when a bucket is in
+// mask, and each algorithm in mask.
+func definitions(mask uint8) string {
 	files := []string{"prelude.lua"}
 	if mask&(1<<TokenBucket|1<<LeakyBucket) != 0 {
 		files = append(files, "gcra.lua")
@@ -54,8 +120,13 @@ func assemble(mask uint8, main ...string) string {
 			files = append(files, f)
 		}
 	}
+	return read(files...)
+}
+
+// read returns the files, each followed by a newline.
+func read(files ...string) string {
 	var src []byte
-	for _, f := range append(files, main...) {
+	for _, f := range files {
 		src = append(append(src, mustRead(f)...), '\n')
 	}
 	return string(src)
@@ -70,6 +141,10 @@ type Store struct {
 	// layout: Node has named a master, so a ClusterClient has loaded the
 	// cluster's layout (which it keeps from then on).
 	layout atomic.Bool
+	// scriptsOnly: a server said it has no functions (before Redis 7,
+	// miniredis) or that this client may not use them (ACL): the entry
+	// points run as scripts from then on (see program).
+	scriptsOnly atomic.Bool
 }
 
 // NewStore returns a Store that keeps its keys under prefix on client, which
@@ -157,7 +232,7 @@ type Decision struct {
 // nothing, in one atomic script call. Errors are Redis's or ctx's, naming
 // the server (see Addr).
 func (s *Store) Acquire(ctx context.Context, r Request) (Decision, error) {
-	v, err := r.Policy.scripts.acquire.Run(ctx, s.client, s.acquireKeys(r), acquireArgs(r)...).Slice()
+	v, err := s.run(ctx, r.program(), s.acquireKeys(r), acquireArgs(r)).Slice()
 	if err != nil {
 		return Decision{}, s.named(r.Policy, r.Key, err)
 	}
@@ -188,13 +263,13 @@ func (s *Store) AcquireBatch(ctx context.Context, rs []Request) ([]Decision, []e
 // refund, in order. Errors name the server (see Addr).
 func (s *Store) Batch(ctx context.Context, rs []Request, gs []Grant) ([]Decision, []error, []error) {
 	ds, errs, gerrs := make([]Decision, len(rs)), make([]error, len(rs)), make([]error, len(gs))
-	cmds := s.pipeline(ctx, len(gs)+len(rs), func(i int) (*redis.Script, []string, []any) {
+	cmds := s.pipeline(ctx, len(gs)+len(rs), func(i int) (*program, []string, []any) {
 		if i < len(gs) {
 			g := gs[i]
-			return g.Policy.scripts.refund, g.Policy.keys(s.prefix, g.Key, g.Member != "", false), refundArgs(g.Policy, g.Units, g.At, g.Member)
+			return &g.Policy.scripts.refund, g.Policy.keys(s.prefix, g.Key, g.Member != "", false), refundArgs(g.Policy, g.Units, g.At, g.Member)
 		}
 		r := rs[i-len(gs)]
-		return r.Policy.scripts.acquire, s.acquireKeys(r), acquireArgs(r)
+		return r.program(), s.acquireKeys(r), acquireArgs(r)
 	})
 	for i, c := range cmds[:len(gs)] {
 		gerrs[i] = s.named(gs[i].Policy, gs[i].Key, c.Err())
@@ -226,41 +301,144 @@ func (s *Store) RefundBatch(ctx context.Context, gs []Grant) []error {
 	return errs
 }
 
-// pipeline runs n script calls, call(i) giving each one's script, keys and
-// args, with EVALSHA in one pipeline; calls that fail with NOSCRIPT are sent
-// again, in a second pipeline, with EVAL (which also caches the script).
-// Every call comes back with a reply or an error.
-func (s *Store) pipeline(ctx context.Context, n int, call func(i int) (*redis.Script, []string, []any)) []*redis.Cmd {
+// run calls pr with keys and args: as a function (FCALL) unless a server
+// said it has none, loading the library where it is missing; else as a
+// script (EVALSHA, then EVAL after NOSCRIPT).
+func (s *Store) run(ctx context.Context, pr *program, keys []string, args []any) *redis.Cmd {
+	if !s.scriptsOnly.Load() {
+		c := s.client.FCall(ctx, pr.fn, keys, args...)
+		switch err := c.Err(); {
+		case notLoaded(err):
+			if err := s.load(ctx, pr.lib); err != nil {
+				if !noFunctions(err) {
+					c.SetErr(err)
+					return c
+				}
+				s.scriptsOnly.Store(true)
+				break
+			}
+			return s.client.FCall(ctx, pr.fn, keys, args...)
+		case noFunctions(err):
+			s.scriptsOnly.Store(true)
+		default:
+			return c
+		}
+	}
+	return pr.script.Run(ctx, s.client, keys, args...)
+}
+
+// pipeline runs n calls in one pipeline, call(i) giving each one's entry
+// point, keys and args, as run does one: calls that find their library
+// missing are sent again in a second pipeline once it is loaded, and so
+// are calls that find no functions, as scripts, as are those that find
+// their script missing (NOSCRIPT), with EVAL (which also caches it). Every
+// call comes back with a reply or an error.
+func (s *Store) pipeline(ctx context.Context, n int, call func(i int) (*program, []string, []any)) []*redis.Cmd {
+	fns := !s.scriptsOnly.Load()
+	all := make([]int, n)
+	for i := range all {
+		all[i] = i
+	}
 	cmds := make([]*redis.Cmd, n)
+	s.send(ctx, cmds, all, call, func(p redis.Pipeliner, pr *program, keys []string, args []any) *redis.Cmd {
+		if fns {
+			return p.FCall(ctx, pr.fn, keys, args...)
+		}
+		return pr.script.EvalSha(ctx, p, keys, args...)
+	})
+	var again, scripts []int
+	libs := map[*library]bool{}
+	for i, c := range cmds {
+		switch err := c.Err(); {
+		case fns && notLoaded(err):
+			pr, _, _ := call(i)
+			libs[pr.lib] = true
+			again = append(again, i)
+		case fns && noFunctions(err), redis.HasErrorPrefix(err, "NOSCRIPT"):
+			scripts = append(scripts, i)
+		}
+	}
+	if len(scripts) > 0 && fns {
+		s.scriptsOnly.Store(true)
+	}
+	var loadErr error
+	for lib := range libs {
+		if loadErr = s.load(ctx, lib); loadErr != nil {
+			break
+		}
+	}
+	switch {
+	case loadErr == nil:
+		s.send(ctx, cmds, again, call, func(p redis.Pipeliner, pr *program, keys []string, args []any) *redis.Cmd {
+			return p.FCall(ctx, pr.fn, keys, args...)
+		})
+	case noFunctions(loadErr):
+		s.scriptsOnly.Store(true)
+		scripts = append(scripts, again...)
+	default:
+		for _, i := range again {
+			cmds[i].SetErr(loadErr)
+		}
+	}
+	s.send(ctx, cmds, scripts, call, func(p redis.Pipeliner, pr *program, keys []string, args []any) *redis.Cmd {
+		return pr.script.Eval(ctx, p, keys, args...)
+	})
+	return cmds
+}
+
+// send makes the calls which (indices into cmds) in one pipeline, each
+// with do, and puts their Cmds in cmds.
+func (s *Store) send(ctx context.Context, cmds []*redis.Cmd, which []int, call func(i int) (*program, []string, []any),
+	do func(p redis.Pipeliner, pr *program, keys []string, args []any) *redis.Cmd) {
+	if len(which) == 0 {
+		return
+	}
+	sent := make([]*redis.Cmd, 0, len(which))
 	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i := 0; i < n; i++ {
-			sc, keys, args := call(i)
-			cmds[i] = sc.EvalSha(ctx, p, keys, args...)
+		for _, i := range which {
+			pr, keys, args := call(i)
+			cmds[i] = do(p, pr, keys, args)
+			sent = append(sent, cmds[i])
 		}
 		return nil
 	})
-	unanswered(cmds, err)
-	cutOff(cmds)
-	var retry []int
-	for i, c := range cmds {
-		if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
-			retry = append(retry, i)
-		}
+	unanswered(sent, err)
+	cutOff(sent)
+}
+
+// notLoaded reports whether err says a function is not loaded: the
+// server has functions, not this library (a new server, a failover to
+// a replica that never had it, FUNCTION FLUSH).
+func notLoaded(err error) bool { return redis.HasErrorPrefix(err, "Function not found") }
+
+// noFunctions reports whether err says the server runs no functions
+// (before Redis 7, miniredis, a proxy) or will not let this client load
+// or call them (ACL).
+func noFunctions(err error) bool {
+	if redis.HasErrorPrefix(err, "unknown command") || redis.HasErrorPrefix(err, "unknown subcommand") {
+		return true
 	}
-	if len(retry) > 0 {
-		again := make([]*redis.Cmd, 0, len(retry))
-		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, i := range retry {
-				sc, keys, args := call(i)
-				cmds[i] = sc.Eval(ctx, p, keys, args...)
-				again = append(again, cmds[i])
-			}
+	// Not a NOPERM for a key, which a script would meet as well.
+	return redis.HasErrorPrefix(err, "NOPERM") && (strings.Contains(err.Error(), "'fcall'") || strings.Contains(err.Error(), "'function"))
+}
+
+// load loads lib into every master (a library loaded before, by another
+// instance, is as good).
+func (s *Store) load(ctx context.Context, lib *library) error {
+	loaded := func(err error) error {
+		if redis.HasErrorPrefix(err, "Library '"+lib.name+"' already exists") {
 			return nil
-		})
-		unanswered(again, err)
-		cutOff(again)
+		}
+		return err
 	}
-	return cmds
+	one := func(ctx context.Context, c *redis.Client) error { return loaded(c.FunctionLoad(ctx, lib.code).Err()) }
+	switch c := s.client.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, one)
+	case *redis.Ring:
+		return c.ForEachShard(ctx, one)
+	}
+	return loaded(s.client.FunctionLoad(ctx, lib.code).Err())
 }
 
 // cutOff gives the calls of a pipeline that failed with EOF after Redis
@@ -304,6 +482,15 @@ func unanswered(cmds []*redis.Cmd, err error) {
 // when r names a member with demand, and the key's block.
 func (s *Store) acquireKeys(r Request) []string {
 	return r.Policy.keys(s.prefix, r.Key, r.member() != "", true)
+}
+
+// program is the entry point that decides r: exact.lua's when r names no
+// member, which has no members or fair share to read.
+func (r Request) program() *program {
+	if r.member() == "" {
+		return &r.Policy.scripts.exact
+	}
+	return &r.Policy.scripts.acquire
 }
 
 // member is the member r names to the script: none without a demand.
@@ -379,7 +566,7 @@ func (s *Store) Refund(ctx context.Context, p *Policy, key string, units, at int
 	if units <= 0 {
 		return nil
 	}
-	return s.named(p, key, p.scripts.refund.Run(ctx, s.client, p.Keys(s.prefix, key), refundArgs(p, units, at, "")...).Err())
+	return s.named(p, key, s.run(ctx, &p.scripts.refund, p.Keys(s.prefix, key), refundArgs(p, units, at, "")).Err())
 }
 
 func mustRead(f string) string {

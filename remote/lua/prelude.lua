@@ -1,16 +1,23 @@
--- prelude.lua: shared by every script. For each policy the Go side
--- concatenates
+-- prelude.lua: shared by every script. For each set of algorithms the Go
+-- side concatenates
 --   prelude.lua, gcra.lua (if a bucket is used), the file of each algorithm
---   the policy uses, then members.lua, fairshare.lua and acquire.lua, or
---   refund.lua
--- into one script, so a policy that mixes algorithms is still decided by one
--- atomic call.
---
--- Cost: Redis runs the whole chunk on every call, and every function and
--- table in it is made anew each time (about 0.05us per closure and 0.25us
--- per table, garbage included). So only what the policy uses is included,
--- state moves between functions as plain numbers (multiple returns), and the
--- limits are read from ARGV on demand rather than copied into tables.
+--   in the set: the definitions; then, for each entry point, now.lua and
+--   its main file (acquire.lua after members.lua and fairshare.lua,
+--   exact.lua, refund.lua, ...)
+-- so a policy that mixes algorithms is still decided by one atomic call.
+-- The same text runs two ways (store.go):
+--   - as a Redis function (Redis 7+): one library per set, loaded once
+--     (FUNCTION LOAD), whose definitions run once at load, and each main
+--     file the body of a function (FCALL), which sets KEYS and ARGV, the
+--     library's locals, from its arguments;
+--   - as a script (EVALSHA), definitions and one main file, where Redis
+--     runs the whole chunk on every call: every function and table in the
+--     definitions is made anew each time, garbage included (remote's
+--     TestScriptCost measures what that costs).
+-- So only what the set uses is included, state moves between functions as
+-- plain numbers (multiple returns), and the limits are read from ARGV on
+-- demand rather than copied into tables. Nothing defined here is changed
+-- by a call but NOW, KEYS and ARGV: a function's calls share them.
 --
 -- Arithmetic: Lua numbers are doubles. Every value here is a whole number
 -- below 2^53 (the Go side rejects limits whose products could exceed it), so
@@ -34,11 +41,8 @@ local function expire_in(key, us)
   redis.call('PEXPIRE', key, int(math.max(1, cdiv(us, 1000))))
 end
 
+-- Redis TIME in us, set at the start of each call (now.lua).
 local NOW
-do
-  local t = redis.call('TIME')
-  NOW = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
 
 -- The time left (us) of a block of a key (Store.Block: a key with a PX
 -- TTL), or 0 when the key is not blocked. A block key without a TTL (not

@@ -1,0 +1,182 @@
+package remote
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelease/ratelease/internal/redistest"
+)
+
+// TestExactAgreesWithAcquire: exact.lua is acquire.lua for a call that
+// names no member. Random policies (one to three limits of every
+// algorithm) and random calls (min, max, reserve, units given back), the
+// same on two keys at the same Redis time, one decided by each script:
+// every Decision must be the same.
+func TestExactAgreesWithAcquire(t *testing.T) {
+	ctx := context.Background()
+	m := redistest.StartMini(t)
+	s := NewStore(m.Client(t), "agree")
+	rng := rand.New(rand.NewPCG(7, 11))
+	periods := []time.Duration{time.Second, 10 * time.Second, time.Minute}
+	var trials, grants, denials int
+	for trial := 0; trial < 60; trial++ {
+		var limits []Limit
+		var longest time.Duration
+		for range 1 + rng.IntN(3) {
+			a := Algorithm(rng.IntN(int(numAlgorithms)))
+			rate := 1 + rng.Int64N(40)
+			l := Limit{Algorithm: a, Rate: rate, Burst: rate, Period: periods[rng.IntN(len(periods))] * time.Duration(1+len(limits))}
+			if a == TokenBucket || a == LeakyBucket {
+				l.Burst = 1 + rng.Int64N(40)
+			}
+			limits = append(limits, l)
+			longest = max(longest, l.Period)
+		}
+		p, err := NewPolicy(fmt.Sprint("p", trial), limits)
+		if err != nil {
+			continue // limits that clash (the same algorithm and period twice)
+		}
+		var lastAt int64
+		trials++
+		for step := 0; step < 40; step++ {
+			least := 1 + rng.Int64N(min(4, p.Capacity()))
+			r := Request{Policy: p, Min: least, Max: least + rng.Int64N(6), Reserve: rng.IntN(4) == 0}
+			if lastAt > 0 && rng.IntN(5) == 0 {
+				r.Back, r.BackAt = 1+rng.Int64N(3), lastAt
+			}
+			r.Key = "exact"
+			got, err := s.Acquire(ctx, r) // no member: exact.lua
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Key = "acquire"
+			v, err := s.run(ctx, &p.scripts.acquire, s.acquireKeys(r), acquireArgs(r)).Slice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := parseDecision(p, v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != want {
+				t.Fatalf("policy %v, step %d, %+v:\nexact.lua   %+v\nacquire.lua %+v", limits, step, r, got, want)
+			}
+			if got.Granted > 0 {
+				lastAt = got.At
+				grants++
+			} else {
+				denials++
+			}
+			m.Advance(time.Duration(rng.Int64N(int64(longest / 8))))
+		}
+	}
+	if trials < 30 || grants < 300 || denials < 300 {
+		t.Errorf("%d policies, %d grants, %d denials: too few of one to compare the scripts", trials, grants, denials)
+	}
+	t.Logf("%d policies, %d grants, %d denials", trials, grants, denials)
+}
+
+// TestFunctions: on a server with functions (Redis 7), the entry points
+// run as functions (FCALL), their library loaded by the first call, and
+// loaded again when the server loses it (FUNCTION FLUSH: a new server, a
+// failover to a replica that never had it), by a single call and by a
+// pipeline; on a server without them (miniredis), and for a user that may
+// not use them (ACL), as scripts, with the same decisions.
+func TestFunctions(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	p, err := NewPolicy("fn", []Limit{{Algorithm: TokenBucket, Rate: 10, Period: time.Minute, Burst: 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := func(cmd string) int {
+		info, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\r\n") {
+			if stats, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
+				var n int
+				fmt.Sscan(strings.SplitN(stats, ",", 2)[0], &n)
+				return n
+			}
+		}
+		return 0
+	}
+	granted := func(s *Store, key string, want int64) {
+		t.Helper()
+		d, err := s.Acquire(ctx, Request{Policy: p, Key: key, Min: 1, Max: 3})
+		if err != nil || d.Granted != want {
+			t.Fatalf("Acquire(%q): %+v, %v; want %d granted", key, d, err, want)
+		}
+	}
+
+	s := NewStore(c, "fn")
+	granted(s, "k", 3)
+	if s.scriptsOnly.Load() || calls("fcall") != 2 || calls("evalsha") != 0 {
+		t.Fatalf("scripts only %v, %d FCALL, %d EVALSHA; want 2 FCALL (one before the library was loaded)",
+			s.scriptsOnly.Load(), calls("fcall"), calls("evalsha"))
+	}
+	libs, err := c.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: p.scripts.exact.lib.name}).Result()
+	if err != nil || len(libs) != 1 || len(libs[0].Functions) != len(entries) {
+		t.Fatalf("FUNCTION LIST: %+v, %v; want the library with %d functions", libs, err, len(entries))
+	}
+	// Lost: a single call, a pipeline and a refund load it again.
+	c.FunctionFlush(ctx)
+	granted(s, "k", 3)
+	c.FunctionFlush(ctx)
+	ds, errs := s.AcquireBatch(ctx, []Request{{Policy: p, Key: "k", Min: 1, Max: 3}, {Policy: p, Key: "other", Min: 1, Max: 3}})
+	if errs[0] != nil || errs[1] != nil || ds[0].Granted != 3 || ds[1].Granted != 3 {
+		t.Fatalf("AcquireBatch after FUNCTION FLUSH: %+v, %v", ds, errs)
+	}
+	c.FunctionFlush(ctx)
+	if err := s.Refund(ctx, p, "other", 3, ds[1].At); err != nil {
+		t.Fatal(err)
+	}
+	granted(s, "other", 3)
+	if s.scriptsOnly.Load() || calls("evalsha") != 0 {
+		t.Fatalf("scripts only %v, %d EVALSHA: a lost library is loaded again, not given up", s.scriptsOnly.Load(), calls("evalsha"))
+	}
+
+	// A user that may run scripts but not functions.
+	if err := c.Do(ctx, "ACL", "SETUSER", "nofn", "on", ">pw", "~*", "&*", "+@all", "-fcall", "-function").Err(); err != nil {
+		t.Fatal(err)
+	}
+	limited := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "nofn", Password: "pw"})
+	defer limited.Close()
+	ls := NewStore(limited, "fn")
+	granted(ls, "acl", 3)
+	if !ls.scriptsOnly.Load() {
+		t.Fatal("a user without functions: not moved to scripts")
+	}
+	granted(ls, "acl", 3)
+
+	// Its first call a pipeline.
+	ls = NewStore(limited, "fn")
+	ds, errs = ls.AcquireBatch(ctx, []Request{{Policy: p, Key: "acl2", Min: 1, Max: 3}})
+	if errs[0] != nil || ds[0].Granted != 3 || !ls.scriptsOnly.Load() {
+		t.Fatalf("AcquireBatch of a user without functions: %+v, %v, scripts only %v", ds, errs, ls.scriptsOnly.Load())
+	}
+
+	// A server without functions, first a single call, then a pipeline.
+	m := redistest.StartMini(t)
+	ms := NewStore(m.Client(t), "fn")
+	granted(ms, "mini", 3)
+	if !ms.scriptsOnly.Load() {
+		t.Fatal("miniredis: not moved to scripts")
+	}
+	granted(ms, "mini", 3)
+	ms = NewStore(m.Client(t), "fn")
+	ds, errs = ms.AcquireBatch(ctx, []Request{{Policy: p, Key: "mini", Min: 1, Max: 3}, {Policy: p, Key: "mini2", Min: 1, Max: 3}})
+	if errs[0] != nil || errs[1] != nil || ds[0].Granted != 3 || ds[1].Granted != 3 || !ms.scriptsOnly.Load() {
+		t.Fatalf("AcquireBatch on miniredis: %+v, %v, scripts only %v", ds, errs, ms.scriptsOnly.Load())
+	}
+}

@@ -1,0 +1,71 @@
+-- exact.lua: admission for a call that names no member (exact mode, and a
+-- lease of a key whose demand is not measured yet): acquire.lua without
+-- the members and their fair share, which such a call never reads. Same
+-- KEYS (no members hash), ARGV and reply as acquire.lua; members is 0.
+--
+-- It is the script of every exact decision, so it is kept lean: the
+-- definitions it is assembled with run anew on every call, and a table
+-- costs more than the arithmetic of a decision (see prelude.lua). A policy
+-- of one limit, the common case, is decided with no table but the reply.
+local min, max, reserve = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local n = #KEYS - 1
+
+-- What the caller leased earlier and did not use goes back first.
+do
+  local back = tonumber(ARGV[6])
+  if back > 0 then refund_all(n, back, tonumber(ARGV[7])) end
+end
+
+do
+  local left = blocked_for(KEYS[n + 1])
+  if left > 0 then return { 0, NOW, 1, 0, 0, left, left, 0, 0, 1 } end
+end
+
+if n == 1 then
+  local alg, rate, period, burst = limit(1)
+  local A = ALG[alg]
+  local key = KEYS[1]
+  local a, b, c = A.load(key, rate, period, burst)
+  local av = A.avail(a, b, c, rate, period, burst, reserve)
+  if av < min then
+    return { 0, NOW, 1, 0, av, math.max(1, A.retry(key, a, b, c, rate, period, burst, min, reserve)),
+      A.reset(a, b, c, rate, period, burst), 0, 0, 0 }
+  end
+  local valid = A.valid(a, b, c, rate, period, burst)
+  local g, wait = math.min(av, max)
+  a, b, c, wait = A.commit(key, a, b, c, rate, period, burst, g)
+  return { g, NOW, 1, wait, A.avail(a, b, c, rate, period, burst, reserve), 0,
+    A.reset(a, b, c, rate, period, burst), math.max(0, valid), 0, 0 }
+end
+
+-- Several limits: read every one, writing nothing; the grant is the least
+-- any can give, charged to all, or nothing.
+local S1, S2, S3, AV = {}, {}, {}, {}
+local least, valid = max, -1
+for i = 1, n do
+  local alg, rate, period, burst = limit(i)
+  local A = ALG[alg]
+  local a, b, c = A.load(KEYS[i], rate, period, burst)
+  local av = A.avail(a, b, c, rate, period, burst, reserve)
+  S1[i], S2[i], S3[i], AV[i] = a, b, c, av
+  if av < least then least = av end
+  local v = A.valid(a, b, c, rate, period, burst)
+  if v >= 0 and (valid < 0 or v < valid) then valid = v end
+end
+if least < min then
+  local decider, retry, reset = denier(n, S1, S2, S3, AV, min, reserve)
+  return { 0, NOW, decider, 0, AV[decider], math.max(1, retry), reset, 0, 0, 0 }
+end
+local wait, decider, left, reset = 0, 1, -1, 0
+for i = 1, n do
+  local alg, rate, period, burst = limit(i)
+  local A = ALG[alg]
+  local a, b, c, w = A.commit(KEYS[i], S1[i], S2[i], S3[i], rate, period, burst, least)
+  if w > wait then wait = w end
+  local l = A.avail(a, b, c, rate, period, burst, reserve)
+  local r = A.reset(a, b, c, rate, period, burst)
+  if left < 0 or l < left or (l == left and r > reset) then
+    decider, left, reset = i, l, r
+  end
+end
+return { least, NOW, decider, wait, left, 0, reset, math.max(0, valid), 0, 0 }
