@@ -308,6 +308,8 @@ func (s *Store) run(ctx context.Context, pr *program, keys []string, args []any)
 	if !s.scriptsOnly.Load() {
 		c := s.client.FCall(ctx, pr.fn, keys, args...)
 		switch err := c.Err(); {
+		case err == nil: // (HasErrorPrefix allocates, even for nil)
+			return c
 		case notLoaded(err):
 			if err := s.load(ctx, pr.lib); err != nil {
 				if !noFunctions(err) {
@@ -350,6 +352,7 @@ func (s *Store) pipeline(ctx context.Context, n int, call func(i int) (*program,
 	libs := map[*library]bool{}
 	for i, c := range cmds {
 		switch err := c.Err(); {
+		case err == nil: // (HasErrorPrefix allocates, even for nil)
 		case fns && notLoaded(err):
 			pr, _, _ := call(i)
 			libs[pr.lib] = true
@@ -449,6 +452,7 @@ func cutOff(cmds []*redis.Cmd) {
 	var cause error
 	for _, c := range cmds {
 		switch err := c.Err(); {
+		case err == nil: // (HasErrorPrefix allocates, even for nil)
 		case cause == nil:
 			if redis.HasErrorPrefix(err, "Protocol error") {
 				cause = err
