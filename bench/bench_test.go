@@ -122,11 +122,12 @@ func TestAccuracy(t *testing.T) {
 	}
 }
 
-// Every peer answers the decision benchmark, and the hook counts what it
-// should: one round trip per decision for the exact peers, none for the
-// local one, few for ratelease's leases.
+// Every peer, and exact mode with each algorithm, answers the decision
+// benchmark (every decision admits: Decisions says so), and the hook
+// counts what it should: one round trip per decision for the exact peers,
+// none for the local one, few for ratelease's leases.
 func TestDecisions(t *testing.T) {
-	for _, p := range Peers() {
+	for _, p := range append(Peers(), ExactAlgorithms()...) {
 		r := testing.Benchmark(Decisions(p, addr, 1))
 		if r.N == 0 {
 			t.Fatalf("%s: the benchmark failed", p.Name)

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,6 +54,41 @@ func Peers() []Peer {
 		{Name: "ulule-limiter", Global: true, New: newUlule},
 		{Name: "x-time-rate", Global: false, New: newLocal},
 	}
+}
+
+// ExactAlgorithms returns ratelease in exact mode with each algorithm, one
+// peer each, named ratelease-exact/<algorithm>, for the report's table by
+// algorithm: a limit of the given rate per second (with its burst for
+// the buckets), but a sliding window log's of the same rate over a
+// millisecond (a thousandth of it per millisecond), so that its log, an
+// entry per unit admitted in a period, stays as long as a real limit's.
+// The names have no spaces: a benchmark line's name ends at the first.
+func ExactAlgorithms() []Peer {
+	var peers []Peer
+	for _, a := range []ratelease.Algorithm{ratelease.TokenBucket, ratelease.LeakyBucket, ratelease.FixedWindow,
+		ratelease.SlidingWindowCounter, ratelease.SlidingWindowLog} {
+		peers = append(peers, Peer{Name: "ratelease-exact/" + strings.ReplaceAll(a.String(), " ", "-"), Global: true,
+			New: func(c *redis.Client, lim Limit) (Instance, error) {
+				l, err := ratelease.New(c, ratelease.WithKeyPrefix(lim.Prefix), ratelease.WithExact())
+				if err != nil {
+					return nil, err
+				}
+				limit := ratelease.Limit{Algorithm: a, Rate: lim.Rate, Period: time.Second}
+				switch a {
+				case ratelease.TokenBucket, ratelease.LeakyBucket:
+					limit.Burst = lim.Burst
+				case ratelease.SlidingWindowLog:
+					limit = ratelease.Limit{Algorithm: a, Rate: max(1, lim.Rate/1000), Period: time.Millisecond}
+				}
+				p, err := ratelease.NewPolicy("bench", limit)
+				if err != nil {
+					_ = l.Close()
+					return nil, err
+				}
+				return &rateleaseInstance{l: l, p: p}, nil
+			}})
+	}
+	return peers
 }
 
 // ratelease with its defaults (DefaultLeaseConfig, the system clock), and opts.

@@ -120,10 +120,20 @@ func run(count, accuracyRuns int, out, raw string, dirty bool) error {
 	}
 	defer rawFile.Close()
 	peers := bench.Peers()
-	dec, err := decisions(peers, srv.Addr, count, io.MultiWriter(rawFile, os.Stdout))
+	dec, err := decisions(peers, srv.Addr, count, goroutineCounts, io.MultiWriter(rawFile, os.Stdout))
 	if err != nil {
 		return err
 	}
+	// Exact mode by algorithm, one goroutine, beside redis_rate.
+	algs, err := named(peers, []string{baseline})
+	if err != nil {
+		return err
+	}
+	byAlg, err := decisions(append(bench.ExactAlgorithms(), algs...), srv.Addr, count, []int{1}, io.MultiWriter(rawFile, os.Stdout))
+	if err != nil {
+		return err
+	}
+
 	var acc []accuracyRow
 	for _, w := range workloads() {
 		rows, err := accuracy(peers, srv.Addr, w, accuracyRuns)
@@ -147,7 +157,7 @@ func run(count, accuracyRuns int, out, raw string, dirty bool) error {
 	if err != nil {
 		return err
 	}
-	if err := write(f, env, peers, dec, acc, reg, count, accuracyRuns, raw); err != nil {
+	if err := write(f, env, peers, dec, byAlg, acc, reg, count, accuracyRuns, raw); err != nil {
 		f.Close()
 		return err
 	}
@@ -165,12 +175,12 @@ type decisionSamples map[string][]float64
 
 // decisions runs every decision benchmark count times, interleaved, writes
 // each result as a benchmark line to w, and returns the values.
-func decisions(peers []bench.Peer, addr string, count int, w io.Writer) (map[decisionKey]decisionSamples, error) {
+func decisions(peers []bench.Peer, addr string, count int, goroutines []int, w io.Writer) (map[decisionKey]decisionSamples, error) {
 	fmt.Fprintf(w, "goos: %s\ngoarch: %s\npkg: github.com/ratelease/ratelease/bench\ncpu: %s\n", runtime.GOOS, runtime.GOARCH, cpuModel())
 	res := map[decisionKey]decisionSamples{}
 	for round := 0; round < count; round++ {
 		for _, p := range peers {
-			for _, g := range goroutineCounts {
+			for _, g := range goroutines {
 				r := testing.Benchmark(bench.Decisions(p, addr, g))
 				if r.N == 0 {
 					return nil, fmt.Errorf("decision benchmark %s with %d goroutines failed", p.Name, g)

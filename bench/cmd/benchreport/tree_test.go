@@ -172,7 +172,7 @@ func TestReportMarksADirtyTree(t *testing.T) {
 	}
 	render := func(src tree) string {
 		var b strings.Builder
-		if err := write(&b, env{src: src, command: "cd bench && go run ./cmd/benchreport"}, peers, dec, acc, reg, 2, 1, "out/decisions.txt"); err != nil {
+		if err := write(&b, env{src: src, command: "cd bench && go run ./cmd/benchreport"}, peers, dec, nil, acc, reg, 2, 1, "out/decisions.txt"); err != nil {
 			t.Fatal(err)
 		}
 		return b.String()

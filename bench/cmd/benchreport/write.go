@@ -12,7 +12,7 @@ import (
 )
 
 // write renders the report.
-func write(w io.Writer, e env, peers []bench.Peer, dec map[decisionKey]decisionSamples, acc []accuracyRow, reg regimeResults, count, accuracyRuns int, raw string) error {
+func write(w io.Writer, e env, peers []bench.Peer, dec, byAlg map[decisionKey]decisionSamples, acc []accuracyRow, reg regimeResults, count, accuracyRuns int, raw string) error {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p("# Benchmarks: ratelease and its peers\n\n")
@@ -89,6 +89,23 @@ func write(w io.Writer, e env, peers []bench.Peer, dec map[decisionKey]decisionS
 		}
 	}
 	p("\nThe raw lines are in `bench/%s`; `benchstat -col /impl bench/%s` compares the peers.\n", raw, raw)
+	if len(byAlg) > 0 {
+		p("\n### Exact mode by algorithm\n\n")
+		p("The same benchmark, one goroutine, for exact mode with each algorithm, and %s (a GCRA, as the token and leaky buckets are) in the same rounds. A sliding window log's limit is the same rate over a millisecond (a thousandth of it per millisecond), so that its log (an entry per unit admitted in a period) stays as long as a real limit's.\n\n", baseline)
+		p("| peer | ns/op | decisions/s | × %s | Redis µs/decision | × %s's Redis µs | B/op | allocs/op |\n|---|---|---|---|---|---|---|---|\n", baseline, baseline)
+		base := byAlg[decisionKey{baseline, 1}]
+		for _, pe := range append(bench.ExactAlgorithms(), bench.Peer{Name: baseline, Global: true}) {
+			s, ok := byAlg[decisionKey{pe.Name, 1}]
+			if !ok {
+				continue
+			}
+			ns := summary(s["ns/op"])
+			p("| %s | %s ± %s | %s | %s | %s | %s | %.0f | %.0f |\n", e.peer(pe.Name), num(ns.Center), ns.PctRangeString(),
+				rate(median(s["decisions/s"])), times(median(s["decisions/s"])/median(base["decisions/s"])),
+				redisMicros(pe, s["redis-us/op"]), times(median(s["redis-us/op"])/median(base["redis-us/op"])),
+				median(s["B/op"]), median(s["allocs/op"]))
+		}
+	}
 
 	cfg := bench.DefaultAccuracy
 	p("\n## Accuracy across %d instances\n\n", len(cfg.Shares))
