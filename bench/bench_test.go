@@ -228,3 +228,26 @@ func TestFleet(t *testing.T) {
 	}
 	t.Logf("ratio beside ÷ alone: %.2f", res.Ratio())
 }
+
+// The ceiling workload, shortened: every peer that decides in Redis, and
+// ratelease's pipelined exact decisions, make decisions that all admit,
+// and the server's CPU accounting sees them cost something.
+func TestCeiling(t *testing.T) {
+	cfg := CeilingConfig{Goroutines: 8, Keys: 100, Batch: 8, Duration: 300 * time.Millisecond}
+	check := func(name string, r CeilingResult, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		t.Logf("%s: %d decisions, %.0f/s, %.0f per Redis CPU second", name, r.Decisions, r.PerSecond(), r.PerRedisSecond())
+		if r.Decisions < 100 || r.RedisSeconds <= 0 || r.Seconds < 0.3 {
+			t.Errorf("%s: %+v", name, r)
+		}
+	}
+	for _, p := range peersNamed(t, "ratelease-exact", "redis_rate") {
+		r, err := Ceiling(p, addr, cfg)
+		check(p.Name, r, err)
+	}
+	r, err := CeilingPipelined(addr, cfg)
+	check("pipelined", r, err)
+}

@@ -82,50 +82,60 @@ func Decisions(p Peer, addr string, goroutines int) func(b *testing.B) {
 		b.StopTimer()
 		b.ReportMetric(float64(rt.Trips.Load()-start)/float64(b.N), "roundtrips/op")
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
-		usec, err := RedisMicros(ctx, c)
+		usec, calls, err := RedisMicros(ctx, c)
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.ReportMetric(usec/float64(b.N), "redis-us/op")
+		if calls > 0 {
+			b.ReportMetric(usec/float64(calls), "redis-us/call")
+		}
 	}
 }
 
 // RedisMicros is the Redis CPU time (µs) its commands took since the last
-// CONFIG RESETSTAT, from INFO commandstats: the scripts' (EVAL, EVALSHA,
-// FCALL and their read-only forms), which include the commands they call,
-// or, where no script ran, every command a limiter sends (not the INFO,
-// CONFIG, HELLO, CLIENT and PING of the benchmark and the handshake).
-// Redis runs commands on one core: a decision's µs here sets how many
-// decisions one Redis can make per second.
-func RedisMicros(ctx context.Context, c *redis.Client) (float64, error) {
+// CONFIG RESETSTAT, and the calls counted, from INFO commandstats: the
+// scripts' (EVAL, EVALSHA, FCALL and their read-only forms), which include
+// the commands they call, or, where no script ran, every command a limiter
+// sends (not the INFO, CONFIG, HELLO, CLIENT and PING of the benchmark and
+// the handshake). Redis runs commands on one core: a decision's µs here
+// sets how many decisions one Redis can make per second.
+func RedisMicros(ctx context.Context, c *redis.Client) (usec float64, calls int64, err error) {
 	info, err := c.Info(ctx, "commandstats").Result()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	var scripts, others float64
+	var scriptCalls, otherCalls int64
 	for _, line := range strings.Split(info, "\n") {
 		name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
 		if !ok || !strings.HasPrefix(name, "cmdstat_") {
 			continue
 		}
-		var usec float64
+		var us float64
+		var n int64
 		for _, kv := range strings.Split(stats, ",") {
 			if v, ok := strings.CutPrefix(kv, "usec="); ok {
-				usec, _ = strconv.ParseFloat(v, 64)
+				us, _ = strconv.ParseFloat(v, 64)
+			}
+			if v, ok := strings.CutPrefix(kv, "calls="); ok {
+				n, _ = strconv.ParseInt(v, 10, 64)
 			}
 		}
 		switch cmd := strings.TrimPrefix(name, "cmdstat_"); {
 		case strings.HasPrefix(cmd, "eval") || strings.HasPrefix(cmd, "fcall"):
-			scripts += usec
+			scripts += us
+			scriptCalls += n
 		case cmd == "info" || cmd == "config" || cmd == "hello" || strings.HasPrefix(cmd, "client") || cmd == "ping":
 		default:
-			others += usec
+			others += us
+			otherCalls += n
 		}
 	}
 	if scripts > 0 {
-		return scripts, nil
+		return scripts, scriptCalls, nil
 	}
-	return others, nil
+	return others, otherCalls, nil
 }
 
 // AccuracyConfig is the accuracy workload: Instances processes share a

@@ -146,6 +146,9 @@ func run(count, accuracyRuns int, out, raw string, dirty bool) error {
 	if err != nil {
 		return err
 	}
+	if reg.ceiling, err = ceilings(peers, srv.Addr, accuracyRuns); err != nil {
+		return err
+	}
 	env, err := environment(srv.Addr)
 	if err != nil {
 		return err
@@ -263,6 +266,48 @@ type regimeResults struct {
 	everyday []everydayRow
 	// fleet holds one row per peer of fleetPeers.
 	fleet []fleetRow
+	// ceiling holds one row per way of ceilingPeers, and the pipelined one.
+	ceiling []ceilingRow
+}
+
+// ceilingRow is one way of deciding's runs of the ceiling workload.
+type ceilingRow struct {
+	impl, how string
+	runs      []bench.CeilingResult
+}
+
+// ceilingPeers are the peers the ceiling workload runs, one decision a
+// round trip; ratelease's exact decisions run pipelined too.
+var ceilingPeers = []string{"ratelease-exact", "redis_rate"}
+
+// ceilings runs the ceiling workload runs times for each way, interleaved.
+func ceilings(peers []bench.Peer, addr string, runs int) ([]ceilingRow, error) {
+	ps, err := named(peers, ceilingPeers)
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]ceilingRow, len(ps)+1)
+	for i, p := range ps {
+		rows[i] = ceilingRow{impl: p.Name, how: "one a round trip"}
+	}
+	rows[len(ps)] = ceilingRow{impl: "ratelease-exact", how: fmt.Sprintf("%d a round trip (remote.Store.AcquireBatch)", bench.DefaultCeiling.Batch)}
+	for range runs {
+		for i := range rows {
+			var r bench.CeilingResult
+			var err error
+			if i < len(ps) {
+				r, err = bench.Ceiling(ps[i], addr, bench.DefaultCeiling)
+			} else {
+				r, err = bench.CeilingPipelined(addr, bench.DefaultCeiling)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("ceiling %s, %s: %w", rows[i].impl, rows[i].how, err)
+			}
+			fmt.Printf("ceiling %s, %s: %.0f decisions/s, %.0f per Redis CPU second\n", rows[i].impl, rows[i].how, r.PerSecond(), r.PerRedisSecond())
+			rows[i].runs = append(rows[i].runs, r)
+		}
+	}
+	return rows, nil
 }
 
 // everydayRow is what the everyday runs saw through one peer.

@@ -75,17 +75,17 @@ func write(w io.Writer, e env, peers []bench.Peer, dec, byAlg map[decisionKey]de
 	}
 
 	p("\n## What one decision costs\n\n")
-	p("One key, a limit far above the demand (a million per second, a bucket of a billion), so that every decision admits: the common case. Each benchmark ran %d times for %v, the peers interleaved round by round; a figure is benchstat's: the median, ± the 95%% confidence interval. decisions/s is per process, over the benchmark's wall time. \"32 goroutines\" is `RunParallel` with 32 goroutines. Redis µs/decision is the CPU time Redis spent per decision, from `INFO commandstats` (reset before each benchmark): its scripts' time for a peer that runs scripts (which includes the commands they call), every command's otherwise; Redis runs them on one core, so it sets how many decisions one Redis (or Cluster master) can make per second.\n\n",
+	p("One key, a limit far above the demand (a million per second, a bucket of a billion), so that every decision admits: the common case. Each benchmark ran %d times for %v, the peers interleaved round by round; a figure is benchstat's: the median, ± the 95%% confidence interval. decisions/s is per process, over the benchmark's wall time. \"32 goroutines\" is `RunParallel` with 32 goroutines. Redis µs/decision is the CPU time Redis spent per decision, from `INFO commandstats` (reset before each benchmark): its scripts' time for a peer that runs scripts (which includes the commands they call), every command's otherwise; Redis runs them on one core, so it sets how many decisions one Redis (or Cluster master) can make per second. Redis µs/call is the same time per call: for an exact peer a decision's, for lease mode a lease call's (it grants a batch of units, and every decision uses one). Both count the commands' execution only; the ceiling below counts all of Redis's work.\n\n",
 		count, benchtimeFlag())
-	p("| peer | goroutines | ns/op | decisions/s | × %s | round trips/decision | Redis µs/decision | B/op | allocs/op |\n|---|---|---|---|---|---|---|---|---|\n", baseline)
+	p("| peer | goroutines | ns/op | decisions/s | × %s | round trips/decision | Redis µs/decision | Redis µs/call | B/op | allocs/op |\n|---|---|---|---|---|---|---|---|---|---|\n", baseline)
 	for _, g := range goroutineCounts {
 		base := median(dec[decisionKey{baseline, g}]["decisions/s"])
 		for _, pe := range peers {
 			s := dec[decisionKey{pe.Name, g}]
 			ns := summary(s["ns/op"])
-			p("| %s | %d | %s ± %s | %s | %s | %s | %s | %.0f | %.0f |\n", e.peer(pe.Name), g, num(ns.Center), ns.PctRangeString(),
+			p("| %s | %d | %s ± %s | %s | %s | %s | %s | %s | %.0f | %.0f |\n", e.peer(pe.Name), g, num(ns.Center), ns.PctRangeString(),
 				rate(median(s["decisions/s"])), times(median(s["decisions/s"])/base), roundTrips(median(s["roundtrips/op"])),
-				redisMicros(pe, s["redis-us/op"]), median(s["B/op"]), median(s["allocs/op"]))
+				redisMicros(pe, s["redis-us/op"]), redisMicros(pe, s["redis-us/call"]), median(s["B/op"]), median(s["allocs/op"]))
 		}
 	}
 	p("\nThe raw lines are in `bench/%s`; `benchstat -col /impl bench/%s` compares the peers.\n", raw, raw)
@@ -126,6 +126,7 @@ func write(w io.Writer, e env, peers []bench.Peer, dec, byAlg map[decisionKey]de
 	p("Demand per instance, per second: %s.\n", demands(cfg))
 	writeEveryday(p, e, reg.everyday, accuracyRuns)
 	writeFleet(p, e, reg.fleet, accuracyRuns)
+	writeCeiling(p, e, reg.ceiling, accuracyRuns)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -297,7 +298,7 @@ func num(v float64) string {
 // redisMicros formats the Redis CPU time per decision of peer pe (the
 // median of values), "—" for a peer without Redis.
 func redisMicros(pe bench.Peer, values []float64) string {
-	if !pe.Global {
+	if !pe.Global || len(values) == 0 {
 		return "—"
 	}
 	return fmt.Sprintf("%.3g", median(values))
@@ -361,4 +362,27 @@ func demands(cfg bench.AccuracyConfig) string {
 		parts[i] = fmt.Sprintf("%.0f", float64(cfg.Rate)*cfg.Demand*v)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// writeCeiling writes the ceiling workload's section, if it ran.
+func writeCeiling(p func(string, ...any), e env, rows []ceilingRow, runs int) {
+	if len(rows) == 0 {
+		return
+	}
+	cfg := bench.DefaultCeiling
+	p("\n## The ceiling: decisions one Redis core makes\n\n")
+	p("%d goroutines of one process decide as fast as they can for %v, over %d keys of a limit far above the demand (every decision admits), on the same Redis. The server's own CPU accounting (`INFO cpu`, user and system, read before and after) gives what the decisions cost it, all of it: reading the requests, running the scripts, writing the replies. Redis decides on one core, so *per Redis CPU second* is the most decisions one Redis, or one Cluster master, can make per second. *decisions/s here* is what the callers sent: on this machine they share its %d cores with Redis, so it is not Redis's ceiling. %d runs each, interleaved: the median, and in brackets the lowest and highest run.\n\n",
+		cfg.Goroutines, cfg.Duration, cfg.Keys, e.cores, runs)
+	p("| peer | decisions sent | decisions/s here | per Redis CPU second | Redis CPU µs/decision |\n|---|---|---|---|---|\n")
+	for _, r := range rows {
+		var sent, per, us []float64
+		for _, run := range r.runs {
+			sent = append(sent, run.PerSecond())
+			per = append(per, run.PerRedisSecond())
+			us = append(us, 1e6/run.PerRedisSecond())
+		}
+		p("| %s | %s | %s | %s [%s, %s] | %.1f |\n", e.peer(r.impl), r.how, rate(median(sent)), rate(median(per)),
+			rate(slices.Min(per)), rate(slices.Max(per)), median(us))
+	}
+	p("\nA Redis Cluster spreads keys over its masters, each deciding on a core of its own, so its ceiling is about the masters times one core's for keys spread evenly; one hot key stays on one master. Not measured here: the masters and the callers would share this machine's %d cores.\n", e.cores)
 }
