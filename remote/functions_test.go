@@ -180,3 +180,35 @@ func TestFunctions(t *testing.T) {
 		t.Fatalf("AcquireBatch on miniredis: %+v, %v, scripts only %v", ds, errs, ms.scriptsOnly.Load())
 	}
 }
+
+// TestNoFunctionsWording: the replies that mean "no functions here", as
+// servers and proxies word them, and replies that do not.
+func TestNoFunctionsWording(t *testing.T) {
+	for msg, want := range map[string]bool{
+		"ERR unknown command `fcall`, with args beginning with: ":                            true,
+		"ERR unknown command 'FCALL'":                                                        true,
+		"ERR unknown subcommand 'load'. Try FUNCTION HELP.":                                  true,
+		"ERR unsupported command 'fcall'":                                                    true,
+		"ERR FCALL is not supported":                                                         true,
+		"NOPERM User nofn has no permissions to run the 'fcall' command":                     true,
+		"NOPERM User nofn has no permissions to run the 'function|load' command":             true,
+		"NOPERM No permissions to access a key":                                              false,
+		"ERR Function not found":                                                             false,
+		"WRONGTYPE Operation against a key holding the wrong kind of value":                  false,
+		"OOM command not allowed when used memory > 'maxmemory'.":                            false,
+		"ERR user_function:12: Script attempted to access nonexistent global variable 'x'": false,
+	} {
+		if got := noFunctions(proto(msg)); got != want {
+			t.Errorf("noFunctions(%q) = %v, want %v", msg, got, want)
+		}
+	}
+	if noFunctions(context.DeadlineExceeded) || noFunctions(nil) {
+		t.Error("an error that is not Redis's reply said no functions")
+	}
+}
+
+// proto is a Redis error reply with the message msg.
+type proto string
+
+func (e proto) Error() string { return string(e) }
+func (proto) RedisError()     {}

@@ -415,14 +415,25 @@ func (s *Store) send(ctx context.Context, cmds []*redis.Cmd, which []int, call f
 func notLoaded(err error) bool { return redis.HasErrorPrefix(err, "Function not found") }
 
 // noFunctions reports whether err says the server runs no functions
-// (before Redis 7, miniredis, a proxy) or will not let this client load
-// or call them (ACL).
+// (before Redis 7, miniredis, a proxy that does not pass them on: each
+// words it its own way) or will not let this client load or call them
+// (ACL: a NOPERM for the command, not for a key, which a script would
+// meet as well).
 func noFunctions(err error) bool {
-	if redis.HasErrorPrefix(err, "unknown command") || redis.HasErrorPrefix(err, "unknown subcommand") {
-		return true
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
 	}
-	// Not a NOPERM for a key, which a script would meet as well.
-	return redis.HasErrorPrefix(err, "NOPERM") && (strings.Contains(err.Error(), "'fcall'") || strings.Contains(err.Error(), "'function"))
+	msg := strings.ToLower(re.Error())
+	if strings.HasPrefix(msg, "noperm") {
+		return strings.Contains(msg, "'fcall'") || strings.Contains(msg, "'function")
+	}
+	for _, s := range []string{"unknown command", "unknown subcommand", "unsupported command", "not supported"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // load loads lib into every master (a library loaded before, by another
