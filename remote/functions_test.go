@@ -185,17 +185,17 @@ func TestFunctions(t *testing.T) {
 // servers and proxies word them, and replies that do not.
 func TestNoFunctionsWording(t *testing.T) {
 	for msg, want := range map[string]bool{
-		"ERR unknown command `fcall`, with args beginning with: ":                            true,
-		"ERR unknown command 'FCALL'":                                                        true,
-		"ERR unknown subcommand 'load'. Try FUNCTION HELP.":                                  true,
-		"ERR unsupported command 'fcall'":                                                    true,
-		"ERR FCALL is not supported":                                                         true,
-		"NOPERM User nofn has no permissions to run the 'fcall' command":                     true,
-		"NOPERM User nofn has no permissions to run the 'function|load' command":             true,
-		"NOPERM No permissions to access a key":                                              false,
-		"ERR Function not found":                                                             false,
-		"WRONGTYPE Operation against a key holding the wrong kind of value":                  false,
-		"OOM command not allowed when used memory > 'maxmemory'.":                            false,
+		"ERR unknown command `fcall`, with args beginning with: ":                          true,
+		"ERR unknown command 'FCALL'":                                                      true,
+		"ERR unknown subcommand 'load'. Try FUNCTION HELP.":                                true,
+		"ERR unsupported command 'fcall'":                                                  true,
+		"ERR FCALL is not supported":                                                       true,
+		"NOPERM User nofn has no permissions to run the 'fcall' command":                   true,
+		"NOPERM User nofn has no permissions to run the 'function|load' command":           true,
+		"NOPERM No permissions to access a key":                                            false,
+		"ERR Function not found":                                                           false,
+		"WRONGTYPE Operation against a key holding the wrong kind of value":                false,
+		"OOM command not allowed when used memory > 'maxmemory'.":                          false,
 		"ERR user_function:12: Script attempted to access nonexistent global variable 'x'": false,
 	} {
 		if got := noFunctions(proto(msg)); got != want {
