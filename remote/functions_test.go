@@ -56,7 +56,8 @@ func TestExactAgreesWithAcquire(t *testing.T) {
 				t.Fatal(err)
 			}
 			r.Key = "acquire"
-			v, err := s.run(ctx, &p.scripts.acquire, s.acquireKeys(r), acquireArgs(r)).Slice()
+			keys := s.acquireKeys(r)
+			v, err := s.run(ctx, &p.scripts.acquire, keys, acquireArgs(r, room(keys))).Slice()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -37,6 +37,7 @@ type scripts struct {
 type program struct {
 	script *redis.Script
 	fn     string
+	fnArg  any // fn, boxed once
 	lib    *library
 }
 
@@ -81,6 +82,7 @@ func scriptsFor(mask uint8) *scripts {
 			fn:     lib.name + "_" + e.name,
 			lib:    lib,
 		}
+		progs[i].fnArg = progs[i].fn
 		code += "redis.register_function('" + progs[i].fn + "', function(keys, args)\nKEYS, ARGV = keys, args\n" +
 			read("now.lua", e.main) + "end)\n"
 	}
@@ -232,7 +234,8 @@ type Decision struct {
 // nothing, in one atomic script call. Errors are Redis's or ctx's, naming
 // the server (see Addr).
 func (s *Store) Acquire(ctx context.Context, r Request) (Decision, error) {
-	v, err := s.run(ctx, r.program(), s.acquireKeys(r), acquireArgs(r)).Slice()
+	keys := s.acquireKeys(r)
+	v, err := s.run(ctx, r.program(), keys, acquireArgs(r, room(keys))).Slice()
 	if err != nil {
 		return Decision{}, s.named(r.Policy, r.Key, err)
 	}
@@ -266,10 +269,12 @@ func (s *Store) Batch(ctx context.Context, rs []Request, gs []Grant) ([]Decision
 	cmds := s.pipeline(ctx, len(gs)+len(rs), func(i int) (*program, []string, []any) {
 		if i < len(gs) {
 			g := gs[i]
-			return &g.Policy.scripts.refund, g.Policy.keys(s.prefix, g.Key, g.Member != "", false), refundArgs(g.Policy, g.Units, g.At, g.Member)
+			keys := g.Policy.keys(s.prefix, g.Key, g.Member != "", false)
+			return &g.Policy.scripts.refund, keys, refundArgs(g.Policy, g.Units, g.At, g.Member, room(keys))
 		}
 		r := rs[i-len(gs)]
-		return r.program(), s.acquireKeys(r), acquireArgs(r)
+		keys := s.acquireKeys(r)
+		return r.program(), keys, acquireArgs(r, room(keys))
 	})
 	for i, c := range cmds[:len(gs)] {
 		gerrs[i] = s.named(gs[i].Policy, gs[i].Key, c.Err())
@@ -301,12 +306,14 @@ func (s *Store) RefundBatch(ctx context.Context, gs []Grant) []error {
 	return errs
 }
 
-// run calls pr with keys and args: as a function (FCALL) unless a server
-// said it has none, loading the library where it is missing; else as a
-// script (EVALSHA, then EVAL after NOSCRIPT).
+// run calls pr with keys and args (with room(keys) for FCALL's own
+// arguments ahead of them): as a function (FCALL) unless a server said it
+// has none, loading the library where it is missing; else as a script
+// (EVALSHA, then EVAL after NOSCRIPT).
 func (s *Store) run(ctx context.Context, pr *program, keys []string, args []any) *redis.Cmd {
 	if !s.scriptsOnly.Load() {
-		c := s.client.FCall(ctx, pr.fn, keys, args...)
+		c := fcall(ctx, pr, keys, args)
+		_ = s.client.Process(ctx, c)
 		switch err := c.Err(); {
 		case err == nil: // (HasErrorPrefix allocates, even for nil)
 			return c
@@ -319,14 +326,34 @@ func (s *Store) run(ctx context.Context, pr *program, keys []string, args []any)
 				s.scriptsOnly.Store(true)
 				break
 			}
-			return s.client.FCall(ctx, pr.fn, keys, args...)
+			c = fcall(ctx, pr, keys, args)
+			_ = s.client.Process(ctx, c)
+			return c
 		case noFunctions(err):
 			s.scriptsOnly.Store(true)
 		default:
 			return c
 		}
 	}
-	return pr.script.Run(ctx, s.client, keys, args...)
+	return pr.script.Run(ctx, s.client, keys, args[room(keys):]...)
+}
+
+// room is the number of FCALL's own arguments ahead of a call's with
+// keys: the command, the function, the number of keys, the keys. A call's
+// arguments are made with it free (acquireArgs, refundArgs), so that
+// FCALL's are one slice, not a copy of the call's.
+func room(keys []string) int { return 3 + len(keys) }
+
+// fcall returns the FCALL of pr with keys, its arguments args, whose
+// room it fills.
+func fcall(ctx context.Context, pr *program, keys []string, args []any) *redis.Cmd {
+	args[0], args[1], args[2] = "fcall", pr.fnArg, len(keys)
+	for i, k := range keys {
+		args[3+i] = k
+	}
+	c := redis.NewCmd(ctx, args...)
+	c.SetFirstKeyPos(3)
+	return c
 }
 
 // pipeline runs n calls in one pipeline, call(i) giving each one's entry
@@ -344,9 +371,11 @@ func (s *Store) pipeline(ctx context.Context, n int, call func(i int) (*program,
 	cmds := make([]*redis.Cmd, n)
 	s.send(ctx, cmds, all, call, func(p redis.Pipeliner, pr *program, keys []string, args []any) *redis.Cmd {
 		if fns {
-			return p.FCall(ctx, pr.fn, keys, args...)
+			c := fcall(ctx, pr, keys, args)
+			_ = p.Process(ctx, c)
+			return c
 		}
-		return pr.script.EvalSha(ctx, p, keys, args...)
+		return pr.script.EvalSha(ctx, p, keys, args[room(keys):]...)
 	})
 	var again, scripts []int
 	libs := map[*library]bool{}
@@ -373,7 +402,9 @@ func (s *Store) pipeline(ctx context.Context, n int, call func(i int) (*program,
 	switch {
 	case loadErr == nil:
 		s.send(ctx, cmds, again, call, func(p redis.Pipeliner, pr *program, keys []string, args []any) *redis.Cmd {
-			return p.FCall(ctx, pr.fn, keys, args...)
+			c := fcall(ctx, pr, keys, args)
+			_ = p.Process(ctx, c)
+			return c
 		})
 	case noFunctions(loadErr):
 		s.scriptsOnly.Store(true)
@@ -384,7 +415,7 @@ func (s *Store) pipeline(ctx context.Context, n int, call func(i int) (*program,
 		}
 	}
 	s.send(ctx, cmds, scripts, call, func(p redis.Pipeliner, pr *program, keys []string, args []any) *redis.Cmd {
-		return pr.script.Eval(ctx, p, keys, args...)
+		return pr.script.Eval(ctx, p, keys, args[room(keys):]...)
 	})
 	return cmds
 }
@@ -519,9 +550,10 @@ func (r Request) member() string {
 // header is the number of ARGV values before the limits (acquire.lua).
 const header = 8
 
-func acquireArgs(r Request) []any {
+// acquireArgs returns the ARGV of r, after lead values left free (see room).
+func acquireArgs(r Request, lead int) []any {
 	p := r.Policy
-	args := make([]any, 0, header+len(p.args))
+	args := make([]any, lead, lead+header+len(p.args))
 	reserve := 0
 	if r.Reserve {
 		reserve = 1
@@ -530,8 +562,10 @@ func acquireArgs(r Request) []any {
 	return append(args, p.args...)
 }
 
-func refundArgs(p *Policy, units, at int64, member string) []any {
-	args := make([]any, 0, header+len(p.args))
+// refundArgs returns the ARGV of a refund, after lead values left free
+// (see room).
+func refundArgs(p *Policy, units, at int64, member string, lead int) []any {
+	args := make([]any, lead, lead+header+len(p.args))
 	args = append(args, units, at, member, 0, 0, 0, 0, 0)
 	return append(args, p.args...)
 }
@@ -581,7 +615,8 @@ func (s *Store) Refund(ctx context.Context, p *Policy, key string, units, at int
 	if units <= 0 {
 		return nil
 	}
-	return s.named(p, key, s.run(ctx, &p.scripts.refund, p.Keys(s.prefix, key), refundArgs(p, units, at, "")).Err())
+	keys := p.Keys(s.prefix, key)
+	return s.named(p, key, s.run(ctx, &p.scripts.refund, keys, refundArgs(p, units, at, "", room(keys))).Err())
 }
 
 func mustRead(f string) string {
