@@ -240,8 +240,17 @@ func (e *Entry[P]) LastWord() Word {
 // Redis: its word (Answered) and its units (Fill). A reader that sees the
 // one then sees the other (Said): between the two, the word would say
 // what Redis has left after the grant, and the units held would not yet
-// count it.
-func (e *Entry[P]) BeginAnswer() { e.answers.Add(1) }
+// count it. One answer at a time: an abandoned lease's answer may land
+// while the next lease's does (on another server's lane), and BeginAnswer
+// waits for the other's EndAnswer.
+func (e *Entry[P]) BeginAnswer() {
+	for {
+		if v := e.answers.Load(); v&1 == 0 && e.answers.CompareAndSwap(v, v+1) {
+			return
+		}
+		runtime.Gosched()
+	}
+}
 
 // EndAnswer ends what BeginAnswer began.
 func (e *Entry[P]) EndAnswer() { e.answers.Add(1) }

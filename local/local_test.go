@@ -643,16 +643,28 @@ func TestSaidPairsTheWordWithItsUnits(t *testing.T) {
 	e := local.NewBound[string](10, nil).NewTable("p", nil).GetOrCreate("k")
 	const total = 1_000_000
 	e.Answered(local.Word{Remaining: total}, 1, false)
+	// Two writers, as an abandoned lease's answer and the next one's may
+	// be: each answer says 10 fewer are left than the last one put in.
 	done := make(chan struct{})
+	var writers sync.WaitGroup
+	var answered atomic.Int64
+	for range 2 {
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			for range 1000 {
+				e.BeginAnswer()
+				i := answered.Add(1)
+				e.Answered(local.Word{Remaining: total - 10*i}, 1, false)
+				runtime.Gosched() // widen the window between the two
+				e.Fill(local.Grant{Units: 10, Keep: 10, At: i, Expires: 1e18}, 0, keepAll)
+				e.EndAnswer()
+			}
+		}()
+	}
 	go func() {
-		defer close(done)
-		for i := int64(1); i <= 2000; i++ {
-			e.BeginAnswer()
-			e.Answered(local.Word{Remaining: total - 10*i}, 1, false)
-			runtime.Gosched() // widen the window between the two
-			e.Fill(local.Grant{Units: 10, Keep: 10, At: i, Expires: 1e18}, 0, keepAll)
-			e.EndAnswer()
-		}
+		writers.Wait()
+		close(done)
 	}()
 	for reads := 0; ; reads++ {
 		select {

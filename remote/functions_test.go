@@ -1,10 +1,14 @@
 package remote
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -122,9 +126,9 @@ func TestFunctions(t *testing.T) {
 
 	s := NewStore(c, "fn")
 	granted(s, "k", 3)
-	if s.scriptsOnly.Load() || calls("fcall") != 2 || calls("evalsha") != 0 {
+	if s.scripts() || calls("fcall") != 2 || calls("evalsha") != 0 {
 		t.Fatalf("scripts only %v, %d FCALL, %d EVALSHA; want 2 FCALL (one before the library was loaded)",
-			s.scriptsOnly.Load(), calls("fcall"), calls("evalsha"))
+			s.scripts(), calls("fcall"), calls("evalsha"))
 	}
 	libs, err := c.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: p.scripts.exact.lib.name}).Result()
 	if err != nil || len(libs) != 1 || len(libs[0].Functions) != len(entries) {
@@ -143,8 +147,8 @@ func TestFunctions(t *testing.T) {
 		t.Fatal(err)
 	}
 	granted(s, "other", 3)
-	if s.scriptsOnly.Load() || calls("evalsha") != 0 {
-		t.Fatalf("scripts only %v, %d EVALSHA: a lost library is loaded again, not given up", s.scriptsOnly.Load(), calls("evalsha"))
+	if s.scripts() || calls("evalsha") != 0 {
+		t.Fatalf("scripts only %v, %d EVALSHA: a lost library is loaded again, not given up", s.scripts(), calls("evalsha"))
 	}
 
 	// A user that may run scripts but not functions.
@@ -155,7 +159,7 @@ func TestFunctions(t *testing.T) {
 	defer limited.Close()
 	ls := NewStore(limited, "fn")
 	granted(ls, "acl", 3)
-	if !ls.scriptsOnly.Load() {
+	if !ls.scripts() {
 		t.Fatal("a user without functions: not moved to scripts")
 	}
 	granted(ls, "acl", 3)
@@ -163,22 +167,22 @@ func TestFunctions(t *testing.T) {
 	// Its first call a pipeline.
 	ls = NewStore(limited, "fn")
 	ds, errs = ls.AcquireBatch(ctx, []Request{{Policy: p, Key: "acl2", Min: 1, Max: 3}})
-	if errs[0] != nil || ds[0].Granted != 3 || !ls.scriptsOnly.Load() {
-		t.Fatalf("AcquireBatch of a user without functions: %+v, %v, scripts only %v", ds, errs, ls.scriptsOnly.Load())
+	if errs[0] != nil || ds[0].Granted != 3 || !ls.scripts() {
+		t.Fatalf("AcquireBatch of a user without functions: %+v, %v, scripts only %v", ds, errs, ls.scripts())
 	}
 
 	// A server without functions, first a single call, then a pipeline.
 	m := redistest.StartMini(t)
 	ms := NewStore(m.Client(t), "fn")
 	granted(ms, "mini", 3)
-	if !ms.scriptsOnly.Load() {
+	if !ms.scripts() {
 		t.Fatal("miniredis: not moved to scripts")
 	}
 	granted(ms, "mini", 3)
 	ms = NewStore(m.Client(t), "fn")
 	ds, errs = ms.AcquireBatch(ctx, []Request{{Policy: p, Key: "mini", Min: 1, Max: 3}, {Policy: p, Key: "mini2", Min: 1, Max: 3}})
-	if errs[0] != nil || errs[1] != nil || ds[0].Granted != 3 || ds[1].Granted != 3 || !ms.scriptsOnly.Load() {
-		t.Fatalf("AcquireBatch on miniredis: %+v, %v, scripts only %v", ds, errs, ms.scriptsOnly.Load())
+	if errs[0] != nil || errs[1] != nil || ds[0].Granted != 3 || ds[1].Granted != 3 || !ms.scripts() {
+		t.Fatalf("AcquireBatch on miniredis: %+v, %v, scripts only %v", ds, errs, ms.scripts())
 	}
 }
 
@@ -213,3 +217,143 @@ type proto string
 
 func (e proto) Error() string { return string(e) }
 func (proto) RedisError()     {}
+
+// TestFunctionsAgain: a Store that a server told it has no functions runs
+// scripts for a while, then tries functions again (an upgrade, a failover
+// to a server that has them, an ACL change).
+func TestFunctionsAgain(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	p, err := NewPolicy("again", []Limit{{Algorithm: FixedWindow, Rate: 100, Period: time.Minute, Burst: 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewStore(c, "again")
+	s.noFunctionsSaid()
+	if _, err := s.Acquire(ctx, Request{Policy: p, Key: "k", Min: 1, Max: 1}); err != nil || !s.scripts() {
+		t.Fatalf("within the spell: %v, scripts %v", err, s.scripts())
+	}
+	s.scriptsUntil.Store(time.Now().Add(-time.Millisecond).UnixNano()) // the spell is over
+	if _, err := s.Acquire(ctx, Request{Policy: p, Key: "k", Min: 1, Max: 1}); err != nil || s.scripts() || !s.fnWorked.Load() {
+		t.Fatalf("after the spell: %v, scripts %v, a function worked %v", err, s.scripts(), s.fnWorked.Load())
+	}
+}
+
+// TestProxyThatDropsFunctions: a proxy that closes the connection on a
+// command it does not know (twemproxy does) fails the first function
+// call; the Store then finds that the server answers PING and runs
+// scripts from then on.
+func TestProxyThatDropsFunctions(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait() // last: after the listener and the client are closed
+	defer ln.Close()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			down, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", srv.Addr)
+			if err != nil {
+				down.Close()
+				continue
+			}
+			wg.Add(2)
+			go func() { // replies, as they come
+				defer wg.Done()
+				_, _ = io.Copy(down, up)
+				down.Close()
+			}()
+			go func() { // requests, unless one is a function call
+				defer wg.Done()
+				defer up.Close()
+				defer down.Close()
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := down.Read(buf)
+					if err != nil || bytes.Contains(bytes.ToLower(buf[:n]), []byte("\r\nfcall\r\n")) {
+						return
+					}
+					if _, err := up.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1})
+	defer c.Close()
+	p, err := NewPolicy("proxied", []Limit{{Algorithm: TokenBucket, Rate: 10, Period: time.Minute, Burst: 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewStore(c, "proxied")
+	if _, err := s.Acquire(ctx, Request{Policy: p, Key: "k", Min: 1, Max: 1}); err == nil {
+		t.Fatal("the proxy passed a function call on")
+	}
+	if !s.scripts() {
+		t.Fatal("after a dropped function call, with the server answering PING: not moved to scripts")
+	}
+	for i := 0; i < 3; i++ {
+		if d, err := s.Acquire(ctx, Request{Policy: p, Key: "k", Min: 1, Max: 1}); err != nil || d.Granted != 1 {
+			t.Fatalf("through the proxy, as a script: %+v, %v", d, err)
+		}
+	}
+	if ds, errs := s.AcquireBatch(ctx, []Request{{Policy: p, Key: "k", Min: 1, Max: 1}}); errs[0] != nil || ds[0].Granted != 1 {
+		t.Fatalf("a pipeline through the proxy: %+v, %v", ds, errs)
+	}
+}
+
+// TestConcurrentLoads: calls that find the library missing at once load
+// it once between them or each, and all are decided.
+func TestConcurrentLoads(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 16})
+	defer c.Close()
+	p, err := NewPolicy("loads", []Limit{{Algorithm: TokenBucket, Rate: 1000, Period: time.Second, Burst: 1000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewStore(c, "loads")
+	for round := 0; round < 3; round++ {
+		if err := c.FunctionFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, 16)
+		for g := 0; g < 16; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if g%2 == 0 {
+					_, err := s.Acquire(ctx, Request{Policy: p, Key: fmt.Sprint("k", g), Min: 1, Max: 1})
+					errs <- err
+					return
+				}
+				_, es := s.AcquireBatch(ctx, []Request{{Policy: p, Key: fmt.Sprint("k", g), Min: 1, Max: 1}})
+				errs <- es[0]
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+	}
+	if s.scripts() {
+		t.Fatal("moved to scripts")
+	}
+}

@@ -3,6 +3,7 @@ package remote
 import (
 	"context"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -90,7 +91,7 @@ func TestScriptCost(t *testing.T) {
 	// The same calls as scripts (EVALSHA), as on a server without
 	// functions.
 	scripted := NewStore(c, "cost")
-	scripted.scriptsOnly.Store(true)
+	scripted.scriptsUntil.Store(math.MaxInt64)
 	var parts []part
 	for _, st := range []struct {
 		how string

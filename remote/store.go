@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -69,37 +70,28 @@ func scriptsFor(mask uint8) *scripts {
 	}
 	// The library: the definitions once, then each entry point as a
 	// function whose arguments become the KEYS and ARGV the files read.
-	code := "local KEYS, ARGV\n" + definitions(mask)
+	// Its name is its code's hash (the code written with a placeholder
+	// for it): a release whose code differs in any way loads its own.
+	const placeholder = "ratelease_LIBRARY"
+	code := "#!lua name=" + placeholder + "\nlocal KEYS, ARGV\n" + definitions(mask)
 	for _, e := range entries {
 		code += read(e.helpers...)
 	}
-	sum := sha1.Sum([]byte(code + entryBodies()))
-	lib := &library{name: "ratelease_" + hex.EncodeToString(sum[:10])}
-	progs := make([]program, len(entries))
-	for i, e := range entries {
-		progs[i] = program{
-			script: redis.NewScript(assemble(mask, append(e.helpers, e.main)...)),
-			fn:     lib.name + "_" + e.name,
-			lib:    lib,
-		}
-		progs[i].fnArg = progs[i].fn
-		code += "redis.register_function('" + progs[i].fn + "', function(keys, args)\nKEYS, ARGV = keys, args\n" +
+	for _, e := range entries {
+		code += "redis.register_function('" + placeholder + "_" + e.name + "', function(keys, args)\nKEYS, ARGV = keys, args\n" +
 			read("now.lua", e.main) + "end)\n"
 	}
-	lib.code = "#!lua name=" + lib.name + "\n" + code
+	sum := sha1.Sum([]byte(code))
+	lib := &library{name: "ratelease_" + hex.EncodeToString(sum[:10])}
+	lib.code = strings.ReplaceAll(code, placeholder, lib.name)
+	progs := make([]program, len(entries))
+	for i, e := range entries {
+		fn := lib.name + "_" + e.name
+		progs[i] = program{script: redis.NewScript(assemble(mask, append(e.helpers, e.main)...)), fn: fn, fnArg: fn, lib: lib}
+	}
 	s := &scripts{acquire: progs[0], exact: progs[1], refund: progs[2]}
 	scriptCache[mask].CompareAndSwap(nil, s)
 	return scriptCache[mask].Load()
-}
-
-// entryBodies is the text of every entry point's body, which a library's
-// name must depend on as much as on its definitions.
-func entryBodies() string {
-	var src string
-	for _, e := range entries {
-		src += e.name + read(e.main)
-	}
-	return src
 }
 
 // assemble returns one script: the definitions for the algorithms in mask,
@@ -143,10 +135,54 @@ type Store struct {
 	// layout: Node has named a master, so a ClusterClient has loaded the
 	// cluster's layout (which it keeps from then on).
 	layout atomic.Bool
-	// scriptsOnly: a server said it has no functions (before Redis 7,
-	// miniredis) or that this client may not use them (ACL): the entry
-	// points run as scripts from then on (see program).
-	scriptsOnly atomic.Bool
+	// scriptsUntil: a server said it has no functions (before Redis 7,
+	// miniredis, a proxy) or that this client may not use them (ACL): the
+	// entry points run as scripts (see program) until then (Unix ns; the
+	// maximum: for good), when functions are tried again (an upgrade, a
+	// failover, an ACL change). 0: functions.
+	scriptsUntil atomic.Int64
+	// fnWorked: a function call has succeeded through this Store.
+	fnWorked atomic.Bool
+	// loads: the library loads in flight (library name -> *loading), which
+	// concurrent calls that find it missing wait for rather than send
+	// their own.
+	loads sync.Map
+}
+
+// loading is a library load in flight: err is set before done closes.
+type loading struct {
+	done chan struct{}
+	err  error
+}
+
+// scriptsSpell is how long a Store runs scripts after a server said it
+// has no functions, before it tries them again.
+const scriptsSpell = time.Minute
+
+// scripts reports whether the entry points run as scripts now.
+func (s *Store) scripts() bool {
+	until := s.scriptsUntil.Load()
+	return until != 0 && (until == math.MaxInt64 || time.Now().UnixNano() < until)
+}
+
+// noFunctionsSaid records that a server said it has no functions: scripts
+// for scriptsSpell.
+func (s *Store) noFunctionsSaid() { s.scriptsUntil.Store(time.Now().Add(scriptsSpell).UnixNano()) }
+
+// failedFunction looks at err, a failed function call's error that is not
+// Redis's reply. Before any function call has succeeded through this
+// Store, a server that answers PING at once, though it dropped the
+// function call, is a proxy that drops the connection on a command it
+// does not know (twemproxy): scripts from then on, for good. The call's
+// own error stands (the call may have run).
+func (s *Store) failedFunction(ctx context.Context, err error) {
+	var re redis.Error
+	if s.fnWorked.Load() || errors.As(err, &re) || ctx.Err() != nil {
+		return
+	}
+	if s.client.Ping(ctx).Err() == nil {
+		s.scriptsUntil.Store(math.MaxInt64)
+	}
 }
 
 // NewStore returns a Store that keeps its keys under prefix on client, which
@@ -311,27 +347,34 @@ func (s *Store) RefundBatch(ctx context.Context, gs []Grant) []error {
 // has none, loading the library where it is missing; else as a script
 // (EVALSHA, then EVAL after NOSCRIPT).
 func (s *Store) run(ctx context.Context, pr *program, keys []string, args []any) *redis.Cmd {
-	if !s.scriptsOnly.Load() {
+	if !s.scripts() {
 		c := fcall(ctx, pr, keys, args)
 		_ = s.client.Process(ctx, c)
 		switch err := c.Err(); {
 		case err == nil: // (HasErrorPrefix allocates, even for nil)
+			s.fnWorked.Store(true)
 			return c
 		case notLoaded(err):
-			if err := s.load(ctx, pr.lib); err != nil {
-				if !noFunctions(err) {
-					c.SetErr(err)
-					return c
-				}
-				s.scriptsOnly.Store(true)
+			lerr := s.load(ctx, pr.lib)
+			if noFunctions(lerr) {
+				s.noFunctionsSaid()
 				break
 			}
+			// Called again even if the load failed somewhere (a Cluster
+			// master down): this call's master may have it now.
 			c = fcall(ctx, pr, keys, args)
 			_ = s.client.Process(ctx, c)
+			switch err := c.Err(); {
+			case err == nil:
+				s.fnWorked.Store(true)
+			case lerr != nil && notLoaded(err):
+				c.SetErr(lerr)
+			}
 			return c
 		case noFunctions(err):
-			s.scriptsOnly.Store(true)
+			s.noFunctionsSaid()
 		default:
+			s.failedFunction(ctx, err)
 			return c
 		}
 	}
@@ -363,7 +406,7 @@ func fcall(ctx context.Context, pr *program, keys []string, args []any) *redis.C
 // their script missing (NOSCRIPT), with EVAL (which also caches it). Every
 // call comes back with a reply or an error.
 func (s *Store) pipeline(ctx context.Context, n int, call func(i int) (*program, []string, []any)) []*redis.Cmd {
-	fns := !s.scriptsOnly.Load()
+	fns := !s.scripts()
 	all := make([]int, n)
 	for i := range all {
 		all[i] = i
@@ -378,40 +421,58 @@ func (s *Store) pipeline(ctx context.Context, n int, call func(i int) (*program,
 		return pr.script.EvalSha(ctx, p, keys, args[room(keys):]...)
 	})
 	var again, scripts []int
-	libs := map[*library]bool{}
+	var failed error // the first that is not Redis's reply
+	libs := map[*library]error{}
 	for i, c := range cmds {
 		switch err := c.Err(); {
 		case err == nil: // (HasErrorPrefix allocates, even for nil)
+			if fns {
+				s.fnWorked.Store(true)
+			}
 		case fns && notLoaded(err):
 			pr, _, _ := call(i)
-			libs[pr.lib] = true
+			libs[pr.lib] = nil
 			again = append(again, i)
 		case fns && noFunctions(err), redis.HasErrorPrefix(err, "NOSCRIPT"):
 			scripts = append(scripts, i)
+		case fns && failed == nil:
+			failed = err
 		}
+	}
+	if failed != nil {
+		s.failedFunction(ctx, failed)
 	}
 	if len(scripts) > 0 && fns {
-		s.scriptsOnly.Store(true)
+		s.noFunctionsSaid()
 	}
-	var loadErr error
 	for lib := range libs {
-		if loadErr = s.load(ctx, lib); loadErr != nil {
-			break
+		libs[lib] = s.load(ctx, lib)
+	}
+	// Called again even where a load failed somewhere (a Cluster master
+	// down): their masters may have it now. Where a server said it has
+	// no functions, as scripts.
+	var fnAgain []int
+	for _, i := range again {
+		pr, _, _ := call(i)
+		if noFunctions(libs[pr.lib]) {
+			s.noFunctionsSaid()
+			scripts = append(scripts, i)
+		} else {
+			fnAgain = append(fnAgain, i)
 		}
 	}
-	switch {
-	case loadErr == nil:
-		s.send(ctx, cmds, again, call, func(p redis.Pipeliner, pr *program, keys []string, args []any) *redis.Cmd {
-			c := fcall(ctx, pr, keys, args)
-			_ = p.Process(ctx, c)
-			return c
-		})
-	case noFunctions(loadErr):
-		s.scriptsOnly.Store(true)
-		scripts = append(scripts, again...)
-	default:
-		for _, i := range again {
-			cmds[i].SetErr(loadErr)
+	s.send(ctx, cmds, fnAgain, call, func(p redis.Pipeliner, pr *program, keys []string, args []any) *redis.Cmd {
+		c := fcall(ctx, pr, keys, args)
+		_ = p.Process(ctx, c)
+		return c
+	})
+	for _, i := range fnAgain {
+		pr, _, _ := call(i)
+		switch err := cmds[i].Err(); {
+		case err == nil:
+			s.fnWorked.Store(true)
+		case libs[pr.lib] != nil && notLoaded(err):
+			cmds[i].SetErr(libs[pr.lib])
 		}
 	}
 	s.send(ctx, cmds, scripts, call, func(p redis.Pipeliner, pr *program, keys []string, args []any) *redis.Cmd {
@@ -449,41 +510,84 @@ func notLoaded(err error) bool { return redis.HasErrorPrefix(err, "Function not 
 // (before Redis 7, miniredis, a proxy that does not pass them on: each
 // words it its own way) or will not let this client load or call them
 // (ACL: a NOPERM for the command, not for a key, which a script would
-// meet as well).
+// meet as well). Never an error raised inside a function, which may have
+// written before it (its message names the function or the script).
 func noFunctions(err error) bool {
 	var re redis.Error
-	if !errors.As(err, &re) {
+	if err == nil || !errors.As(err, &re) {
 		return false
 	}
 	msg := strings.ToLower(re.Error())
+	for _, inside := range []string{"user_function", "user_script", "script:"} {
+		if strings.Contains(msg, inside) {
+			return false
+		}
+	}
 	if strings.HasPrefix(msg, "noperm") {
 		return strings.Contains(msg, "'fcall'") || strings.Contains(msg, "'function")
 	}
-	for _, s := range []string{"unknown command", "unknown subcommand", "unsupported command", "not supported"} {
-		if strings.Contains(msg, s) {
+	for _, none := range []string{"unknown command", "unknown subcommand", "unsupported command", "not supported"} {
+		if strings.Contains(msg, none) {
 			return true
 		}
 	}
 	return false
 }
 
-// load loads lib into every master (a library loaded before, by another
-// instance, is as good).
+// load loads lib into every master, or waits for a load of it in flight.
+// A library loaded before, by another instance, is as good. It returns an
+// error that says the server has no functions (see noFunctions) if a
+// master said so, else nil if any master loaded it, else the first error.
 func (s *Store) load(ctx context.Context, lib *library) error {
-	loaded := func(err error) error {
-		if redis.HasErrorPrefix(err, "Library '"+lib.name+"' already exists") {
-			return nil
+	l := &loading{done: make(chan struct{})}
+	if v, busy := s.loads.LoadOrStore(lib.name, l); busy {
+		in := v.(*loading)
+		select {
+		case <-in.done:
+			return in.err
+		case <-ctx.Done():
+			return ctx.Err()
 		}
-		return err
 	}
-	one := func(ctx context.Context, c *redis.Client) error { return loaded(c.FunctionLoad(ctx, lib.code).Err()) }
+	defer func() {
+		s.loads.Delete(lib.name)
+		close(l.done)
+	}()
+	var mu sync.Mutex
+	var loaded bool
+	var first, none error
+	one := func(ctx context.Context, c redis.Cmdable) error {
+		err := c.FunctionLoad(ctx, lib.code).Err()
+		if redis.HasErrorPrefix(err, "Library '"+lib.name+"' already exists") {
+			err = nil
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err == nil:
+			loaded = true
+		case noFunctions(err):
+			none = err
+		case first == nil:
+			first = err
+		}
+		return nil // every master is tried
+	}
 	switch c := s.client.(type) {
 	case *redis.ClusterClient:
-		return c.ForEachMaster(ctx, one)
+		_ = c.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return one(ctx, c) })
 	case *redis.Ring:
-		return c.ForEachShard(ctx, one)
+		_ = c.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error { return one(ctx, c) })
+	default:
+		_ = one(ctx, s.client)
 	}
-	return loaded(s.client.FunctionLoad(ctx, lib.code).Err())
+	switch {
+	case none != nil:
+		l.err = none
+	case !loaded:
+		l.err = first
+	}
+	return l.err
 }
 
 // cutOff gives the calls of a pipeline that failed with EOF after Redis
