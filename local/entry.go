@@ -11,7 +11,7 @@ import (
 //
 //   - the hit path takes units from its allowance (Take) and reads what
 //     Redis last said of the key with the units that go with it
-//     (Answers, Said, LowWater), lock-free;
+//     (Answers, LastWord, Unchanged, LowWater), lock-free;
 //   - the leaser starts a lease (StartLease, TryStartLease), which
 //     measures the demand and takes along the units set aside; puts the
 //     answer in (BeginAnswer, Answered, Fill, Deny, EndAnswer,
@@ -72,7 +72,7 @@ type Entry[P any] struct {
 	waiting atomic.Int64
 
 	// answers counts the answers put in, twice each: odd while one is
-	// (between BeginAnswer and EndAnswer). See Said.
+	// (between BeginAnswer and EndAnswer). See Unchanged.
 	answers atomic.Uint64
 	// The last word from Redis on this key (see Word), and the members of
 	// the key (0: unknown). Written at each lease.
@@ -238,7 +238,7 @@ func (e *Entry[P]) LastWord() Word {
 
 // BeginAnswer and EndAnswer bracket the putting in of one answer from
 // Redis: its word (Answered) and its units (Fill). A reader that sees the
-// one then sees the other (Said): between the two, the word would say
+// one then sees the other (Unchanged): between the two, the word would say
 // what Redis has left after the grant, and the units held would not yet
 // count it. One answer at a time: an abandoned lease's answer may land
 // while the next lease's does (on another server's lane), and BeginAnswer
@@ -256,20 +256,14 @@ func (e *Entry[P]) BeginAnswer() {
 func (e *Entry[P]) EndAnswer() { e.answers.Add(1) }
 
 // Answers returns the count of answers put in, to be read before a Take
-// whose units left Said is to report.
+// whose units left are to be reported with LastWord (see Unchanged).
 func (e *Entry[P]) Answers() uint64 { return e.answers.Load() }
 
-// Said returns Redis's last word and the units held that go with it: left,
-// what a Take made after Answers returned v left, if no answer was put in
-// since; else as WordAndUnits. One atomic load more than LastWord on the
-// hit path.
-func (e *Entry[P]) Said(v uint64, left int64) (Word, int64) {
-	w := e.LastWord()
-	if v&1 == 0 && e.answers.Load() == v {
-		return w, left
-	}
-	return e.WordAndUnits()
-}
+// Unchanged reports whether no answer was put in, or is being put in,
+// since Answers returned v: then a Take made after that reading and
+// LastWord read after the Take go together; else the caller reads both
+// again with WordAndUnits. One atomic load, inlined on the hit path.
+func (e *Entry[P]) Unchanged(v uint64) bool { return v&1 == 0 && e.answers.Load() == v }
 
 // WordAndUnits returns Redis's last word and the units held, both of the
 // same answer: read once no answer is being put in.

@@ -634,12 +634,12 @@ func keepAll(int64, int64) bool { return true }
 // at is a reading of the time that is always t.
 func at(t int64) func() int64 { return func() int64 { return t } }
 
-// TestSaidPairsTheWordWithItsUnits: an answer's word and units are put in
+// TestWordGoesWithItsUnits: an answer's word and units are put in
 // one after the other; a reader between the two must not pair the new
 // word with the old units. Each answer here grants 10 units and says 10
 // fewer are left in Redis, and nothing is taken: word + units is the same
 // whenever a reader looks.
-func TestSaidPairsTheWordWithItsUnits(t *testing.T) {
+func TestWordGoesWithItsUnits(t *testing.T) {
 	e := local.NewBound[string](10, nil).NewTable("p", nil).GetOrCreate("k")
 	const total = 1_000_000
 	e.Answered(local.Word{Remaining: total}, 1, false)
@@ -677,7 +677,11 @@ func TestSaidPairsTheWordWithItsUnits(t *testing.T) {
 		}
 		v := e.Answers()
 		held := e.Units() // as a Take of nothing would leave them
-		if w, held := e.Said(v, held); w.Remaining+held != total {
+		w := e.LastWord()
+		if !e.Unchanged(v) {
+			w, held = e.WordAndUnits()
+		}
+		if w.Remaining+held != total {
 			t.Fatalf("read %d: word %d + units %d = %d, want %d", reads, w.Remaining, held, w.Remaining+held, total)
 		}
 		runtime.Gosched()

@@ -77,8 +77,11 @@ func (e *Engine) Hit(p *remote.Policy, key string, n int64) (limit int, remainin
 		e.leaser.Now()
 	}
 	e.afterTake(ent, left)
-	w, held := ent.Said(v, left)
-	limit, remaining, resetAfter = hitState(p, w, held, now)
+	w := ent.LastWord()
+	if !ent.Unchanged(v) { // an answer came in meanwhile: its word and units
+		w, left = ent.WordAndUnits()
+	}
+	limit, remaining, resetAfter = hitState(p, w, left, now)
 	return limit, remaining, resetAfter, true
 }
 
@@ -196,8 +199,11 @@ func (e *Engine) fromLocal(p *remote.Policy, ent *leasesync.Entry, n, now int64)
 	}
 	if ok {
 		e.afterTake(ent, left)
-		w, held := ent.Said(v, left)
-		return hitDecision(hitState(p, w, held, now)), true
+		w := ent.LastWord()
+		if !ent.Unchanged(v) {
+			w, left = ent.WordAndUnits()
+		}
+		return hitDecision(hitState(p, w, left, now)), true
 	}
 	if denied, left := ent.Denied(now, n); denied {
 		ent.Wanted(n) // the demand counts it
