@@ -41,6 +41,8 @@ type Peer struct {
 	Global bool
 	// New makes one instance of the peer on client c.
 	New func(c *redis.Client, l Limit) (Instance, error)
+	// Limits is the number of limits each decision checks: 0 is one.
+	Limits int
 }
 
 // Peers returns the limiters compared: ratelease's lease mode with its
@@ -63,6 +65,7 @@ func Peers() []Peer {
 // millisecond (a thousandth of it per millisecond), so that its log, an
 // entry per unit admitted in a period, stays as long as a real limit's.
 // The names have no spaces: a benchmark line's name ends at the first.
+// Last, a policy of three token buckets.
 func ExactAlgorithms() []Peer {
 	var peers []Peer
 	for _, a := range []ratelease.Algorithm{ratelease.TokenBucket, ratelease.LeakyBucket, ratelease.FixedWindow,
@@ -88,6 +91,25 @@ func ExactAlgorithms() []Peer {
 				return &rateleaseInstance{l: l, p: p}, nil
 			}})
 	}
+	// A policy of three token buckets (a second's, a minute's and an
+	// hour's, all far above the demand), which one call decides: what a
+	// user would otherwise pay for three redis_rate calls.
+	peers = append(peers, Peer{Name: "ratelease-exact/3-token-buckets", Global: true, Limits: 3,
+		New: func(c *redis.Client, lim Limit) (Instance, error) {
+			l, err := ratelease.New(c, ratelease.WithKeyPrefix(lim.Prefix), ratelease.WithExact())
+			if err != nil {
+				return nil, err
+			}
+			p, err := ratelease.NewPolicy("bench",
+				ratelease.Limit{Rate: lim.Rate, Period: time.Second, Burst: lim.Burst},
+				ratelease.Limit{Rate: 60 * lim.Rate, Period: time.Minute, Burst: 100_000_000},
+				ratelease.Limit{Rate: 2_000_000, Period: time.Hour, Burst: 2_000_000})
+			if err != nil {
+				_ = l.Close()
+				return nil, err
+			}
+			return &rateleaseInstance{l: l, p: p}, nil
+		}})
 	return peers
 }
 

@@ -91,7 +91,7 @@ func write(w io.Writer, e env, peers []bench.Peer, dec, byAlg map[decisionKey]de
 	p("\nThe raw lines are in `bench/%s`; `benchstat -col /impl bench/%s` compares the peers.\n", raw, raw)
 	if len(byAlg) > 0 {
 		p("\n### Exact mode by algorithm\n\n")
-		p("The same benchmark, one goroutine, for exact mode with each algorithm, and %s (a GCRA, as the token and leaky buckets are) in the same rounds. A sliding window log's limit is the same rate over a millisecond (a thousandth of it per millisecond), so that its log (an entry per unit admitted in a period) stays as long as a real limit's.\n\n", baseline)
+		p("The same benchmark, one goroutine, for exact mode with each algorithm, a policy of three token buckets (a second's, a minute's and an hour's: one call decides all three), and %s (a GCRA, as the token and leaky buckets are) in the same rounds. A sliding window log's limit is the same rate over a millisecond (a thousandth of it per millisecond), so that its log (an entry per unit admitted in a period) stays as long as a real limit's. *× %s's Redis µs* compares with as many %s calls as the policy has limits.\n\n", baseline, baseline, baseline)
 		p("| peer | ns/op | decisions/s | × %s | Redis µs/decision | × %s's Redis µs | B/op | allocs/op |\n|---|---|---|---|---|---|---|---|\n", baseline, baseline)
 		base := byAlg[decisionKey{baseline, 1}]
 		for _, pe := range append(bench.ExactAlgorithms(), bench.Peer{Name: baseline, Global: true}) {
@@ -102,7 +102,7 @@ func write(w io.Writer, e env, peers []bench.Peer, dec, byAlg map[decisionKey]de
 			ns := summary(s["ns/op"])
 			p("| %s | %s ± %s | %s | %s | %s | %s | %.0f | %.0f |\n", e.peer(pe.Name), num(ns.Center), ns.PctRangeString(),
 				rate(median(s["decisions/s"])), times(median(s["decisions/s"])/median(base["decisions/s"])),
-				redisMicros(pe, s["redis-us/op"]), times(median(s["redis-us/op"])/median(base["redis-us/op"])),
+				redisMicros(pe, s["redis-us/op"]), times(median(s["redis-us/op"])/(float64(max(1, pe.Limits))*median(base["redis-us/op"]))),
 				median(s["B/op"]), median(s["allocs/op"]))
 		}
 	}
