@@ -1,12 +1,9 @@
 package remote
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -248,50 +245,9 @@ func TestFunctionsAgain(t *testing.T) {
 func TestProxyThatDropsFunctions(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	defer wg.Wait() // last: after the listener and the client are closed
-	defer ln.Close()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			down, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", srv.Addr)
-			if err != nil {
-				down.Close()
-				continue
-			}
-			wg.Add(2)
-			go func() { // replies, as they come
-				defer wg.Done()
-				_, _ = io.Copy(down, up)
-				down.Close()
-			}()
-			go func() { // requests, unless one is a function call
-				defer wg.Done()
-				defer up.Close()
-				defer down.Close()
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := down.Read(buf)
-					if err != nil || bytes.Contains(bytes.ToLower(buf[:n]), []byte("\r\nfcall\r\n")) {
-						return
-					}
-					if _, err := up.Write(buf[:n]); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1})
+	proxy := redistest.NewProxy(t, srv.Addr)
+	proxy.Refuse([]byte("\r\nfcall\r\n"))
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1})
 	defer c.Close()
 	p, err := NewPolicy("proxied", []Limit{{Algorithm: TokenBucket, Rate: 10, Period: time.Minute, Burst: 10}})
 	if err != nil {

@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"bytes"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ type Proxy struct {
 	ln     net.Listener
 	delay  atomic.Int64
 	drop   atomic.Bool
+	refuse atomic.Pointer[[]byte]
 
 	mu    sync.Mutex
 	conns []net.Conn
@@ -44,6 +46,19 @@ func (p *Proxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
 
 // SetDrop makes the proxy discard every byte, both ways, while on.
 func (p *Proxy) SetDrop(on bool) { p.drop.Store(on) }
+
+// Refuse makes the proxy close a connection, instead of passing it on,
+// when a request on it holds the bytes b, matched without regard to case
+// (nil: never): as a proxy that does not know a command does (twemproxy).
+// A command's name is matched as it travels, "\r\nfcall\r\n".
+func (p *Proxy) Refuse(b []byte) {
+	if b == nil {
+		p.refuse.Store(nil)
+		return
+	}
+	low := bytes.ToLower(b)
+	p.refuse.Store(&low)
+}
 
 // Cut closes every connection made so far; clients must reconnect.
 func (p *Proxy) Cut() {
@@ -71,7 +86,7 @@ func (p *Proxy) accept() {
 		p.conns = append(p.conns, c, s)
 		p.mu.Unlock()
 		p.wg.Add(2)
-		go p.pipe(s, c, false) // client to server
+		go p.pipe(s, c, false) // client to server, unless refused
 		go p.pipe(c, s, true)  // server to client, delayed
 	}
 }
@@ -83,6 +98,9 @@ func (p *Proxy) pipe(dst, src net.Conn, delayed bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		if r := p.refuse.Load(); !delayed && r != nil && bytes.Contains(bytes.ToLower(buf[:n]), *r) {
+			return
+		}
 		if n > 0 && !p.drop.Load() {
 			if d := time.Duration(p.delay.Load()); delayed && d > 0 {
 				time.Sleep(d)

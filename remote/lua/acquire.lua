@@ -283,18 +283,7 @@ end
 
 -- Phase 2: charge every limit the same grant.
 save(grant)
-local wait, decider, left, reset = 0, 1, -1, 0
-for i = 1, n do
-  local alg, rate, period, burst = limit(i)
-  local A = ALG[alg]
-  local a, b, c, w = A.commit(KEYS[i], S1[i], S2[i], S3[i], rate, period, burst, grant)
-  if w > wait then wait = w end
-  local l = A.avail(a, b, c, rate, period, burst, reserve)
-  local r = A.reset(a, b, c, rate, period, burst)
-  if left < 0 or l < left or (l == left and r > reset) then
-    decider, left, reset = i, l, r
-  end
-end
+local wait, decider, left, reset = charge_all(n, S1, S2, S3, grant, reserve)
 -- Under the fair share, the grant says when this member's bucket holds its
 -- next batch (in retry_after): asking sooner would only be denied.
 -- (Only with other members: a member alone has nobody to leave room for,

@@ -56,16 +56,5 @@ if least < min then
   local decider, retry, reset = denier(n, S1, S2, S3, AV, min, reserve)
   return { 0, NOW, decider, 0, AV[decider], math.max(1, retry), reset, 0, 0, 0 }
 end
-local wait, decider, left, reset = 0, 1, -1, 0
-for i = 1, n do
-  local alg, rate, period, burst = limit(i)
-  local A = ALG[alg]
-  local a, b, c, w = A.commit(KEYS[i], S1[i], S2[i], S3[i], rate, period, burst, least)
-  if w > wait then wait = w end
-  local l = A.avail(a, b, c, rate, period, burst, reserve)
-  local r = A.reset(a, b, c, rate, period, burst)
-  if left < 0 or l < left or (l == left and r > reset) then
-    decider, left, reset = i, l, r
-  end
-end
+local wait, decider, left, reset = charge_all(n, S1, S2, S3, least, reserve)
 return { least, NOW, decider, wait, left, 0, reset, math.max(0, valid), 0, 0 }

@@ -100,6 +100,26 @@ local function denier(n, S1, S2, S3, AV, need, reserve)
   return decider, retry, reset
 end
 
+-- Charge g units to limits 1..n, whose states (S1..S3) a script read.
+-- Returns the longest wait of a grant for its slot, and the limit with the
+-- fewest units left (the latest to be full again among equals): its
+-- index, what it has left and the us until it is full.
+local function charge_all(n, S1, S2, S3, g, reserve)
+  local wait, decider, left, reset = 0, 1, -1, 0
+  for i = 1, n do
+    local alg, rate, period, burst = limit(i)
+    local A = ALG[alg]
+    local a, b, c, w = A.commit(KEYS[i], S1[i], S2[i], S3[i], rate, period, burst, g)
+    if w > wait then wait = w end
+    local l = A.avail(a, b, c, rate, period, burst, reserve)
+    local r = A.reset(a, b, c, rate, period, burst)
+    if left < 0 or l < left or (l == left and r > reset) then
+      decider, left, reset = i, l, r
+    end
+  end
+  return wait, decider, left, reset
+end
+
 local function refund_all(n, g, at)
   for i = 1, n do
     local alg, rate, period, burst = limit(i)
