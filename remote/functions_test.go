@@ -313,3 +313,29 @@ func TestConcurrentLoads(t *testing.T) {
 		t.Fatal("moved to scripts")
 	}
 }
+
+// TestLoneMemberTakesWhatAWindowHasLeft: a member alone on a key, its
+// demand above the key's rate, that finds fewer units left in a fixed
+// window than a batch takes them: the window makes no more before it
+// ends, and nobody else wants them.
+func TestLoneMemberTakesWhatAWindowHasLeft(t *testing.T) {
+	ctx := context.Background()
+	m := redistest.StartMini(t)
+	s := NewStore(m.Client(t), "lone")
+	p, err := NewPolicy("lone", []Limit{{Algorithm: FixedWindow, Rate: 20, Period: time.Hour, Burst: 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := s.Acquire(ctx, Request{Policy: p, Key: "k", Min: 16, Max: 16}); err != nil || d.Granted != 16 {
+		t.Fatalf("16 units: %+v, %v", d, err)
+	}
+	m.Advance(time.Second)
+	for _, lease := range []Request{
+		{Policy: p, Key: "k", Min: 1, Max: 8, Member: "m", Demand: 100, Horizon: time.Second},
+	} {
+		d, err := s.Acquire(ctx, lease)
+		if err != nil || d.Granted != 4 {
+			t.Fatalf("a lease of 1..8 with 4 left, alone: %+v, %v; want the 4", d, err)
+		}
+	}
+}

@@ -103,6 +103,7 @@ do
   local alg = limit(tight)
   windowed = tv >= 0 and ALG[alg].whole == true
 end
+local whole = windowed -- before the members settle it (below)
 if windowed then
   local _, _, period = limit(tight)
   wlen = period
@@ -129,7 +130,12 @@ if mkey then
   -- the members' buckets refill as a bucket's, as for any other limit.
   windowed = windowed and settled
   members = #ds
-  if total > R then
+  -- A member alone on a key whose room comes whole (a fixed window) has
+  -- nobody to keep it for, and the window makes no more before it ends:
+  -- it takes what it asks for, as when its demand fits. (From a limit
+  -- that refills as it goes, it still waits for a batch: else it would
+  -- ask for every unit as it frees up.)
+  if total > R and not (members == 1 and whole) then
     local L = water_level(ds, R)
     local f = math.min(demand, L) -- this member's fair rate
     local h = horizon
