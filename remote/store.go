@@ -348,8 +348,7 @@ func (s *Store) RefundBatch(ctx context.Context, gs []Grant) []error {
 // (EVALSHA, then EVAL after NOSCRIPT).
 func (s *Store) run(ctx context.Context, pr *program, keys []string, args []any) *redis.Cmd {
 	if !s.scripts() {
-		c := fcall(ctx, pr, keys, args)
-		_ = s.client.Process(ctx, c)
+		c := fcall(ctx, s.client, pr, keys, args)
 		switch err := c.Err(); {
 		case err == nil: // (HasErrorPrefix allocates, even for nil)
 			s.fnWorked.Store(true)
@@ -362,8 +361,7 @@ func (s *Store) run(ctx context.Context, pr *program, keys []string, args []any)
 			}
 			// Called again even if the load failed somewhere (a Cluster
 			// master down): this call's master may have it now.
-			c = fcall(ctx, pr, keys, args)
-			_ = s.client.Process(ctx, c)
+			c = fcall(ctx, s.client, pr, keys, args)
 			switch err := c.Err(); {
 			case err == nil:
 				s.fnWorked.Store(true)
@@ -387,15 +385,19 @@ func (s *Store) run(ctx context.Context, pr *program, keys []string, args []any)
 // FCALL's are one slice, not a copy of the call's.
 func room(keys []string) int { return 3 + len(keys) }
 
-// fcall returns the FCALL of pr with keys, its arguments args, whose
-// room it fills.
-func fcall(ctx context.Context, pr *program, keys []string, args []any) *redis.Cmd {
+// fcall makes the FCALL of pr with keys, its arguments args, whose room
+// it fills, through p (a client, or a pipeline that queues it), and
+// returns it.
+func fcall(ctx context.Context, p interface {
+	Process(context.Context, redis.Cmder) error
+}, pr *program, keys []string, args []any) *redis.Cmd {
 	args[0], args[1], args[2] = "fcall", pr.fnArg, len(keys)
 	for i, k := range keys {
 		args[3+i] = k
 	}
 	c := redis.NewCmd(ctx, args...)
 	c.SetFirstKeyPos(3)
+	_ = p.Process(ctx, c) // the error is c's
 	return c
 }
 
@@ -412,11 +414,14 @@ func (s *Store) pipeline(ctx context.Context, n int, call func(i int) (*program,
 		all[i] = i
 	}
 	cmds := make([]*redis.Cmd, n)
-	s.send(ctx, cmds, all, call, func(p redis.Pipeliner, pr *program, keys []string, args []any) *redis.Cmd {
+	progs := make([]*program, n) // each call's, as the first send made it
+	s.send(ctx, cmds, all, func(i int) (*program, []string, []any) {
+		pr, keys, args := call(i)
+		progs[i] = pr
+		return pr, keys, args
+	}, func(p redis.Pipeliner, pr *program, keys []string, args []any) *redis.Cmd {
 		if fns {
-			c := fcall(ctx, pr, keys, args)
-			_ = p.Process(ctx, c)
-			return c
+			return fcall(ctx, p, pr, keys, args)
 		}
 		return pr.script.EvalSha(ctx, p, keys, args[room(keys):]...)
 	})
@@ -430,8 +435,7 @@ func (s *Store) pipeline(ctx context.Context, n int, call func(i int) (*program,
 				s.fnWorked.Store(true)
 			}
 		case fns && notLoaded(err):
-			pr, _, _ := call(i)
-			libs[pr.lib] = nil
+			libs[progs[i].lib] = nil
 			again = append(again, i)
 		case fns && noFunctions(err), redis.HasErrorPrefix(err, "NOSCRIPT"):
 			scripts = append(scripts, i)
@@ -453,8 +457,7 @@ func (s *Store) pipeline(ctx context.Context, n int, call func(i int) (*program,
 	// no functions, as scripts.
 	var fnAgain []int
 	for _, i := range again {
-		pr, _, _ := call(i)
-		if noFunctions(libs[pr.lib]) {
+		if noFunctions(libs[progs[i].lib]) {
 			s.noFunctionsSaid()
 			scripts = append(scripts, i)
 		} else {
@@ -462,17 +465,15 @@ func (s *Store) pipeline(ctx context.Context, n int, call func(i int) (*program,
 		}
 	}
 	s.send(ctx, cmds, fnAgain, call, func(p redis.Pipeliner, pr *program, keys []string, args []any) *redis.Cmd {
-		c := fcall(ctx, pr, keys, args)
-		_ = p.Process(ctx, c)
-		return c
+		return fcall(ctx, p, pr, keys, args)
 	})
 	for _, i := range fnAgain {
-		pr, _, _ := call(i)
-		switch err := cmds[i].Err(); {
+		lerr, err := libs[progs[i].lib], cmds[i].Err()
+		switch {
 		case err == nil:
 			s.fnWorked.Store(true)
-		case libs[pr.lib] != nil && notLoaded(err):
-			cmds[i].SetErr(libs[pr.lib])
+		case lerr != nil && notLoaded(err):
+			cmds[i].SetErr(lerr)
 		}
 	}
 	s.send(ctx, cmds, scripts, call, func(p redis.Pipeliner, pr *program, keys []string, args []any) *redis.Cmd {
