@@ -71,11 +71,7 @@ func ExactAlgorithms() []Peer {
 	for _, a := range []ratelease.Algorithm{ratelease.TokenBucket, ratelease.LeakyBucket, ratelease.FixedWindow,
 		ratelease.SlidingWindowCounter, ratelease.SlidingWindowLog} {
 		peers = append(peers, Peer{Name: "ratelease-exact/" + strings.ReplaceAll(a.String(), " ", "-"), Global: true,
-			New: func(c *redis.Client, lim Limit) (Instance, error) {
-				l, err := ratelease.New(c, ratelease.WithKeyPrefix(lim.Prefix), ratelease.WithExact())
-				if err != nil {
-					return nil, err
-				}
+			New: rateleaseWith(func(lim Limit) []ratelease.Limit {
 				limit := ratelease.Limit{Algorithm: a, Rate: lim.Rate, Period: time.Second}
 				switch a {
 				case ratelease.TokenBucket, ratelease.LeakyBucket:
@@ -83,33 +79,20 @@ func ExactAlgorithms() []Peer {
 				case ratelease.SlidingWindowLog:
 					limit = ratelease.Limit{Algorithm: a, Rate: max(1, lim.Rate/1000), Period: time.Millisecond}
 				}
-				p, err := ratelease.NewPolicy("bench", limit)
-				if err != nil {
-					_ = l.Close()
-					return nil, err
-				}
-				return &rateleaseInstance{l: l, p: p}, nil
-			}})
+				return []ratelease.Limit{limit}
+			}, ratelease.WithExact())})
 	}
 	// A policy of three token buckets (a second's, a minute's and an
 	// hour's, all far above the demand), which one call decides: what a
 	// user would otherwise pay for three redis_rate calls.
 	peers = append(peers, Peer{Name: "ratelease-exact/3-token-buckets", Global: true, Limits: 3,
-		New: func(c *redis.Client, lim Limit) (Instance, error) {
-			l, err := ratelease.New(c, ratelease.WithKeyPrefix(lim.Prefix), ratelease.WithExact())
-			if err != nil {
-				return nil, err
+		New: rateleaseWith(func(lim Limit) []ratelease.Limit {
+			return []ratelease.Limit{
+				{Rate: lim.Rate, Period: time.Second, Burst: lim.Burst},
+				{Rate: 60 * lim.Rate, Period: time.Minute, Burst: 100_000_000},
+				{Rate: 2_000_000, Period: time.Hour, Burst: 2_000_000},
 			}
-			p, err := ratelease.NewPolicy("bench",
-				ratelease.Limit{Rate: lim.Rate, Period: time.Second, Burst: lim.Burst},
-				ratelease.Limit{Rate: 60 * lim.Rate, Period: time.Minute, Burst: 100_000_000},
-				ratelease.Limit{Rate: 2_000_000, Period: time.Hour, Burst: 2_000_000})
-			if err != nil {
-				_ = l.Close()
-				return nil, err
-			}
-			return &rateleaseInstance{l: l, p: p}, nil
-		}})
+		}, ratelease.WithExact())})
 	return peers
 }
 
@@ -119,13 +102,23 @@ type rateleaseInstance struct {
 	p *ratelease.Policy
 }
 
+// newRatelease is ratelease with opts deciding one token bucket of the
+// limit's rate per second and its burst.
 func newRatelease(opts ...ratelease.Option) func(*redis.Client, Limit) (Instance, error) {
+	return rateleaseWith(func(lim Limit) []ratelease.Limit {
+		return []ratelease.Limit{{Rate: lim.Rate, Period: time.Second, Burst: lim.Burst}}
+	}, opts...)
+}
+
+// rateleaseWith is ratelease with opts deciding a policy of the limits
+// limits makes of the workload's.
+func rateleaseWith(limits func(Limit) []ratelease.Limit, opts ...ratelease.Option) func(*redis.Client, Limit) (Instance, error) {
 	return func(c *redis.Client, lim Limit) (Instance, error) {
 		l, err := ratelease.New(c, append([]ratelease.Option{ratelease.WithKeyPrefix(lim.Prefix)}, opts...)...)
 		if err != nil {
 			return nil, err
 		}
-		p, err := ratelease.NewPolicy("bench", ratelease.Limit{Rate: lim.Rate, Period: time.Second, Burst: lim.Burst})
+		p, err := ratelease.NewPolicy("bench", limits(lim)...)
 		if err != nil {
 			_ = l.Close()
 			return nil, err
