@@ -115,8 +115,8 @@ end
 -- when the demand fits), need the least grant worth its while.
 local cap, need, members, refill = math.huge, min, 0, 0
 local tokens -- this member's bucket, while the demand exceeds the rate
-local bucket = 0 -- the size of this member's bucket
 local spare = 0 -- room no member's bucket claims
+local room, room_rate = 0, 0 -- room beyond the others' buckets, and how fast it grows (units/s)
 local debt = false -- a grant is charged to the bucket in full, into debt
 local ttl, last, since = 0, 0, NOW -- this member's entry (members.lua)
 if mkey then
@@ -145,7 +145,7 @@ if mkey then
     -- tenth of what the key makes in a horizon in all, little more than
     -- its capacity. (A window that will not have a batch before it ends
     -- gives what it has left: see below.)
-    local batch, size = batch_size(f, min, h, valid, R, C)
+    local batch, size = batch_size(demand, f, min, h, valid, R, C)
     -- A window's room comes whole, when the window opens: a bucket that
     -- refills over the window would spread it out, and the member that
     -- asks fastest would take what the buckets leave. So when the key's
@@ -161,15 +161,18 @@ if mkey then
     elseif not tokens then tokens = size else
       tokens = math.min(size, tokens + f * (NOW - at) / 1000000)
     end
-    bucket = size
     -- What the buckets hold is kept for their members: a member may take
     -- all the room but what the others' buckets hold, from its own bucket
     -- first; the room beyond every bucket (spare) is anybody's, at no cost
     -- to its bucket. So a member that asks less often than the others
     -- still finds its share, and room that a member leaves unused goes to
     -- those who want it rather than overflow the limit's capacity.
-    local claims = claims_of(others, L, windowed and wlen or 0, wstart, released, h, valid, R, C)
-    local room = math.floor(math.max(0, AV[tight] - claims))
+    local claims, growth = claims_of(others, L, windowed and wlen or 0, wstart, released, h, valid, R, C)
+    room = math.floor(math.max(0, AV[tight] - claims))
+    -- The room beyond the others' buckets grows as fast as the limit
+    -- refills, less what goes into the buckets not yet full, and never
+    -- slower than this member's own share.
+    room_rate = math.max(f, R - growth)
     spare = math.max(0, room - math.max(0, tokens))
     -- The shares are held to only while the room is short (less than the
     -- members want over a horizon). With room to spare, anyone takes what
@@ -212,6 +215,15 @@ local function save(g)
   write_member(mkey, member, demand, kept, since, ttl, last)
 end
 
+-- Under the fair share, the us until this member may have need units: when
+-- its own bucket holds them, or when the room beyond the others' buckets
+-- does, whichever comes first. (Told to wait for its own bucket alone, every
+-- member would leave that room unused while the others wait for theirs.)
+local function share_wait()
+  local own = cdiv((need - math.max(0, tokens)) * 1000000, refill)
+  return math.min(own, cdiv((need - room) * 1000000, room_rate))
+end
+
 -- Short of a batch under the fair share: denied, back once the bucket
 -- holds the batch.
 if refill > 0 and cap < need then
@@ -221,7 +233,7 @@ if refill > 0 and cap < need then
     -- theirs: back when they are released, or when the window ends.
     if released then retry = math.max(1, tv) else retry = math.max(1, tv - release_at) end
   else
-    retry = math.max(1, cdiv((need - cap) * 1000000, refill))
+    retry = math.max(1, share_wait())
     if valid >= 0 and retry >= valid and least >= min then
       -- The window ends before this member's share makes a batch: what it
       -- leaves of the window would be lost with it. It takes it, in debt.
@@ -261,19 +273,15 @@ if grant < need then
     need = grant
   else
     -- Denied: charge nothing. Under the fair share, denied by the limit
-    -- the shares divide, with others to share it: not back before the
-    -- member's share has made a batch. The others' shares come first, and
-    -- every member asking again as soon as a batch is free would poll.
-    -- A member whose bucket is more than half full has been getting less
-    -- than its share: it comes back in half that time, ahead of the others.
-    -- From a bucket, a member whose own bucket holds its batch is owed it:
-    -- it comes back when the limit has made it (retry), no later: a
-    -- member put off by a whole batch would leave the limit to fill up and
-    -- overflow meanwhile.
-    if refill > 0 and members > 1 and decider == tight and (valid >= 0 or tokens < need) then
-      local wait = cdiv(need * 1000000, refill)
-      if tokens >= bucket / 2 then wait = cdiv(wait, 2) end
-      retry = math.max(retry, wait)
+    -- the shares divide, with others to share it: not back before its
+    -- share or the room beyond the others' has made a batch (share_wait).
+    -- The others' shares come first, and every member asking again as
+    -- soon as a batch is free would poll. A member whose own bucket holds
+    -- its batch is owed it: it comes back when the limit has made it
+    -- (retry), no later: put off longer, it would leave the limit to fill
+    -- up (and a bucket to overflow) meanwhile.
+    if refill > 0 and members > 1 and decider == tight and tokens < need then
+      retry = math.max(retry, share_wait())
     elseif mkey and refill == 0 and members > 1 and decider == tight then
       -- The members' demands fit in R, yet the limit is empty: a demand
       -- grew faster than its estimate. Back once the limit has made a

@@ -39,6 +39,16 @@ local PART = 0.5
 -- leases come back; a member that asks at all takes its part in the first
 -- half.
 local RELEASE = 2
+-- A member waits for a whole batch only while its demand exceeds its fair
+-- rate by a 1/EXCESS part or more; at its fair rate, for a 1/EXCESS part of
+-- one, in between in proportion. Waiting costs a member demand only when it
+-- wants no more than it may have: a demand far past its share is denied for
+-- the most part anyway, and the room made meanwhile is taken whole when it
+-- comes back; a demand at its share (a lone member whose demand is the
+-- key's rate, members whose demands add up to it) would be denied the while
+-- the limit makes a batch, every time it runs dry, where exact mode takes
+-- each unit as it is made.
+local EXCESS = 4
 
 -- The level L of the water-filling of demands ds (sorted in place) to R: the
 -- smallest demands are met in full, the rest share what is left equally.
@@ -53,18 +63,20 @@ local function water_level(ds, R)
   return L
 end
 
--- The batch worth waiting for at the fair rate fx, and the size of the
--- bucket that holds it (at least least_grant units). A batch is the share's
+-- The batch worth waiting for at the fair rate fx by a member whose demand
+-- is dx (less than a whole one near fx: EXCESS), and the size of the bucket
+-- that holds a whole one (at least least_grant units). A batch is the share's
 -- worth of a tenth of a horizon h (of what is left of the window, for a
 -- window); from a bucket (valid < 0) no more than half the member's part of
 -- the capacity C (PART), so that the batches together hold half of C: the
 -- bucket does not fill up and overflow while its members come back for
 -- their batches, and a member alone (whose part is all of C) has a batch
 -- that fits twice, so that a small burst is never outwaited.
-local function batch_size(fx, least_grant, h, valid, R, C)
+local function batch_size(dx, fx, least_grant, h, valid, R, C)
   local b = fx * h / TENTH
   if valid < 0 then b = math.min(b, PART * fx / R * C) end
-  return math.floor(b), math.max(least_grant, b)
+  local wait = b * math.min(1, math.max(1 / EXCESS, EXCESS * (dx - fx) / fx))
+  return math.floor(wait), math.max(least_grant, b)
 end
 
 -- A member's part of a window of wlen us at the fair rate fx: f/R of its
@@ -77,7 +89,7 @@ local function allot(fx, wlen) return fx * wlen / 1000000 end
 -- that started at wstart, nothing once released; otherwise it refilled at
 -- its fair rate since written, up to its size.
 local function claims_of(others, L, wlen, wstart, released, h, valid, R, C)
-  local claims = 0
+  local claims, growth = 0, 0
   for j = 1, #others, 3 do
     local fj = math.min(others[j], L)
     local tk = others[j + 1]
@@ -86,10 +98,11 @@ local function claims_of(others, L, wlen, wstart, released, h, valid, R, C)
       if tk and others[j + 2] >= wstart then tk = math.min(aj, tk) else tk = aj end
       if released then tk = 0 end
     else
-      local _, sj = batch_size(fj, 1, h, valid, R, C)
+      local _, sj = batch_size(fj, fj, 1, h, valid, R, C)
       if tk then tk = math.min(sj, tk + fj * (NOW - others[j + 2]) / 1000000) else tk = sj end
+      if tk < sj then growth = growth + fj end
     end
     claims = claims + math.max(0, math.floor(tk))
   end
-  return claims
+  return claims, growth
 end
