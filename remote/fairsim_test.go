@@ -36,12 +36,14 @@ func TestFairShareSimulated(t *testing.T) {
 		{3000, 3000, 750 * ms, []float64{375, 375, 750, 1500, 3000}, []float64{375, 375, 750, 750, 750}, 0},
 		{600, 600, 100 * ms, []float64{100, 100, 200, 400, 800}, []float64{100, 100, 133.3, 133.3, 133.3}, 0},
 		// The capacity sets the batches: together they hold half of it
-		// (PART in fairshare.lua), so a unit costs about
-		// members/(0.5·burst) = 0.04 calls; the two members whose demand
-		// is their share come back for a quarter batch (EXCESS), so
-		// that they do not lose their demand while they wait, which
-		// costs them up to a call in four more (0.05 in all).
-		{2000, 200, 1125 * ms, []float64{200, 400, 1000, 2400}, []float64{200, 400, 700, 700}, 0.05},
+		// (PART in fairshare.lua), so a unit costs members/(0.5·burst) =
+		// 0.04 calls where every member waits for a whole batch. A member
+		// whose demand is below twice its share waits for a part of one
+		// (EXCESS: the first two a quarter, the third 0.43), so that it
+		// does not lose its demand while it waits, and asks up to EXCESS
+		// times as often: at most 3 members of 4 do so here, (3·4 +
+		// 1)/(0.5·burst) = 0.13 calls a unit.
+		{2000, 200, 1125 * ms, []float64{200, 400, 1000, 2400}, []float64{200, 400, 700, 700}, 0.13},
 		{2000, 20, 1125 * ms, []float64{4000}, []float64{2000}, 0},
 	} {
 		for _, jitter := range []bool{false, true} {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelease/ratelease/internal/redistest"
 	"github.com/ratelease/ratelease/remote"
 )
 
@@ -236,5 +237,50 @@ func TestFairShareDenialByAnotherLimit(t *testing.T) {
 	d := lease(t, f, p, "a", 1000, 1, 1)
 	if d.Granted != 0 || d.Decider != 0 || d.RetryAfter > 500*ms {
 		t.Fatalf("%+v: want a denial by the per-second limit, back within 500ms", d)
+	}
+}
+
+// A window in which its members meet (they did not all know of each other
+// as it opened: a fleet's start, a flood's first window) is paced: its room
+// counts as made at an even rate from the window's start until a horizon
+// after the newest member joined, so that the member that leases first
+// cannot take the window before the others are known. Once the pace ends,
+// what is left of the window is there to take. (A sliding window counter
+// after a quiet window has its room at once, as a fixed window does.)
+func TestWindowWhereMembersMeetIsPaced(t *testing.T) {
+	for _, alg := range []remote.Algorithm{remote.FixedWindow, remote.SlidingWindowCounter} {
+		t.Run(fmt.Sprint(alg), func(t *testing.T) { windowWhereMembersMeet(t, alg) })
+	}
+}
+
+func windowWhereMembersMeet(t *testing.T, alg remote.Algorithm) {
+	f := newFake(t)
+	p := mustPolicy(t, "p", win(alg, 1000, time.Second))
+	// 100ms into a window.
+	f.Advance(time.Second - time.Duration(redistest.Epoch.UnixMicro()%1e6)*time.Microsecond + 100*ms)
+	lease(t, f, p, "a", 5000, 1, 1) // alone on a window: as asked
+	lease(t, f, p, "b", 5000, 1, 1) // b joins
+	take := func() (got int64) {
+		for range 2000 {
+			d := lease(t, f, p, "a", 5000, 1, 1000)
+			if d.Granted == 0 {
+				return got
+			}
+			got += d.Granted
+		}
+		t.Fatal("a was never denied")
+		return 0
+	}
+	// The pace runs until a horizon (100ms) after b joined: halfway
+	// through it, half of the window's 1000 units are made, 2 of them
+	// taken, and b's bucket keeps up to a batch (5 units at its share of
+	// 500/s) of the rest; a is denied once less than a batch is left.
+	if got := take(); got < 498-10 || got > 498 {
+		t.Fatalf("a took %d while the window is paced, want the 498 made, less up to a batch each of a and b", got)
+	}
+	f.Advance(100 * ms)
+	// The pace is over: all but b's batch of the window's rest.
+	if got := take(); got < 500-10 || got > 500 {
+		t.Fatalf("a took %d once the pace ended, want the window's other 500 less b's batch", got)
 	}
 }

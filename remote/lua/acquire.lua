@@ -91,38 +91,37 @@ for i = 1, n do
   if v >= 0 and (valid < 0 or v < valid) then valid = v end
 end
 
--- The key's rate is a window's when its tightest limit is a window whose
--- room comes whole (a fixed window; a sliding window counter's comes as
--- the last window's weight fades, as a bucket's does): tv is the us to
--- that window's end, wlen its length, wstart its start, and its second
--- half (from release_at us before its end) is when the members' parts of it
--- are released (see the fair share below).
+-- When the key's tightest limit is a window (its grants lapse: tv >= 0),
+-- tv is the us to that window's end, wlen its length, wstart its start.
+-- The key's rate is a window's (windowed) when that window's room comes
+-- whole (a fixed window; a sliding window counter's comes as the last
+-- window's weight fades, as a bucket's does), and its second half (from
+-- release_at us before its end) is when the members' parts of it are
+-- released (see the fair share below).
 local tv = V[tight]
 local windowed, wlen, wstart, release_at, released = false, 0, 0, 0, false
-do
-  local alg = limit(tight)
-  windowed = tv >= 0 and ALG[alg].whole == true
-end
-local whole = windowed -- before the members settle it (below)
-if windowed then
-  local _, _, period = limit(tight)
+if tv >= 0 then
+  local alg, _, period = limit(tight)
+  windowed = ALG[alg].whole == true
   wlen = period
   wstart = NOW + tv - wlen
   release_at = math.floor(wlen / RELEASE)
   released = tv <= release_at
 end
+local whole = windowed -- before the members settle it (below)
 -- Members and the fair share: cap is what this member may take now (huge
 -- when the demand fits), need the least grant worth its while.
 local cap, need, members, refill = math.huge, min, 0, 0
 local tokens -- this member's bucket, while the demand exceeds the rate
 local spare = 0 -- room no member's bucket claims
 local room, room_rate = 0, 0 -- room beyond the others' buckets, and how fast it grows (units/s)
+local paced, pace_len -- a whole window's room made so far, when it is paced (below), and over how long (us) it is made
 local debt = false -- a grant is charged to the bucket in full, into debt
 local ttl, last, since = 0, 0, NOW -- this member's entry (members.lua)
 if mkey then
   ttl = member_ttl(horizon)
-  local ds, total, at, settled, others
-  ds, total, last, tokens, at, since, settled, others = read_members(mkey, member, demand, ttl, wstart)
+  local ds, total, at, settled, others, newest
+  ds, total, last, tokens, at, since, settled, others, newest = read_members(mkey, member, demand, ttl, wstart)
   -- A window is shared out by parts only among members that all knew of
   -- each other as it opened: in a window where a member joins (the first
   -- of a run, a fleet's restart), the parts of the members already there
@@ -136,6 +135,34 @@ if mkey then
   -- that refills as it goes, it still waits for a batch: else it would
   -- ask for every unit as it frees up.)
   if total > R and not (members == 1 and whole) then
+    -- A window shared by members that did not all know of each other as
+    -- it opened (a whole one's parts are not kept then: see above) is
+    -- paced while they make themselves known: its room counts as made at
+    -- an even rate from the window's start until a horizon after the
+    -- newest member joined, or the window's end if that is sooner, so that
+    -- it goes to the members' buckets, refilling at their shares, as a
+    -- bucket's does. Else, where the window's room is there at once (a
+    -- fixed window; a sliding window counter after a quiet window),
+    -- whoever joins first takes it before the others are known (a fleet's
+    -- start, a flood's first window), and the rest, spare to all, goes to
+    -- the fastest. (A long window, a quota of hours or days, is paced for
+    -- a horizon's worth of it: not at all. A sliding window counter whose
+    -- last window was full makes its room at that pace anyway.) Only while
+    -- the members want more than the rate by a 1/EXCESS part or more: a
+    -- demand near the rate finds room for nearly all of it, and a room
+    -- made at the pace of that demand would deny it at every lull's end.)
+    if tv >= 0 and not settled and members > 1 and total * EXCESS > R * (EXCESS + 1) then
+      local pend = math.min(wstart + wlen, newest + horizon)
+      if pend > NOW then
+        local _, rate = limit(tight)
+        pace_len = pend - wstart
+        -- (Whole units held back, so that a pace a unit's worth long is
+        -- none. S2: the units the window has granted, for both algorithms.)
+        local made = rate - math.floor(rate * (pend - NOW) / pace_len) - S2[tight]
+        paced = math.max(0, math.min(AV[tight], made))
+        if paced < least then least = paced end
+      end
+    end
     local L = water_level(ds, R)
     local f = math.min(demand, L) -- this member's fair rate
     local h = horizon
@@ -168,7 +195,8 @@ if mkey then
     -- still finds its share, and room that a member leaves unused goes to
     -- those who want it rather than overflow the limit's capacity.
     local claims, growth = claims_of(others, L, windowed and wlen or 0, wstart, released, h, valid, R, C)
-    room = math.floor(math.max(0, AV[tight] - claims))
+    local avail = paced or AV[tight]
+    room = math.floor(math.max(0, avail - claims))
     -- The room beyond the others' buckets grows as fast as the limit
     -- refills, less what goes into the buckets not yet full, and never
     -- slower than this member's own share.
@@ -179,7 +207,7 @@ if mkey then
     -- it asks for, and what it takes beyond its bucket is a debt (down to
     -- the capacity) that it pays off once the room is short: so the
     -- shares hold over time.
-    if AV[tight] < total * horizon / 1000000 then
+    if avail < total * horizon / 1000000 then
       -- (Its own bucket, too, when the buckets together hold more than
       -- the room: each is at least min, which a small rate's share may
       -- not make. First come, first served then, rather than none.)
@@ -267,6 +295,16 @@ if grant < need then
   -- The decider is the denying limit whose retry_after is longest: need
   -- units fit only once every limit has room.
   local decider, retry, reset = denier(n, S1, S2, S3, AV, need, reserve)
+  if paced and paced < need then
+    -- Short of the window's paced room: back when it has been made.
+    local _, rate = limit(tight)
+    local p = cdiv((need - paced) * pace_len, rate)
+    if p > retry then
+      local alg, rate, period, burst = limit(tight)
+      decider, retry = tight, p
+      reset = ALG[alg].reset(S1[tight], S2[tight], S3[tight], rate, period, burst)
+    end
+  end
   if need > min and grant >= min and valid >= 0 and retry >= valid then
     -- A batch would come only after the grant's window has ended: take
     -- what the window has left, rather than strand it.

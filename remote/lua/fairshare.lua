@@ -39,15 +39,19 @@ local PART = 0.5
 -- leases come back; a member that asks at all takes its part in the first
 -- half.
 local RELEASE = 2
--- A member waits for a whole batch only while its demand exceeds its fair
--- rate by a 1/EXCESS part or more; at its fair rate, for a 1/EXCESS part of
--- one, in between in proportion. Waiting costs a member demand only when it
--- wants no more than it may have: a demand far past its share is denied for
--- the most part anyway, and the room made meanwhile is taken whole when it
--- comes back; a demand at its share (a lone member whose demand is the
--- key's rate, members whose demands add up to it) would be denied the while
--- the limit makes a batch, every time it runs dry, where exact mode takes
--- each unit as it is made.
+-- How far a demand must pass what it may have before waiting for a batch
+-- costs it nothing. A member waits for a part (d - f) / f of a batch, d its
+-- demand and f its fair rate: a whole one at twice its share or more, and
+-- never less than a 1/EXCESS part (at its share, or below it). Waiting costs
+-- a member demand only when it wants about what it may have: a demand far
+-- past its share is mostly denied anyway, and what the limit made meanwhile
+-- is taken whole when it comes back; a demand at its share (a lone member
+-- whose demand is the key's rate, members whose demands add up to it; a
+-- measured demand, noisy, a little above) would be denied the while the
+-- limit makes a batch, each time it runs dry, where exact mode takes each
+-- unit as it is made. The smaller part costs such a member up to EXCESS
+-- times the calls. (acquire.lua paces a window where members meet only
+-- while they want more than the rate by a 1/EXCESS part.)
 local EXCESS = 4
 
 -- The level L of the water-filling of demands ds (sorted in place) to R: the
@@ -64,8 +68,8 @@ local function water_level(ds, R)
 end
 
 -- The batch worth waiting for at the fair rate fx by a member whose demand
--- is dx (less than a whole one near fx: EXCESS), and the size of the bucket
--- that holds a whole one (at least least_grant units). A batch is the share's
+-- is dx (a part of a whole one below 2 fx: EXCESS), and the size of the
+-- bucket that holds a whole one (at least least_grant units). A batch is the share's
 -- worth of a tenth of a horizon h (of what is left of the window, for a
 -- window); from a bucket (valid < 0) no more than half the member's part of
 -- the capacity C (PART), so that the batches together hold half of C: the
@@ -75,7 +79,7 @@ end
 local function batch_size(dx, fx, least_grant, h, valid, R, C)
   local b = fx * h / TENTH
   if valid < 0 then b = math.min(b, PART * fx / R * C) end
-  local wait = b * math.min(1, math.max(1 / EXCESS, EXCESS * (dx - fx) / fx))
+  local wait = b * math.min(1, math.max(1 / EXCESS, (dx - fx) / fx))
   return math.floor(wait), math.max(least_grant, b)
 end
 

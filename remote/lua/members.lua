@@ -29,13 +29,14 @@ local function member_ttl(horizon) return math.max(3 * horizon, 1000000) end
 --   tokens   this member's bucket (nil: not kept) and at, when written
 --   since    when this member joined (NOW if it is new)
 --   settled  every member, this one included, joined before wstart
+--   newest   when the member that joined last joined (this one included)
 --   others   the other members' demand, tokens (false: not kept) and time
 --            written, three values each, in turn
 local function read_members(mkey, member, demand, ttl, wstart)
   local raw = redis.call('HGETALL', mkey)
   local ds, total, last = { demand }, demand, NOW + ttl
   local tokens, at
-  local since, settled = NOW, true
+  local since, settled, newest = NOW, true, 0
   local others = {}
   for j = 1, #raw, 2 do
     local e, d, tk, t, s0 = string.match(raw[j + 1], '^(%d+) (%d+) (%S+) (%d+) ?(%d*)$')
@@ -45,6 +46,7 @@ local function read_members(mkey, member, demand, ttl, wstart)
     else
       local joined = tonumber(s0) or tonumber(t)
       if joined >= wstart then settled = false end
+      if joined > newest then newest = joined end
       if raw[j] == member then
         since = joined
         if tk ~= 'x' then tokens, at = tonumber(tk), tonumber(t) end
@@ -59,7 +61,8 @@ local function read_members(mkey, member, demand, ttl, wstart)
     end
   end
   if since >= wstart then settled = false end
-  return ds, total, last, tokens, at, since, settled, others
+  if since > newest then newest = since end
+  return ds, total, last, tokens, at, since, settled, others, newest
 end
 
 -- Writes member's entry: its demand, its bucket (tokens, a number or nil for
