@@ -233,6 +233,21 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 	}
 }
 
+// Decide asks Redis for n units of key under p as exact mode asks, the
+// request's units alone with no member named, but in the batcher's next
+// pipeline: for a key with no entry (its first decision), one command that
+// shares a round trip with the other calls due, where an exact call has a
+// round trip of its own. Nothing is kept: if the requester leaves before
+// the answer, a grant goes back.
+func (l *Leaser) Decide(ctx context.Context, p *remote.Policy, key string, n int64) (remote.Decision, error) {
+	if !l.begin() {
+		return remote.Decision{}, ErrClosed
+	}
+	defer l.leasing.Add(-1)
+	c := &call{req: remote.Request{Policy: p, Key: key, Min: n, Max: n}, done: make(chan struct{})}
+	return l.batcher.lease(ctx, c, n)
+}
+
 // sending calls the test hook beforeSend, if set.
 func (l *Leaser) sending(e *Entry) {
 	if l.beforeSend != nil {
@@ -369,6 +384,15 @@ const (
 // own when the requester left (n is then 0).
 func (l *Leaser) apply(c *call, n int64) {
 	e, d, start := c.entry, c.d, c.start
+	if e == nil { // Decide's: the requester's units alone
+		switch {
+		case d.Granted > 0 && n > 0:
+			l.stats.used.Add(uint64(n))
+		case d.Granted > 0: // the requester left
+			l.batcher.queueBack(remote.Grant{Policy: c.req.Policy, Key: c.req.Key, Units: d.Granted, At: d.At})
+		}
+		return
+	}
 	now := l.Now()
 	l.offset.Store(d.At - now/1e3)
 	if d.Members > 0 {

@@ -140,6 +140,9 @@ func (e *Engine) entry(p *remote.Policy, key string) (*leasesync.Entry, error) {
 // Redis call, coalesced with concurrent misses on the key), keeping n units
 // of the grant.
 func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, key string, n int64) (Decision, error) {
+	if e.firstUse(p, key) {
+		return e.decideFirst(ctx, p, key, n)
+	}
 	ent, err := e.entry(p, key)
 	if err != nil { // errRedefined: check again
 		return e.Miss(ctx, p, key, n)
@@ -184,6 +187,46 @@ func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, key string, 
 	dec.Remaining += held
 	dec.ResetAfter = max(0, dec.ResetAfter-time.Duration(held*p.UnitRefill(dec.Limit)))
 	return dec, nil
+}
+
+// decideFirst decides the first use of key (firstUse) as exact mode
+// would, the request's units alone, in the Leaser's next pipeline
+// (Leaser.Decide), and makes no entry.
+func (e *Engine) decideFirst(ctx context.Context, p *remote.Policy, key string, n int64) (Decision, error) {
+	pass, cause := e.door.Enter(p, key)
+	if cause != nil {
+		return e.unavailable(p, key, n, cause)
+	}
+	lctx, cancel := e.door.Bound(ctx)
+	defer cancel()
+	d, err := e.leaser.Decide(lctx, p, key, n)
+	if err != nil {
+		err = door.Classify(ctx, err)
+		if cause := e.door.Leave(pass, err); cause != nil {
+			return e.unavailable(p, key, n, cause)
+		}
+		return Decision{}, err
+	}
+	e.door.Leave(pass, nil)
+	dec := decision(d)
+	// Counted with the policy, held keys or not (a policy whose keys are
+	// all used once holds none), as an exact policy's decisions are.
+	e.countIn(&e.tables.exact(p).counts, p, Remote, dec.Allowed, deciding(dec))
+	return dec, nil
+}
+
+// firstUse reports whether key of p has no entry and was not decided
+// lately (firstUses): its decision is then made as exact mode makes it.
+func (e *Engine) firstUse(p *remote.Policy, key string) bool {
+	if e.firsts == nil {
+		return false
+	}
+	if st := e.tables.find(p); st != nil {
+		if _, ok := st.table.Get(key); ok {
+			return false
+		}
+	}
+	return e.firsts.first(p, key)
 }
 
 // fromLocal answers from ent if it can: units taken from the allowance

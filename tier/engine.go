@@ -154,7 +154,10 @@ type Engine struct {
 	fallback *fallback
 	leaser   *leasesync.Leaser
 	tables   tables
-	closed   atomic.Bool
+	// firsts remembers the keys decided lately, so that a key's first
+	// decision in lease mode is made as exact mode makes it (firstUses).
+	firsts *firstUses
+	closed atomic.Bool
 	// done is closed by Close: it wakes every Wait asleep (see sleep).
 	done chan struct{}
 	// waiting queues the waiters of exact-mode Waits by key.
@@ -246,6 +249,9 @@ func New(cfg Config) (*Engine, error) {
 			return nil, err
 		}
 		e.leaser = l
+		if cfg.Lease.Min <= 1 { // a lease size set by hand holds from the first use
+			e.firsts = newFirstUses()
+		}
 	}
 	instances := func(*remote.Policy, string) int64 { return 1 }
 	switch {

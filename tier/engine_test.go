@@ -358,3 +358,35 @@ func TestSourceString(t *testing.T) {
 		}
 	}
 }
+
+// In lease mode a key's first decision is made as exact mode makes it, the
+// request's units alone (in the Leaser's next pipeline), and keeps no
+// entry: a key used once costs what an exact decision costs. From its
+// second decision on the key has an entry and leases. The first decision
+// counts with its policy. A lease size set by hand (Min above 1) holds
+// from the first decision.
+func TestFirstUseKeepsNoEntry(t *testing.T) {
+	ctx := context.Background()
+	e, _ := newEngine(t, 1)
+	p := perHour(t, 100)
+	if d, err := e.Allow(ctx, p, "k", 1); err != nil || !d.Allowed || d.Source != tier.Remote {
+		t.Fatalf("first use: %+v, %v", d, err)
+	}
+	if s := e.Stats(); s.Keys != 0 || s.Policies[p.Name()].Remote != 1 || s.UnitsUsed != 1 || s.UnitsHeld != 0 {
+		t.Fatalf("after a first use: %+v, want no key held, the decision counted with its policy", s)
+	}
+	if d, err := e.Allow(ctx, p, "k", 1); err != nil || !d.Allowed {
+		t.Fatalf("second use: %+v, %v", d, err)
+	}
+	if s := e.Stats(); s.Keys != 1 {
+		t.Fatalf("after a second use: %d keys, want 1", s.Keys)
+	}
+
+	e5, _ := newEngine(t, 5)
+	if d, err := e5.Allow(ctx, p, "k", 1); err != nil || !d.Allowed {
+		t.Fatalf("first use, Min 5: %+v, %v", d, err)
+	}
+	if s := e5.Stats(); s.Keys != 1 || s.UnitsLeased != 5 {
+		t.Fatalf("first use, Min 5: %+v, want a lease of 5 held", s)
+	}
+}

@@ -125,7 +125,14 @@ func (e *Engine) sleep(ctx context.Context, d time.Duration) error {
 
 // decided counts a Redis decision on p and converts it.
 func (e *Engine) decided(p *remote.Policy, d remote.Decision) Decision {
-	dec := Decision{
+	dec := decision(d)
+	e.countBy(p, Remote, dec.Allowed, deciding(dec))
+	return dec
+}
+
+// decision is the Decision of Redis's answer d, uncounted.
+func decision(d remote.Decision) Decision {
+	return Decision{
 		Allowed:    d.Granted > 0,
 		Source:     Remote,
 		Limit:      d.Decider,
@@ -134,8 +141,6 @@ func (e *Engine) decided(p *remote.Policy, d remote.Decision) Decision {
 		ResetAfter: d.ResetAfter,
 		Blocked:    d.Blocked,
 	}
-	e.countBy(p, Remote, dec.Allowed, deciding(dec))
-	return dec
 }
 
 // waitLeased is Wait for a policy that leases: Allow, and sleep for each

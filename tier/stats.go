@@ -158,6 +158,11 @@ func (e *Engine) count(p *remote.Policy, s Source, allowed bool) {
 // by is that limit's index in p when the decision is a denial a limit made
 // (-1: none, as for a blocked key).
 func (e *Engine) countBy(p *remote.Policy, s Source, allowed bool, by int) {
+	e.countIn(e.counts(p), p, s, allowed, by)
+}
+
+// countIn is countBy with the policy's counters c given.
+func (e *Engine) countIn(c *counts, p *remote.Policy, s Source, allowed bool, by int) {
 	switch s {
 	case Remote:
 		e.stats.remote.Add(1)
@@ -171,7 +176,7 @@ func (e *Engine) countBy(p *remote.Policy, s Source, allowed bool, by int) {
 	} else {
 		e.stats.denied.Add(1)
 	}
-	e.counts(p).add(p, s, allowed, by)
+	c.add(p, s, allowed, by)
 }
 
 // deciding returns the index of the limit that made d, a decision on a
