@@ -157,21 +157,14 @@ func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, key string, 
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
 	}
-	pass, cause := e.door.Enter(p, key)
-	if cause != nil {
-		return e.unavailable(p, key, n, cause)
+	var d remote.Decision
+	var taken bool
+	if dec, done, err := e.viaDoor(ctx, p, key, n, func(ctx context.Context) (err error) {
+		d, taken, err = e.leaser.Lease(ctx, ent, n)
+		return err
+	}); done {
+		return dec, err
 	}
-	lctx, cancel := e.door.Bound(ctx)
-	defer cancel()
-	d, taken, err := e.leaser.Lease(lctx, ent, n)
-	if err != nil {
-		err = door.Classify(ctx, err)
-		if cause := e.door.Leave(pass, err); cause != nil {
-			return e.unavailable(p, key, n, cause)
-		}
-		return Decision{}, err
-	}
-	e.door.Leave(pass, nil)
 	if taken { // a concurrent lease filled the allowance
 		return e.localDecision(p, ent, now), nil
 	}
@@ -193,26 +186,44 @@ func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, key string, 
 // would, the request's units alone, in the Leaser's next pipeline
 // (Leaser.Decide), and makes no entry.
 func (e *Engine) decideFirst(ctx context.Context, p *remote.Policy, key string, n int64) (Decision, error) {
-	pass, cause := e.door.Enter(p, key)
-	if cause != nil {
-		return e.unavailable(p, key, n, cause)
+	var d remote.Decision
+	if dec, done, err := e.viaDoor(ctx, p, key, n, func(ctx context.Context) (err error) {
+		d, err = e.leaser.Decide(ctx, p, key, n)
+		return err
+	}); done {
+		return dec, err
 	}
-	lctx, cancel := e.door.Bound(ctx)
-	defer cancel()
-	d, err := e.leaser.Decide(lctx, p, key, n)
-	if err != nil {
-		err = door.Classify(ctx, err)
-		if cause := e.door.Leave(pass, err); cause != nil {
-			return e.unavailable(p, key, n, cause)
-		}
-		return Decision{}, err
-	}
-	e.door.Leave(pass, nil)
 	dec := decision(d)
 	// Counted with the policy, held keys or not (a policy whose keys are
 	// all used once holds none), as an exact policy's decisions are.
 	e.countIn(&e.tables.exact(p).counts, p, Remote, dec.Allowed, deciding(dec))
 	return dec, nil
+}
+
+// viaDoor makes call, the Leaser's Redis call for key of p, through the
+// door: the key's breaker must let it through, call's context is bounded by
+// the timeout, and its outcome goes back to the breaker. Where the breaker
+// refuses it, or the call fails and opens it, the failure mode decides; a
+// call that fails otherwise returns its error. done reports either: the
+// caller returns dec and err.
+func (e *Engine) viaDoor(ctx context.Context, p *remote.Policy, key string, n int64, call func(context.Context) error) (dec Decision, done bool, err error) {
+	pass, cause := e.door.Enter(p, key)
+	if cause != nil {
+		dec, err = e.unavailable(p, key, n, cause)
+		return dec, true, err
+	}
+	lctx, cancel := e.door.Bound(ctx)
+	defer cancel()
+	if err := call(lctx); err != nil {
+		err = door.Classify(ctx, err)
+		if cause := e.door.Leave(pass, err); cause != nil {
+			dec, err = e.unavailable(p, key, n, cause)
+			return dec, true, err
+		}
+		return Decision{}, true, err
+	}
+	e.door.Leave(pass, nil)
+	return Decision{}, false, nil
 }
 
 // firstUse reports whether key of p has no entry and was not decided
