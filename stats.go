@@ -67,7 +67,8 @@ type Stats struct {
 	Instances int64
 	// Keys is the number of keys the Limiter holds in its local key store
 	// now, each with its leased units or its cached denial (WithMaxKeys
-	// bounds them); 0 in exact mode, which holds none.
+	// bounds them); 0 in exact mode, which holds none. A key decided once
+	// is not held: its first decision keeps nothing.
 	Keys uint64
 	// Breaker is the circuit breaker's state now. With a Redis Cluster
 	// there is a breaker per master, and Breaker is the worst of them

@@ -459,11 +459,11 @@ func TestMetricsInvalidKeysDeniedBy(t *testing.T) {
 	allow(t, ctx, l, p, "k", 4) // 2 allowed, 2 denied by the second's
 	mr.SetTime(epoch.Add(time.Second))
 	clk.Set(epoch.Add(time.Second))
-	allow(t, ctx, l, p, "k", 2) // 1 allowed, 1 denied by the minute's
-	allow(t, ctx, l, p, "other", 1)
+	allow(t, ctx, l, p, "k", 2)     // 1 allowed, 1 denied by the minute's
+	allow(t, ctx, l, p, "other", 1) // a key used once keeps no entry: not among the keys
 	collect(t, reader).check(t, map[string]points{
 		"ratelease.invalid_requests": {"": 2},
-		"ratelease.keys":             {"": 2},
+		"ratelease.keys":             {"": 1},
 		"ratelease.policy.denied_by_limit": {
 			"ratelease.limit=2 req/s (burst 2),ratelease.policy=two":   2,
 			"ratelease.limit=3 req/min (burst 3),ratelease.policy=two": 1,
