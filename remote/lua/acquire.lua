@@ -297,10 +297,9 @@ if grant < need then
   local decider, retry, reset = denier(n, S1, S2, S3, AV, need, reserve)
   if paced and paced < need then
     -- Short of the window's paced room: back when it has been made.
-    local _, rate = limit(tight)
+    local alg, rate, period, burst = limit(tight)
     local p = cdiv((need - paced) * pace_len, rate)
     if p > retry then
-      local alg, rate, period, burst = limit(tight)
       decider, retry = tight, p
       reset = ALG[alg].reset(S1[tight], S2[tight], S3[tight], rate, period, burst)
     end
