@@ -271,7 +271,7 @@ type Decision struct {
 // the server (see Addr).
 func (s *Store) Acquire(ctx context.Context, r Request) (Decision, error) {
 	keys := s.acquireKeys(r)
-	v, err := s.run(ctx, r.program(), keys, acquireArgs(r, room(keys))).Slice()
+	v, err := s.run(ctx, r.program(), keys, r.args(room(keys))).Slice()
 	if err != nil {
 		return Decision{}, s.named(r.Policy, r.Key, err)
 	}
@@ -310,7 +310,7 @@ func (s *Store) Batch(ctx context.Context, rs []Request, gs []Grant) ([]Decision
 		}
 		r := rs[i-len(gs)]
 		keys := s.acquireKeys(r)
-		return r.program(), keys, acquireArgs(r, room(keys))
+		return r.program(), keys, r.args(room(keys))
 	})
 	for i, c := range cmds[:len(gs)] {
 		gerrs[i] = s.named(gs[i].Policy, gs[i].Key, c.Err())
@@ -381,7 +381,7 @@ func (s *Store) run(ctx context.Context, pr *program, keys []string, args []any)
 
 // room is the number of FCALL's own arguments ahead of a call's with
 // keys: the command, the function, the number of keys, the keys. A call's
-// arguments are made with it free (acquireArgs, refundArgs), so that
+// arguments are made with it free (Request.args, refundArgs), so that
 // FCALL's are one slice, not a copy of the call's.
 func room(keys []string) int { return 3 + len(keys) }
 
@@ -652,19 +652,44 @@ func (r Request) member() string {
 	return r.Member
 }
 
-// header is the number of ARGV values before the limits (acquire.lua).
-const header = 8
+// header is the number of ARGV values before the limits (acquire.lua,
+// refund.lua); exactHeader, exact.lua's, which has no member's values.
+const (
+	header      = 8
+	exactHeader = 5
+)
 
-// acquireArgs returns the ARGV of r, after lead values left free (see room).
+// args returns the ARGV of r's program, after lead values left free (see
+// room).
+func (r Request) args(lead int) []any {
+	if r.member() == "" {
+		return exactArgs(r, lead)
+	}
+	return acquireArgs(r, lead)
+}
+
+// acquireArgs returns acquire.lua's ARGV for r, after lead values left free.
 func acquireArgs(r Request, lead int) []any {
 	p := r.Policy
 	args := make([]any, lead, lead+header+len(p.args))
-	reserve := 0
-	if r.Reserve {
-		reserve = 1
-	}
-	args = append(args, r.Min, r.Max, reserve, r.member(), max(0, r.Demand), max(0, r.Back), r.BackAt, r.Horizon.Microseconds())
+	args = append(args, r.Min, r.Max, r.reserve(), r.member(), max(0, r.Demand), max(0, r.Back), r.BackAt, r.Horizon.Microseconds())
 	return append(args, p.args...)
+}
+
+// exactArgs returns exact.lua's ARGV for r, after lead values left free.
+func exactArgs(r Request, lead int) []any {
+	p := r.Policy
+	args := make([]any, lead, lead+exactHeader+len(p.args))
+	args = append(args, r.Min, r.Max, r.reserve(), max(0, r.Back), r.BackAt)
+	return append(args, p.args...)
+}
+
+// reserve is r.Reserve as the scripts read it.
+func (r Request) reserve() int {
+	if r.Reserve {
+		return 1
+	}
+	return 0
 }
 
 // refundArgs returns the ARGV of a refund, after lead values left free
@@ -675,11 +700,12 @@ func refundArgs(p *Policy, units, at int64, member string, lead int) []any {
 	return append(args, p.args...)
 }
 
-// parseDecision reads acquire.lua's ten integers.
+// parseDecision reads a decision's integers (see prelude.lua): four to
+// ten, those left off 0.
 func parseDecision(p *Policy, v []any) (Decision, error) {
 	var n [10]int64
-	if len(v) != len(n) {
-		return Decision{}, fmt.Errorf("remote: acquire replied %d values, want %d", len(v), len(n))
+	if len(v) < 4 || len(v) > len(n) {
+		return Decision{}, fmt.Errorf("remote: acquire replied %d values, want 4 to %d", len(v), len(n))
 	}
 	for i, x := range v {
 		var ok bool
@@ -690,24 +716,24 @@ func parseDecision(p *Policy, v []any) (Decision, error) {
 	d := Decision{
 		Granted:    n[0],
 		At:         n[1],
-		Decider:    int(n[2]) - 1,
-		Wait:       time.Duration(n[3]) * time.Microsecond,
-		Remaining:  n[4],
+		Remaining:  n[2],
+		ResetAfter: time.Duration(n[3]) * time.Microsecond,
+		ValidFor:   time.Duration(n[4]) * time.Microsecond,
 		RetryAfter: time.Duration(n[5]) * time.Microsecond,
-		ResetAfter: time.Duration(n[6]) * time.Microsecond,
-		ValidFor:   time.Duration(n[7]) * time.Microsecond,
+		Decider:    int(n[6]),
+		Wait:       time.Duration(n[7]) * time.Microsecond,
 		Members:    n[8],
 		Blocked:    n[9] != 0,
 	}
 	if d.Granted > 0 {
 		// The script's retry_after of a grant is the next batch's time.
 		d.Next, d.RetryAfter = d.RetryAfter, 0
-		if n[7] == 0 { // the script's 0: no limit of its own
+		if n[4] == 0 { // the script's 0: no limit of its own
 			d.ValidFor = -1
 		}
 	}
 	if d.Decider < 0 || d.Decider >= len(p.limits) {
-		return Decision{}, fmt.Errorf("remote: acquire named limit %d of %d", n[2], len(p.limits))
+		return Decision{}, fmt.Errorf("remote: acquire named limit %d of %d", n[6], len(p.limits))
 	}
 	return d, nil
 }

@@ -25,28 +25,8 @@
 -- useful batch (a tenth of a horizon of its share, less for a small burst,
 -- or what a window has left), not for every unit as it frees up.
 --
--- Returns ten integers:
---   granted      units charged to every limit; 0 means denied, nothing charged
---   now          the Redis time of the decision, us (a refund names it)
---   decider      1-based index of the limit that decided: when denied, the
---                denying limit that frees up last; when granted, the one with
---                the fewest units left
---   wait         us until the granted units may be used (a leaky bucket's
---                queue); 0 otherwise
---   remaining    units the decider could still grant now
---   retry_after  us until min units could be granted; when granted, 0, or
---                under the fair share the us until this member's own
---                bucket holds its next batch (asking sooner is denied)
---   reset_after  us until the decider is fully replenished
---   valid_for    us the grant may be used for before it lapses (the end of a
---                window or bucket, always > 0), or 0 for no limit of the
---                policy's own, and when denied. (Not -1: go-redis allocates to
---                box an integer reply outside 0..255, on every call.)
---   members      the live members of the key, this one included; 0 when the
---                call names no member
---   blocked      1 when denied because the key is blocked (then decider 1,
---                remaining 0, retry_after and reset_after the block's time
---                left, members 0), else 0
+-- Returns a decision's integers (see prelude.lua), all ten.
+HEADER = 8
 local min, max, reserve = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local member, demand = ARGV[4], tonumber(ARGV[5])
 local back, back_at, horizon = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -67,7 +47,7 @@ if back > 0 then refund_all(n, back, back_at) end
 -- left alone.
 do
   local left = blocked_for(bkey)
-  if left > 0 then return { 0, NOW, 1, 0, 0, left, left, 0, 0, 1 } end
+  if left > 0 then return { 0, NOW, 0, left, 0, left, 0, 0, 0, 1 } end
 end
 
 -- Phase 1: read every limit, writing nothing that counts; the grant is the
@@ -272,7 +252,7 @@ if refill > 0 and cap < need then
     save(0)
     local alg, rate, period, burst = limit(tight)
     local reset = ALG[alg].reset(S1[tight], S2[tight], S3[tight], rate, period, burst)
-    return { 0, NOW, tight, 0, AV[tight], retry, reset, 0, members, 0 }
+    return { 0, NOW, AV[tight], reset, 0, retry, tight - 1, 0, members }
   end
 end
 
@@ -328,7 +308,7 @@ if grant < need then
       retry = math.max(retry, cdiv(b * 1000000, R))
     end
     save(0)
-    return { 0, NOW, decider, 0, AV[decider], math.max(1, retry), reset, 0, members, 0 }
+    return { 0, NOW, AV[decider], reset, 0, math.max(1, retry), decider - 1, 0, members }
   end
 end
 
@@ -349,4 +329,4 @@ elseif refill > 0 and members > 1 then
   local short_by = need - math.max(0, tokens) - math.max(0, spare)
   if short_by > 0.000001 then next = cdiv(short_by * 1000000, refill) end
 end
-return { grant, NOW, decider, wait, left, next, reset, math.max(0, valid), members, 0 }
+return { grant, NOW, left, reset, math.max(0, valid), next, decider - 1, wait, members }

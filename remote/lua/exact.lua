@@ -1,24 +1,32 @@
 -- exact.lua: admission for a call that names no member (exact mode, and a
 -- lease of a key whose demand is not measured yet): acquire.lua without
 -- the members and their fair share, which such a call never reads. Same
--- KEYS (no members hash), ARGV and reply as acquire.lua; members is 0.
+-- KEYS (no members hash) as acquire.lua; ARGV without the member's values:
+--
+-- ARGV[1]   min, ARGV[2] max, ARGV[3] reserve: as in acquire.lua
+-- ARGV[4]   back, ARGV[5] back_at: as acquire.lua's ARGV[6] and ARGV[7]
+-- ARGV[6..] the limits, as in acquire.lua
+--
+-- Returns a decision's integers (see prelude.lua), as few as say it: no
+-- members, and no wait or valid_for where they are 0.
 --
 -- It is the script of every exact decision, so it is kept lean: the
 -- definitions it is assembled with run anew on every call, and a table
 -- costs more than the arithmetic of a decision (see prelude.lua). A policy
 -- of one limit, the common case, is decided with no table but the reply.
+HEADER = 5
 local min, max, reserve = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local n = #KEYS - 1
 
 -- What the caller leased earlier and did not use goes back first.
 do
-  local back = tonumber(ARGV[6])
-  if back > 0 then refund_all(n, back, tonumber(ARGV[7])) end
+  local back = tonumber(ARGV[4])
+  if back > 0 then refund_all(n, back, tonumber(ARGV[5])) end
 end
 
 do
   local left = blocked_for(KEYS[n + 1])
-  if left > 0 then return { 0, NOW, 1, 0, 0, left, left, 0, 0, 1 } end
+  if left > 0 then return { 0, NOW, 0, left, 0, left, 0, 0, 0, 1 } end
 end
 
 if n == 1 then
@@ -28,14 +36,16 @@ if n == 1 then
   local a, b, c = A.load(key, rate, period, burst)
   local av = A.avail(a, b, c, rate, period, burst, reserve)
   if av < min then
-    return { 0, NOW, 1, 0, av, math.max(1, A.retry(key, a, b, c, rate, period, burst, min, reserve)),
-      A.reset(a, b, c, rate, period, burst), 0, 0, 0 }
+    return { 0, NOW, av, A.reset(a, b, c, rate, period, burst), 0,
+      math.max(1, A.retry(key, a, b, c, rate, period, burst, min, reserve)) }
   end
   local valid = A.valid(a, b, c, rate, period, burst)
   local g, wait = math.min(av, max)
   a, b, c, wait = A.commit(key, a, b, c, rate, period, burst, g)
-  return { g, NOW, 1, wait, A.avail(a, b, c, rate, period, burst, reserve), 0,
-    A.reset(a, b, c, rate, period, burst), math.max(0, valid), 0, 0 }
+  av = A.avail(a, b, c, rate, period, burst, reserve)
+  if wait > 0 then return { g, NOW, av, A.reset(a, b, c, rate, period, burst), math.max(0, valid), 0, 0, wait } end
+  if valid > 0 then return { g, NOW, av, A.reset(a, b, c, rate, period, burst), valid } end
+  return { g, NOW, av, A.reset(a, b, c, rate, period, burst) }
 end
 
 -- Several limits: read every one, writing nothing; the grant is the least
@@ -54,7 +64,7 @@ for i = 1, n do
 end
 if least < min then
   local decider, retry, reset = denier(n, S1, S2, S3, AV, min, reserve)
-  return { 0, NOW, decider, 0, AV[decider], math.max(1, retry), reset, 0, 0, 0 }
+  return { 0, NOW, AV[decider], reset, 0, math.max(1, retry), decider - 1 }
 end
 local wait, decider, left, reset = charge_all(n, S1, S2, S3, least, reserve)
-return { least, NOW, decider, wait, left, 0, reset, math.max(0, valid), 0, 0 }
+return { least, NOW, left, reset, math.max(0, valid), 0, decider - 1, wait }

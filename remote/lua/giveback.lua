@@ -16,6 +16,7 @@
 --   SlidingWindowLog  the newest entries still in the period are removed
 --   LeakyBucket   the last slots of the queue are freed, down to empty
 -- Returns the Redis time.
+HEADER = 8
 local g = tonumber(ARGV[1])
 for i = 1, #KEYS do
   local alg, rate, period, burst = limit(i)

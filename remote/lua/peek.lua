@@ -11,23 +11,21 @@
 -- fair share among leasing members is not applied: Peek asks whether the
 -- limits have room, not whether one member's share has.
 --
--- Returns acquire.lua's ten integers, as if for a request of one unit:
+-- Returns a decision's integers (see prelude.lua), as if for a request of
+-- one unit:
 --   granted      1 when one unit would be granted, else 0 (nothing charged)
---   now          the Redis time, us
---   decider      when denied, the denying limit that frees up last; else the
---                limit with the fewest units left (the longest reset on a tie)
---   wait         0
 --   remaining    units the decider could grant now (nothing is charged, so
 --                one more than an admitting Allow would report)
 --   retry_after  us until one unit could be granted; 0 when it could now
---   reset_after  us until the decider is fully replenished
---   valid_for    0
---   members      0
---   blocked      1 when the key is blocked (as acquire.lua), else 0
+--   decider      when denied, the denying limit that frees up last; else the
+--                limit with the fewest units left (the longest reset on a tie)
+--   blocked      1 when the key is blocked (as acquire.lua)
+-- and valid_for, wait and members 0.
+HEADER = 8
 local n = #KEYS - 1
 do
   local left = blocked_for(KEYS[#KEYS])
-  if left > 0 then return { 0, NOW, 1, 0, 0, left, left, 0, 0, 1 } end
+  if left > 0 then return { 0, NOW, 0, left, 0, left, 0, 0, 0, 1 } end
 end
 local S1, S2, S3, AV = {}, {}, {}, {}
 local least = -1
@@ -43,7 +41,7 @@ if least < 1 then
   -- As acquire.lua denies: the decider is the denying limit whose wait for
   -- one unit is longest.
   local decider, retry, reset = denier(n, S1, S2, S3, AV, 1, 0)
-  return { 0, NOW, decider, 0, AV[decider], math.max(1, retry), reset, 0, 0, 0 }
+  return { 0, NOW, AV[decider], reset, 0, math.max(1, retry), decider - 1 }
 end
 
 local decider, left, reset = 1, -1, 0
@@ -54,4 +52,4 @@ for i = 1, n do
     decider, left, reset = i, AV[i], r
   end
 end
-return { 1, NOW, decider, 0, left, 0, reset, 0, 0, 0 }
+return { 1, NOW, left, reset, 0, 0, decider - 1 }

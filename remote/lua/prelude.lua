@@ -44,6 +44,31 @@ end
 -- Redis TIME in us, set at the start of each call (now.lua).
 local NOW
 
+-- The reply of a decision (acquire.lua, exact.lua, peek.lua) is up to ten
+-- integers, in this order; values left off the end are 0, so that the
+-- common replies are short (Redis's time goes partly to each value):
+--   granted      units charged to every limit; 0 means denied, nothing charged
+--   now          the Redis time of the decision, us (a refund names it)
+--   remaining    units the decider could still grant now
+--   reset_after  us until the decider is fully replenished
+--   valid_for    us the grant may be used for before it lapses (the end of a
+--                window or bucket, always > 0), or 0 for no limit of the
+--                policy's own, and when denied. (Not -1: go-redis allocates to
+--                box an integer reply outside 0..255, on every call.)
+--   retry_after  us until min units could be granted; when granted, 0, or
+--                under the fair share the us until this member's own
+--                bucket holds its next batch (asking sooner is denied)
+--   decider      0-based index of the limit that decided: when denied, the
+--                denying limit that frees up last; when granted, the one with
+--                the fewest units left
+--   wait         us until the granted units may be used (a leaky bucket's
+--                queue); 0 otherwise
+--   members      the live members of the key, this one included; 0 when the
+--                call names no member
+--   blocked      1 when denied because the key is blocked (then decider 0,
+--                remaining 0, retry_after and reset_after the block's time
+--                left, members 0), else 0
+
 -- The time left (us) of a block of a key (Store.Block: a key with a PX
 -- TTL), or 0 when the key is not blocked. A block key without a TTL (not
 -- one ratelease wrote) blocks until it is deleted: 1s at a time.
@@ -54,11 +79,16 @@ local function blocked_for(bkey)
   return math.max(1, ms) * 1000
 end
 
--- The parameters of limit i (1-based), four ARGV values from ARGV[4i+5]
--- (after the eight header values of acquire.lua and refund.lua):
--- algorithm id, rate (units per period), period (us), burst (capacity).
+-- The number of ARGV values before the limits': each entry point sets it
+-- (8 in acquire.lua, refund.lua and the operator scripts, 5 in exact.lua),
+-- since a library's locals outlive a call.
+local HEADER
+
+-- The parameters of limit i (1-based), four ARGV values from
+-- ARGV[HEADER + 4i - 3]: algorithm id, rate (units per period), period
+-- (us), burst (capacity).
 local function limit(i)
-  local o = 4 * i + 5
+  local o = HEADER + 4 * i - 3
   return tonumber(ARGV[o]), tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3])
 end
 

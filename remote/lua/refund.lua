@@ -12,6 +12,7 @@
 -- ARGV[9..] the limits, as in acquire.lua
 --
 -- A refund never raises any limit above its capacity. Returns the Redis time.
+HEADER = 8
 local units, at = tonumber(ARGV[1]), tonumber(ARGV[2])
 local n = #KEYS
 if ARGV[3] ~= '' then
