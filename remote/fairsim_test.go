@@ -37,13 +37,10 @@ func TestFairShareSimulated(t *testing.T) {
 		{600, 600, 100 * ms, []float64{100, 100, 200, 400, 800}, []float64{100, 100, 133.3, 133.3, 133.3}, 0},
 		// The capacity sets the batches: together they hold half of it
 		// (PART in fairshare.lua), so a unit costs members/(0.5·burst) =
-		// 0.04 calls where every member waits for a whole batch. A member
-		// whose demand is below twice its share waits for a part of one
-		// (EXCESS: the first two a quarter, the third 0.43), so that it
-		// does not lose its demand while it waits, and asks up to EXCESS
-		// times as often: at most 3 members of 4 do so here, (3·4 +
-		// 1)/(0.5·burst) = 0.13 calls a unit.
-		{2000, 200, 1125 * ms, []float64{200, 400, 1000, 2400}, []float64{200, 400, 700, 700}, 0.13},
+		// 0.04 calls: from a bucket every member waits for a whole batch
+		// (only a window's members below twice their share wait for a
+		// part of one, EXCESS).
+		{2000, 200, 1125 * ms, []float64{200, 400, 1000, 2400}, []float64{200, 400, 700, 700}, 0.04},
 		{2000, 20, 1125 * ms, []float64{4000}, []float64{2000}, 0},
 	} {
 		for _, jitter := range []bool{false, true} {

@@ -39,19 +39,23 @@ local PART = 0.5
 -- leases come back; a member that asks at all takes its part in the first
 -- half.
 local RELEASE = 2
--- How far a demand must pass what it may have before waiting for a batch
--- costs it nothing. A member waits for a part (d - f) / f of a batch, d its
--- demand and f its fair rate: a whole one at twice its share or more, and
--- never less than a 1/EXCESS part (at its share, or below it). Waiting costs
--- a member demand only when it wants about what it may have: a demand far
--- past its share is mostly denied anyway, and what the limit made meanwhile
--- is taken whole when it comes back; a demand at its share (a lone member
--- whose demand is the key's rate, members whose demands add up to it; a
--- measured demand, noisy, a little above) would be denied the while the
--- limit makes a batch, each time it runs dry, where exact mode takes each
--- unit as it is made. The smaller part costs such a member up to EXCESS
--- times the calls. (acquire.lua paces a window where members meet only
--- while they want more than the rate by a 1/EXCESS part.)
+-- How far a demand must pass what it may have before waiting for a batch of
+-- a window costs it nothing. From a window a member waits for a part
+-- (d - f) / f of a batch, d its demand and f its fair rate: a whole one at
+-- twice its share or more, and never less than a 1/EXCESS part (at its
+-- share, or below it). Waiting costs a member demand only when it wants
+-- about what it may have: a demand far past its share is mostly denied
+-- anyway, and what the limit made meanwhile is taken whole when it comes
+-- back; a demand at its share (a lone member whose demand is the key's
+-- rate, members whose demands add up to it; a measured demand, noisy, a
+-- little above) would be denied the while the window makes a batch, each
+-- time it runs dry, where exact mode takes each unit as it is made, and
+-- what the window made and nobody took lapses with it. The smaller part
+-- costs such a member up to EXCESS times the calls. From a bucket the wait
+-- is a whole batch: what the bucket makes meanwhile stays in it (up to its
+-- capacity) for the member's next lease, and the calls stay few.
+-- (acquire.lua paces a window where members meet only while they want more
+-- than the rate by a 1/EXCESS part.)
 local EXCESS = 4
 
 -- The level L of the water-filling of demands ds (sorted in place) to R: the
@@ -68,8 +72,8 @@ local function water_level(ds, R)
 end
 
 -- The batch worth waiting for at the fair rate fx by a member whose demand
--- is dx (a part of a whole one below 2 fx: EXCESS), and the size of the
--- bucket that holds a whole one (at least least_grant units). A batch is the share's
+-- is dx (from a window, a part of a whole one below 2 fx: EXCESS), and the
+-- size of the bucket that holds a whole one (at least least_grant units). A batch is the share's
 -- worth of a tenth of a horizon h (of what is left of the window, for a
 -- window); from a bucket (valid < 0) no more than half the member's part of
 -- the capacity C (PART), so that the batches together hold half of C: the
@@ -78,7 +82,10 @@ end
 -- that fits twice, so that a small burst is never outwaited.
 local function batch_size(dx, fx, least_grant, h, valid, R, C)
   local b = fx * h / TENTH
-  if valid < 0 then b = math.min(b, PART * fx / R * C) end
+  if valid < 0 then
+    b = math.min(b, PART * fx / R * C)
+    return math.floor(b), math.max(least_grant, b)
+  end
   local wait = b * math.min(1, math.max(1 / EXCESS, (dx - fx) / fx))
   return math.floor(wait), math.max(least_grant, b)
 end
