@@ -27,12 +27,14 @@ end
 
 -- Units that fit in the room left: floor((burst*period - D) / period).
 local function gcra_room(D, period, burst)
-  return math.max(0, idiv(burst * period - D, period))
+  if D >= burst * period then return 0 end
+  return math.floor((burst * period - D) / period)
 end
 
 -- us until the debt falls to at most `to`, rounded up.
 local function gcra_until(D, rate, to)
-  return math.max(0, cdiv(D - to, rate))
+  if D <= to then return 0 end
+  return -math.floor((to - D) / rate)
 end
 
 local function gcra_save(key, D, rate)
