@@ -86,5 +86,15 @@ func FuzzPublicAPI(f *testing.F) {
 		if err := l.WaitN(wctx, p, key, int(n)); err != nil && !documented(err) && err != context.DeadlineExceeded {
 			t.Fatalf("WaitN(%q, %d): %v", key, n, err)
 		}
+		// Charge: a cost past the limits is no error, and owes.
+		res, err = l.Charge(ctx, p, key, int(n))
+		switch {
+		case err != nil && !documented(err):
+			t.Fatalf("Charge(%q, %d): %v", key, n, err)
+		case err == nil && (res.Granted != int(n) || res.Debt < 0 || !res.Allowed):
+			t.Fatalf("Charge(%q, %d): %+v", key, n, res)
+		case err == nil && res.Debt > 0 && res.RetryAfter <= 0:
+			t.Fatalf("Charge(%q, %d): in debt with RetryAfter %v", key, n, res.RetryAfter)
+		}
 	})
 }

@@ -73,6 +73,11 @@ type Result struct {
 	// (Limiter.Block): RetryAfter and ResetAfter are the block's time left,
 	// Remaining is 0 and Limit is the policy's first limit. False otherwise.
 	Blocked bool
+	// Debt is, for Charge, the units Limit (the limit where one unit fits
+	// last) owes beyond its room after the charge: the key is denied until
+	// Limit has freed them and one more (RetryAfter, for one unit). 0
+	// otherwise.
+	Debt int
 }
 
 // Source says where a decision came from. The zero value means no decision

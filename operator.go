@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ratelease/ratelease/remote"
 	"github.com/ratelease/ratelease/tier"
 )
 
@@ -65,6 +66,56 @@ func (l *Limiter) Refund(ctx context.Context, p *Policy, key string, n int) erro
 	}
 	return nil
 }
+
+// Charge charges n units of key to every limit of p whatever they have
+// left: for a cost known only once the work is done (tokens a language
+// model answered with, bytes a download came to). Admit an estimate before
+// the work (AllowN), then settle after it: Charge what the work cost
+// beyond the estimate, or Refund what it did not use.
+//
+// A limit charged past its room owes the rest: the key is denied until
+// the debt is paid off as the limit frees up. The Result is that of the
+// limit where one unit fits last (Result.Limit): its Debt, its RetryAfter
+// until one unit fits again (0: now), its Remaining and ResetAfter;
+// Allowed is true and Granted is n. How each algorithm pays a debt off:
+//
+//   - TokenBucket: as the bucket refills, at its rate;
+//   - LeakyBucket: as its queue drains (the debt is queue past its Burst);
+//   - FixedWindow: when the window ends: a new window owes nothing;
+//   - SlidingWindowCounter: as the charge slides out of the period (its
+//     window's count weighs on the next window, then is gone);
+//   - SlidingWindowLog: as the charge slides out of the period. A log
+//     keeps an entry per unit, so it is charged at most its Rate a call.
+//
+// A bucket's debt stops growing at 2^53 / Period (in µs) units, where its
+// state would stop being exact: 9·10^9 units for a second's period.
+//
+// A block of key does not stop a charge: the work was done. In lease mode
+// the units go to Redis at once (one call), not out of this instance's
+// allowance: the units it holds were charged when leased, and are used;
+// the debt meets its next lease, and every instance's. Errors:
+// ErrInvalidPolicy, ErrInvalidKey, ErrInvalidN (n below 1, or above
+// MaxCharge), ErrClosed, ctx's error unwrapped, or, when Redis cannot take
+// the charge (whatever the failure mode: nothing is kept to charge later),
+// an error wrapping ErrUnavailable and the cause.
+func (l *Limiter) Charge(ctx context.Context, p *Policy, key string, n int) (Result, error) {
+	if err := l.checkN(p, key, n); err != nil {
+		return Result{}, err
+	}
+	if n > MaxCharge {
+		return Result{}, fmt.Errorf("%w: %d is above MaxCharge (%d)", ErrInvalidN, n, MaxCharge)
+	}
+	d, err := l.engine.Charge(ctx, p.compiled, key, int64(n))
+	if err != nil {
+		return Result{}, rootErr(err)
+	}
+	r := p.result(d)
+	r.Debt = int(d.Debt)
+	return r, nil
+}
+
+// MaxCharge is the most units one Charge takes: far past any limit.
+const MaxCharge = remote.MaxCharge
 
 // Peek reports what Allow would decide for one unit of key under p now,
 // charging nothing: Allowed and Granted (1, or 0), the deciding Limit, its

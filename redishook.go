@@ -26,7 +26,7 @@ const (
 	// Limiter.Refund.
 	RedisRefund RedisOp = 3
 	// RedisCharge: the units that FailLocal or FailOpen admitted during an
-	// outage, charged once Redis is back.
+	// outage, charged once Redis is back; Limiter.Charge.
 	RedisCharge RedisOp = 4
 	// RedisPeek, RedisReset, RedisBlock, RedisUnblock: Limiter.Peek,
 	// Reset, Block and Unblock.

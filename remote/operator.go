@@ -9,9 +9,9 @@ import (
 )
 
 // opScripts are the scripts of the operators' calls for one set of
-// algorithms: peek.lua and giveback.lua.
+// algorithms: peek.lua, giveback.lua and charge.lua.
 type opScripts struct {
-	peek, giveBack *redis.Script
+	peek, giveBack, charge *redis.Script
 }
 
 // opCache holds the operators' scripts of every algorithm set used so far,
@@ -26,6 +26,7 @@ func (p *Policy) ops() *opScripts {
 	s := &opScripts{
 		peek:     redis.NewScript(assemble(p.uses, "peek.lua")),
 		giveBack: redis.NewScript(assemble(p.uses, "giveback.lua")),
+		charge:   redis.NewScript(assemble(p.uses, "charge.lua")),
 	}
 	opCache[p.uses].CompareAndSwap(nil, s)
 	return opCache[p.uses].Load()
@@ -54,6 +55,30 @@ func (s *Store) GiveBack(ctx context.Context, p *Policy, key string, units int64
 		return nil
 	}
 	return s.named(p, key, p.ops().giveBack.Run(ctx, s.client, p.Keys(s.prefix, key), refundArgs(p, units, 0, "", 0)...).Err())
+}
+
+// MaxCharge is the most units one Charge takes: a charge is a cost already
+// incurred, so it may pass every limit, by far. (A bucket's debt stops
+// growing at 2^53 / period units, where its state would stop being exact:
+// see charge.lua.)
+const MaxCharge = 1 << 40
+
+// Charge charges units (1 to MaxCharge) to every limit of key whatever
+// they have left (see charge.lua): a limit charged past its room owes the
+// rest, and denies until it is paid off. The Decision is the key's after
+// the charge, of its decider, the limit where one unit fits last: Granted
+// is units, RetryAfter when one unit fits again (0: now), Debt what the
+// decider owes, Remaining and ResetAfter its own. A block of key does not
+// stop it.
+func (s *Store) Charge(ctx context.Context, p *Policy, key string, units int64) (Decision, error) {
+	v, err := p.ops().charge.Run(ctx, s.client, p.Keys(s.prefix, key), refundArgs(p, units, 0, "", 0)...).Slice()
+	if err != nil {
+		return Decision{}, s.named(p, key, err)
+	}
+	d, err := parseDecision(p, v)
+	// (parseDecision reads a grant's retry_after as Next.)
+	d.RetryAfter, d.Next, d.ValidFor = d.Next, 0, 0
+	return d, s.named(p, key, err)
 }
 
 // Reset deletes key's state under p, every limit's and the key's members

@@ -264,6 +264,9 @@ type Decision struct {
 	// RetryAfter and ResetAfter are then the block's time left (to the
 	// millisecond), Decider 0, Remaining 0 and Members 0.
 	Blocked bool
+	// Debt is, after a Charge, the most units a limit owes beyond its
+	// room; 0 otherwise.
+	Debt int64
 }
 
 // Acquire grants between r.Min and r.Max units to every limit of r.Key, or
@@ -701,9 +704,9 @@ func refundArgs(p *Policy, units, at int64, member string, lead int) []any {
 }
 
 // parseDecision reads a decision's integers (see prelude.lua): four to
-// ten, those left off 0.
+// ten, those left off 0, and charge.lua's eleventh, the debt.
 func parseDecision(p *Policy, v []any) (Decision, error) {
-	var n [10]int64
+	var n [11]int64
 	if len(v) < 4 || len(v) > len(n) {
 		return Decision{}, fmt.Errorf("remote: acquire replied %d values, want 4 to %d", len(v), len(n))
 	}
@@ -724,6 +727,7 @@ func parseDecision(p *Policy, v []any) (Decision, error) {
 		Wait:       time.Duration(n[7]) * time.Microsecond,
 		Members:    n[8],
 		Blocked:    n[9] != 0,
+		Debt:       n[10],
 	}
 	if d.Granted > 0 {
 		// The script's retry_after of a grant is the next batch's time.

@@ -108,6 +108,8 @@ type Decision struct {
 	// Blocked: denied because the key is blocked (Block); RetryAfter is
 	// the block's time left, as far as this instance knows it.
 	Blocked bool
+	// Debt: set by Charge, the units Limit owes beyond its room.
+	Debt int64
 }
 
 // Config configures an Engine. Every field but Lease, Observer, Events

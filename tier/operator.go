@@ -9,7 +9,7 @@ import (
 	leasesync "github.com/ratelease/ratelease/sync"
 )
 
-// The operators: AllowAtMost, Refund, Peek, Reset, Block and Unblock. None
+// The operators: AllowAtMost, Refund, Charge, Peek, Reset, Block and Unblock. None
 // is on the hit path; each makes at most one Redis call, through the door.
 
 // held returns the local entry of key under p when p leases and the entry
@@ -163,6 +163,29 @@ func (e *Engine) Refund(ctx context.Context, p *remote.Policy, key string, n int
 		ent.ClearDenial()
 	}
 	return err
+}
+
+// Charge charges n units (1 to remote.MaxCharge) to every limit of key
+// under p in Redis, whatever they have left: a cost known once the work is
+// done. A limit charged past its room is in debt (Decision.Debt units) and
+// denies until it is paid off. In lease mode the units go to Redis
+// directly, not out of the local allowance: what this instance holds was
+// charged when it was leased, and stays usable; the next lease meets the
+// debt. A failure of Redis is an error wrapping ErrUnavailable, whatever
+// the failure mode: nothing is kept to charge later.
+func (e *Engine) Charge(ctx context.Context, p *remote.Policy, key string, n int64) (Decision, error) {
+	if e.closed.Load() {
+		return Decision{}, ErrClosed
+	}
+	if _, err := e.check(p); err != nil {
+		return Decision{}, err
+	}
+	r, err := e.door.Debit(ctx, p, key, n)
+	if err != nil {
+		return Decision{}, err
+	}
+	return Decision{Allowed: true, Granted: r.Granted, Source: Remote, Limit: r.Decider, Remaining: r.Remaining,
+		RetryAfter: r.RetryAfter, ResetAfter: r.ResetAfter, Debt: r.Debt}, nil
 }
 
 // Peek reports what Allow would decide for one unit of key now, charging

@@ -21,7 +21,8 @@ const (
 	// single Refund, the refund of late grants, GiveBack.
 	OpRefund
 	// OpCharge: the units admitted during an outage, charged once the
-	// server is back (Charge).
+	// server is back (Charge), and a cost charged whatever the limits
+	// have left (Debit).
 	OpCharge
 	// OpPeek, OpReset, OpBlock, OpUnblock: the operators' calls.
 	OpPeek

@@ -30,6 +30,15 @@ func (d *Door) GiveBack(ctx context.Context, p *remote.Policy, key string, units
 	return err
 }
 
+// Debit charges units to key under p in Redis whatever its limits have
+// left (remote.Store.Charge), with the caller's context. Errors are
+// Peek's.
+func (d *Door) Debit(ctx context.Context, p *remote.Policy, key string, units int64) (remote.Decision, error) {
+	return call(d, ctx, OpCharge, p, key, func(ctx context.Context) (remote.Decision, error) {
+		return d.store.Charge(ctx, p, key, units)
+	})
+}
+
 // Reset deletes key's state under p in Redis (remote.Store.Reset). Errors
 // are Peek's.
 func (d *Door) Reset(ctx context.Context, p *remote.Policy, key string) error {
@@ -73,7 +82,11 @@ func call[T any](d *Door, ctx context.Context, op Op, p *remote.Policy, key stri
 	hctx, end := d.start(ctx, op, 1)
 	v, err := bounded(d, hctx, pass.b.node, fn, nil)
 	if end != nil {
-		end(single(err, 0))
+		var granted int64
+		if dec, ok := any(v).(remote.Decision); ok && op == OpCharge {
+			granted = dec.Granted // Debit's units
+		}
+		end(single(err, granted))
 	}
 	d.single.roundTrips.Add(1)
 	if err != nil {

@@ -40,6 +40,9 @@ ALG[1] = {
   -- A grant belongs to its window: it lapses at the window's end.
   valid = function(w, _, _, _, period) return (w + 1) * period - NOW end,
 
+  -- Forgiven when the window ends.
+  owed = function(_, c, _, rate) return math.max(0, c - rate) end,
+
   -- Its room comes whole when a window opens (the fair share divides it
   -- into the members' parts of the window: see acquire.lua).
   whole = true,

@@ -47,11 +47,19 @@ local function gcra_save(key, D, rate)
     'PX', int(math.max(1, cdiv(cdiv(D, rate), 1000))))
 end
 
+-- Units owed beyond a capacity of burst units (charge.lua).
+local function gcra_owed(D, period, burst)
+  if D <= burst * period then return 0 end
+  return cdiv(D - burst * period, period)
+end
+
 -- Charge g units. Returns the new debt and the us until the old debt is paid
--- (how long a queued request waits for its slot).
+-- (how long a queued request waits for its slot). The debt stops at 2^53 - 1,
+-- the most it holds exactly: only a charge past the limits (charge.lua) can
+-- take it there.
 local function gcra_commit(key, D, rate, period, g)
   local wait = gcra_until(D, rate, 0)
-  D = D + g * period
+  D = math.min(D + g * period, 9007199254740991)
   gcra_save(key, D, rate)
   return D, wait
 end

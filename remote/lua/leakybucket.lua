@@ -32,6 +32,9 @@ ALG[4] = {
 
   reset = function(D, _, _, rate) return gcra_until(D, rate, 0) end,
 
+  -- The queue beyond its burst.
+  owed = function(D, _, _, _, period, burst) return gcra_owed(D, period, burst) end,
+
   -- Never leased (its grants are used at once): no limit.
   valid = function() return -1 end,
 

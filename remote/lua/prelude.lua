@@ -107,6 +107,8 @@ end
 --                              for no limit of the algorithm's own
 --   refund(key, rate, period, burst, g, at)         gives g units of the grant
 --                              made at time `at` back, never above capacity
+--   owed(a, b, c, rate, period, burst)              -> units charged beyond the
+--                              limit's room (charge.lua), 0 when none
 local ALG = {}
 
 -- Give back g units of a grant made at time `at` (us) to limits 1..n, each

@@ -58,6 +58,11 @@ ALG[3] = {
     return 0
   end,
 
+  owed = function(w, c, p, rate, period)
+    local e = NOW - w * period
+    return math.max(0, c + cdiv(p * (period - e), period) - rate)
+  end,
+
   -- Grants of the current window come off c, of the previous window off p.
   -- A grant belongs to the current bucket: it lapses at its end.
   valid = function(w, _, _, _, period) return (w + 1) * period - NOW end,

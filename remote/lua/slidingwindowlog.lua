@@ -71,6 +71,8 @@ ALG[2] = {
     return n + g, NOW, old, 0
   end,
 
+  owed = function(n, _, _, rate) return math.max(0, n - rate) end,
+
   -- Empty once the newest member slides out.
   reset = function(n, newest, _, _, period)
     if n == 0 then return 0 end

@@ -39,6 +39,8 @@ ALG[0] = {
 
   reset = function(D, _, _, rate) return gcra_until(D, rate, 0) end,
 
+  owed = function(D, _, _, _, period, burst) return gcra_owed(D, period, burst) end,
+
   -- A leased unit left the bucket for good: no limit of its own (the
   -- lease TTL bounds it).
   valid = function() return -1 end,
