@@ -104,7 +104,7 @@ func TestChargeBadInput(t *testing.T) {
 	// at 2^53 - 1 in units of a period (1 s: 10^6 µs), less its capacity
 	// of 10, rounded up.
 	res, err := e.l.Charge(ctx, p, "big", ratelease.MaxCharge)
-	if want := ((1<<53)-1-10*1_000_000+999_999)/1_000_000; err != nil || res.Debt != want {
+	if want := ((1 << 53) - 1 - 10*1_000_000 + 999_999) / 1_000_000; err != nil || res.Debt != want {
 		t.Fatalf("Charge(MaxCharge): %+v, %v; want a debt of %d", res, err, want)
 	}
 	if res, _ := e.l.Allow(ctx, p, "big"); res.Allowed {

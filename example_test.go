@@ -204,6 +204,29 @@ func ExampleLimiter_Refund() {
 	// after the refund, remaining 10
 }
 
+// Charge settles a cost known after the work: a request admitted on an
+// estimate that turned out dearer is charged the rest, past the limit if
+// need be, and the key owes it.
+func ExampleLimiter_Charge() {
+	client, done := exampleRedis()
+	defer done()
+	limiter, _ := ratelease.New(client, ratelease.WithExact())
+	defer limiter.Close()
+	tokens, _ := ratelease.NewPolicy("llm-tokens", ratelease.PerMinute(1000))
+
+	ctx := context.Background()
+	estimate := 600 // the prompt's tokens and the answer's max_tokens
+	res, _ := limiter.AllowN(ctx, tokens, "user:42", estimate)
+	fmt.Println("admitted", res.Allowed, "remaining", res.Remaining)
+	used := 1300 // what the model's answer came to
+	res, _ = limiter.Charge(ctx, tokens, "user:42", used-estimate)
+	fmt.Println("debt", res.Debt, "next token in", res.RetryAfter.Round(time.Second))
+	// (Had it used less, Refund would give the rest back.)
+	// Output:
+	// admitted true remaining 400
+	// debt 300 next token in 18s
+}
+
 // Peek tells where a key stands, charging nothing.
 func ExampleLimiter_Peek() {
 	client, done := exampleRedis()

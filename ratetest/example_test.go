@@ -37,6 +37,27 @@ func Example() {
 	// true at 500ms
 }
 
+// A cost settled after the work (Limiter.Charge) puts the key in debt;
+// Advance pays it off as the limit refills.
+func ExampleEnv_Advance_debt() {
+	env, err := ratetest.Run()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer env.Close()
+	ctx := context.Background()
+	tokens, _ := ratelease.NewPolicy("tokens", ratelease.PerSecond(100))
+
+	res, _ := env.Limiter().Charge(ctx, tokens, "user:42", 150)
+	fmt.Println("debt", res.Debt, "retry after", res.RetryAfter)
+	env.Advance(res.RetryAfter)
+	res, _ = env.Limiter().Allow(ctx, tokens, "user:42")
+	fmt.Println("then", res.Allowed)
+	// Output:
+	// debt 50 retry after 510ms
+	// then true
+}
+
 // Exhaust uses a key up, so that a test can check what the code under
 // test does with a denial; Advance then moves to when the limit admits
 // again.
