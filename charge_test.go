@@ -147,3 +147,18 @@ func TestChargeInLeaseMode(t *testing.T) {
 		t.Fatalf("another instance, in debt: %+v", res)
 	}
 }
+
+// When Redis cannot take a charge, the error says so, whatever the
+// failure mode: nothing is kept to charge later.
+func TestChargeWhileRedisIsDown(t *testing.T) {
+	for _, mode := range []ratelease.FailureMode{ratelease.FailLocal, ratelease.FailOpen, ratelease.FailClosed} {
+		t.Run(mode.String(), func(t *testing.T) {
+			e := newEnv(t, ratelease.WithFailureMode(mode), ratelease.WithRedisTimeout(200*time.Millisecond))
+			p := policy(t, "p", ratelease.PerSecond(10))
+			e.mr.Close()
+			if _, err := e.l.Charge(context.Background(), p, "k", 5); !errors.Is(err, ratelease.ErrUnavailable) {
+				t.Fatalf("Charge with Redis down: %v, want ErrUnavailable", err)
+			}
+		})
+	}
+}
