@@ -250,4 +250,9 @@ func TestCeiling(t *testing.T) {
 	}
 	r, err := CeilingPipelined(addr, cfg)
 	check("pipelined", r, err)
+	cl := redistest.StartCluster(t, 3)
+	for _, p := range peersNamed(t, "ratelease-exact", "redis_rate") {
+		r, err := CeilingCluster(p, cl.Addrs(), cfg)
+		check(p.Name+" on a cluster of 3 masters", r, err)
+	}
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,17 +56,58 @@ func Ceiling(p Peer, addr string, cfg CeilingConfig) (CeilingResult, error) {
 		return CeilingResult{}, err
 	}
 	defer inst.Close()
+	return ceiling(func(ctx context.Context) (float64, error) { return redisCPU(ctx, c) }, cfg, allow(p, inst, cfg))
+}
+
+// CeilingCluster runs the ceiling workload for peer p on the Redis Cluster
+// whose masters are at addrs, one decision per round trip, with a cluster
+// client: its keys spread over the masters by their slots. RedisSeconds
+// is the masters' CPU time, summed.
+func CeilingCluster(p Peer, addrs []string, cfg CeilingConfig) (CeilingResult, error) {
+	c := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs:                 addrs,
+		PoolSize:              max(cfg.Goroutines, 10*runtime.GOMAXPROCS(0)),
+		ContextTimeoutEnabled: true,
+	})
+	defer c.Close()
+	inst, err := p.New(c, Limit{Rate: 1_000_000, Burst: 1_000_000_000, Instances: 1, Prefix: prefix(p.Name)})
+	if err != nil {
+		return CeilingResult{}, err
+	}
+	defer inst.Close()
+	masters := make([]*redis.Client, len(addrs))
+	for i, a := range addrs {
+		masters[i] = redis.NewClient(&redis.Options{Addr: a})
+		defer masters[i].Close()
+	}
+	cpu := func(ctx context.Context) (float64, error) {
+		var sum float64
+		for _, m := range masters {
+			s, err := redisCPU(ctx, m)
+			if err != nil {
+				return 0, err
+			}
+			sum += s
+		}
+		return sum, nil
+	}
+	return ceiling(cpu, cfg, allow(p, inst, cfg))
+}
+
+// allow is the ceiling workload's call for inst, an instance of p: one
+// decision, for one of cfg.Keys keys, which must admit.
+func allow(p Peer, inst Instance, cfg CeilingConfig) func(ctx context.Context, g, i int) (int, error) {
 	keys := make([]string, cfg.Keys)
 	for i := range keys {
 		keys[i] = "key" + strconv.Itoa(i)
 	}
-	return ceiling(c, cfg, func(ctx context.Context, g, i int) (int, error) {
+	return func(ctx context.Context, g, i int) (int, error) {
 		ok, err := inst.Allow(ctx, keys[(g*7919+i)%len(keys)])
 		if err == nil && !ok {
 			err = fmt.Errorf("%s: denied under a limit far above the demand", p.Name)
 		}
 		return 1, err
-	})
+	}
 }
 
 // CeilingPipelined runs the ceiling workload for ratelease's exact
@@ -80,7 +122,7 @@ func CeilingPipelined(addr string, cfg CeilingConfig) (CeilingResult, error) {
 	if err != nil {
 		return CeilingResult{}, err
 	}
-	return ceiling(c, cfg, func(ctx context.Context, g, i int) (int, error) {
+	return ceiling(func(ctx context.Context) (float64, error) { return redisCPU(ctx, c) }, cfg, func(ctx context.Context, g, i int) (int, error) {
 		rs := make([]remote.Request, cfg.Batch)
 		for j := range rs {
 			rs[j] = remote.Request{Policy: p, Key: "key" + strconv.Itoa((g*7919+i*cfg.Batch+j)%cfg.Keys), Min: 1, Max: 1}
@@ -100,15 +142,15 @@ func CeilingPipelined(addr string, cfg CeilingConfig) (CeilingResult, error) {
 
 // ceiling runs decide (caller g's i-th call, returning the decisions it
 // made) from cfg.Goroutines callers for cfg.Duration, and reads the
-// server's CPU time before and after.
-func ceiling(c *redis.Client, cfg CeilingConfig, decide func(ctx context.Context, g, i int) (int, error)) (CeilingResult, error) {
+// servers' CPU time (cpu) before and after.
+func ceiling(cpu func(context.Context) (float64, error), cfg CeilingConfig, decide func(ctx context.Context, g, i int) (int, error)) (CeilingResult, error) {
 	ctx := context.Background()
 	for g := 0; g < cfg.Goroutines; g++ { // connections and keys in place before timing
 		if _, err := decide(ctx, g, 0); err != nil {
 			return CeilingResult{}, err
 		}
 	}
-	before, err := redisCPU(ctx, c)
+	before, err := cpu(ctx)
 	if err != nil {
 		return CeilingResult{}, err
 	}
@@ -133,7 +175,7 @@ func ceiling(c *redis.Client, cfg CeilingConfig, decide func(ctx context.Context
 	}
 	wg.Wait()
 	elapsed := time.Since(start).Seconds()
-	after, err := redisCPU(ctx, c)
+	after, err := cpu(ctx)
 	if err != nil {
 		return CeilingResult{}, err
 	}

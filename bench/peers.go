@@ -40,7 +40,7 @@ type Peer struct {
 	// Global says whether the limit holds across instances.
 	Global bool
 	// New makes one instance of the peer on client c.
-	New func(c *redis.Client, l Limit) (Instance, error)
+	New func(c redis.UniversalClient, l Limit) (Instance, error)
 	// Limits is the number of limits each decision checks: 0 is one.
 	Limits int
 }
@@ -104,7 +104,7 @@ type rateleaseInstance struct {
 
 // newRatelease is ratelease with opts deciding one token bucket of the
 // limit's rate per second and its burst.
-func newRatelease(opts ...ratelease.Option) func(*redis.Client, Limit) (Instance, error) {
+func newRatelease(opts ...ratelease.Option) func(redis.UniversalClient, Limit) (Instance, error) {
 	return rateleaseWith(func(lim Limit) []ratelease.Limit {
 		return []ratelease.Limit{{Rate: lim.Rate, Period: time.Second, Burst: lim.Burst}}
 	}, opts...)
@@ -112,8 +112,8 @@ func newRatelease(opts ...ratelease.Option) func(*redis.Client, Limit) (Instance
 
 // rateleaseWith is ratelease with opts deciding a policy of the limits
 // limits makes of the workload's.
-func rateleaseWith(limits func(Limit) []ratelease.Limit, opts ...ratelease.Option) func(*redis.Client, Limit) (Instance, error) {
-	return func(c *redis.Client, lim Limit) (Instance, error) {
+func rateleaseWith(limits func(Limit) []ratelease.Limit, opts ...ratelease.Option) func(redis.UniversalClient, Limit) (Instance, error) {
+	return func(c redis.UniversalClient, lim Limit) (Instance, error) {
 		l, err := ratelease.New(c, append([]ratelease.Option{ratelease.WithKeyPrefix(lim.Prefix)}, opts...)...)
 		if err != nil {
 			return nil, err
@@ -141,7 +141,7 @@ type redisRateInstance struct {
 	prefix string
 }
 
-func newRedisRate(c *redis.Client, lim Limit) (Instance, error) {
+func newRedisRate(c redis.UniversalClient, lim Limit) (Instance, error) {
 	return &redisRateInstance{
 		l:      redisrate.NewLimiter(c),
 		limit:  redisrate.Limit{Rate: lim.Rate, Burst: lim.Burst, Period: time.Second},
@@ -163,7 +163,7 @@ func (r *redisRateInstance) Close() error { return nil }
 // Lua script per decision.
 type ululeInstance struct{ l *ulule.Limiter }
 
-func newUlule(c *redis.Client, lim Limit) (Instance, error) {
+func newUlule(c redis.UniversalClient, lim Limit) (Instance, error) {
 	store, err := ulredis.NewStoreWithOptions(c, ulule.StoreOptions{Prefix: lim.Prefix})
 	if err != nil {
 		return nil, fmt.Errorf("ulule store: %w", err)
@@ -190,7 +190,7 @@ type localInstance struct {
 	keys  sync.Map // key → *rate.Limiter
 }
 
-func newLocal(_ *redis.Client, lim Limit) (Instance, error) {
+func newLocal(_ redis.UniversalClient, lim Limit) (Instance, error) {
 	n := max(lim.Instances, 1)
 	return &localInstance{limit: rate.Limit(float64(lim.Rate) / float64(n)), burst: max(lim.Burst/n, 1)}, nil
 }

@@ -53,6 +53,10 @@ func TestClusterKeysShareASlot(t *testing.T) {
 		if err != nil || d.Granted != 1 {
 			t.Fatalf("key %q: Acquire on the cluster: %+v, %v", key, d, err)
 		}
+		// A charge past the limits (an operator script) on the same slot.
+		if d, err := store.Charge(ctx, p, key, p.MaxCapacity()+1); err != nil || d.Debt < 2 {
+			t.Fatalf("key %q: Charge on the cluster: %+v, %v", key, d, err)
+		}
 		masters[cl.Master(t, rks[0])] = true
 	}
 	if len(masters) != 3 {

@@ -3,7 +3,9 @@ package redistest
 import (
 	"context"
 	"fmt"
-	"os/exec"
+	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,35 +19,91 @@ type Cluster struct {
 	Masters []*Server
 }
 
-// StartCluster starts n redis-server processes with cluster mode on, joins
-// them with `redis-cli --cluster create` (the slots split evenly, no
-// replicas), and returns once every node reports cluster_state:ok. Every
-// node is killed, by PID, when t ends.
+// StartCluster starts n redis-server processes with cluster mode on and
+// joins them into one cluster (see LaunchCluster), returning once every
+// node reports cluster_state:ok. Every node is killed, by PID, when t ends.
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
-	cli := lookPath(t, "redis-cli")
+	c, err := LaunchCluster(lookPath(t, "redis-server"), t.TempDir(), n)
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	t.Cleanup(c.Kill)
+	return c
+}
+
+// LaunchCluster is StartCluster for programs without a testing.TB (a
+// measuring tool): it runs n redis-server processes (bin) with cluster
+// mode on, each with a directory of its own under dir, and joins them as
+// `redis-cli --cluster create` would, with no replicas: the slots split
+// evenly in ranges (one master takes them all), a config epoch each, every
+// node met by the first. It returns once every node reports
+// cluster_state:ok. The caller stops it with Kill.
+func LaunchCluster(bin, dir string, n int) (*Cluster, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("redistest: a cluster of %d masters", n)
+	}
 	c := &Cluster{}
 	args := []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 		"--cluster-node-timeout", "2000", "--cluster-require-full-coverage", "no"}
 	for i := 0; i < n; i++ {
-		c.Masters = append(c.Masters, startWith(t, args...))
+		node := filepath.Join(dir, fmt.Sprintf("node-%d", i))
+		if err := os.MkdirAll(node, 0o700); err != nil {
+			c.Kill()
+			return nil, err
+		}
+		m, err := Launch(bin, node, args...)
+		if err != nil {
+			c.Kill()
+			return nil, err
+		}
+		c.Masters = append(c.Masters, m)
 	}
-	create := []string{"--cluster", "create"}
-	for _, m := range c.Masters {
-		create = append(create, m.Addr)
-	}
-	create = append(create, "--cluster-replicas", "0", "--cluster-yes")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if out, err := exec.CommandContext(ctx, cli, create...).CombinedOutput(); err != nil {
-		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
+	if err := c.join(ctx); err != nil {
+		c.Kill()
+		return nil, err
 	}
 	for _, m := range c.Masters {
 		if err := waitClusterOK(ctx, m.Addr, n); err != nil {
-			t.Fatalf("redistest: cluster node %s: %v", m.Addr, err)
+			c.Kill()
+			return nil, fmt.Errorf("redistest: cluster node %s: %w", m.Addr, err)
 		}
 	}
-	return c
+	return c, nil
+}
+
+// join gives each master its range of the slots and a config epoch of its
+// own, and has the first meet the others.
+func (c *Cluster) join(ctx context.Context) error {
+	const slots = 16384
+	n := len(c.Masters)
+	for i, m := range c.Masters {
+		cl := redis.NewClient(&redis.Options{Addr: m.Addr, MaxRetries: -1})
+		err := cl.Do(ctx, "CLUSTER", "SET-CONFIG-EPOCH", i+1).Err()
+		if err == nil {
+			err = cl.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", i*slots/n, (i+1)*slots/n-1).Err()
+		}
+		if err == nil && i > 0 {
+			host, port, _ := net.SplitHostPort(m.Addr)
+			first := redis.NewClient(&redis.Options{Addr: c.Masters[0].Addr, MaxRetries: -1})
+			err = first.Do(ctx, "CLUSTER", "MEET", host, port).Err()
+			_ = first.Close()
+		}
+		_ = cl.Close()
+		if err != nil {
+			return fmt.Errorf("redistest: joining cluster node %s: %w", m.Addr, err)
+		}
+	}
+	return nil
+}
+
+// Kill kills every master (SIGKILL, by PID) and waits until each is gone.
+func (c *Cluster) Kill() {
+	for _, m := range c.Masters {
+		m.Kill()
+	}
 }
 
 // waitClusterOK waits until the node at addr reports cluster_state:ok and

@@ -32,6 +32,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -107,6 +108,9 @@ func run(count, accuracyRuns int, out, raw string, dirty bool) error {
 	go func() {
 		<-interrupted
 		srv.Kill()
+		if cl := running.Load(); cl != nil {
+			cl.Kill()
+		}
 		os.RemoveAll(dir)
 		os.Exit(130)
 	}()
@@ -147,6 +151,9 @@ func run(count, accuracyRuns int, out, raw string, dirty bool) error {
 		return err
 	}
 	if reg.ceiling, err = ceilings(peers, srv.Addr, accuracyRuns); err != nil {
+		return err
+	}
+	if reg.cluster, err = clusterCeilings(peers, bin, dir, accuracyRuns); err != nil {
 		return err
 	}
 	env, err := environment(srv.Addr)
@@ -268,6 +275,9 @@ type regimeResults struct {
 	fleet []fleetRow
 	// ceiling holds one row per way of ceilingPeers, and the pipelined one.
 	ceiling []ceilingRow
+	// cluster holds one row per peer of ceilingPeers and size of
+	// clusterSizes.
+	cluster []ceilingRow
 }
 
 // ceilingRow is one way of deciding's runs of the ceiling workload.
@@ -309,6 +319,50 @@ func ceilings(peers []bench.Peer, addr string, runs int) ([]ceilingRow, error) {
 	}
 	return rows, nil
 }
+
+// clusterSizes are the numbers of masters of the clusters the ceiling
+// workload runs on.
+var clusterSizes = []int{1, 3}
+
+// clusterCeilings runs the ceiling workload on a Redis Cluster of each of
+// clusterSizes masters (redis-server bin, files under dir), runs times for
+// each peer of ceilingPeers, interleaved.
+func clusterCeilings(peers []bench.Peer, bin, dir string, runs int) ([]ceilingRow, error) {
+	ps, err := named(peers, ceilingPeers)
+	if err != nil {
+		return nil, err
+	}
+	var rows []ceilingRow
+	for _, n := range clusterSizes {
+		cl, err := redistest.LaunchCluster(bin, filepath.Join(dir, fmt.Sprintf("cluster-%d", n)), n)
+		if err != nil {
+			return nil, err
+		}
+		running.Store(cl)
+		first := len(rows)
+		for _, p := range ps {
+			rows = append(rows, ceilingRow{impl: p.Name, how: fmt.Sprintf("%d", n)})
+		}
+		for range runs {
+			for i, p := range ps {
+				r, err := bench.CeilingCluster(p, cl.Addrs(), bench.DefaultCeiling)
+				if err != nil {
+					cl.Kill()
+					return nil, fmt.Errorf("ceiling %s on %d masters: %w", p.Name, n, err)
+				}
+				fmt.Printf("ceiling %s on %d masters: %.0f decisions/s, %.0f per Redis CPU second\n", p.Name, n, r.PerSecond(), r.PerRedisSecond())
+				rows[first+i].runs = append(rows[first+i].runs, r)
+			}
+		}
+		cl.Kill()
+		running.Store(nil)
+	}
+	return rows, nil
+}
+
+// running is the cluster clusterCeilings runs on, for an interrupt to
+// kill.
+var running atomic.Pointer[redistest.Cluster]
 
 // everydayRow is what the everyday runs saw through one peer.
 type everydayRow struct {

@@ -127,6 +127,7 @@ func write(w io.Writer, e env, peers []bench.Peer, dec, byAlg map[decisionKey]de
 	writeEveryday(p, e, reg.everyday, accuracyRuns)
 	writeFleet(p, e, reg.fleet, accuracyRuns)
 	writeCeiling(p, e, reg.ceiling, accuracyRuns)
+	writeCluster(p, e, reg.cluster, accuracyRuns)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -384,5 +385,26 @@ func writeCeiling(p func(string, ...any), e env, rows []ceilingRow, runs int) {
 		p("| %s | %s | %s | %s [%s, %s] | %.1f |\n", e.peer(r.impl), r.how, rate(median(sent)), rate(median(per)),
 			rate(slices.Min(per)), rate(slices.Max(per)), median(us))
 	}
-	p("\nA Redis Cluster spreads keys over its masters, each deciding on a core of its own, so its ceiling is about the masters times one core's for keys spread evenly; one hot key stays on one master. Not measured here: the masters and the callers would share this machine's %d cores.\n", e.cores)
+}
+
+// writeCluster writes the ceiling workload's runs on clusters, if any.
+func writeCluster(p func(string, ...any), e env, rows []ceilingRow, runs int) {
+	if len(rows) == 0 {
+		return
+	}
+	cfg := bench.DefaultCeiling
+	p("\n## Where a Redis Cluster takes over\n\n")
+	p("The ceiling workload (%d goroutines, %d keys, one decision a round trip) through a cluster client, on a Redis Cluster of 1 and of 3 masters (no replicas) on this machine. A Cluster spreads keys over its masters by their slots, each master deciding on a core of its own: *per Redis CPU second* is the decisions over the CPU time of all the masters together, and the ceiling of a Cluster is about that times its masters, for keys spread evenly (one hot key stays on one master). *decisions/s here* is what the callers sent: on this machine the masters and the callers share %d cores, so more masters cannot add throughput here, only show what each costs. %d runs each, interleaved: the median, and in brackets the lowest and highest run.\n\n",
+		cfg.Goroutines, cfg.Keys, e.cores, runs)
+	p("| peer | masters | decisions/s here | per Redis CPU second (all masters) | Redis CPU µs/decision |\n|---|---|---|---|---|\n")
+	for _, r := range rows {
+		var sent, per, us []float64
+		for _, run := range r.runs {
+			sent = append(sent, run.PerSecond())
+			per = append(per, run.PerRedisSecond())
+			us = append(us, 1e6/run.PerRedisSecond())
+		}
+		p("| %s | %s | %s | %s [%s, %s] | %.1f |\n", e.peer(r.impl), r.how, rate(median(sent)), rate(median(per)),
+			rate(slices.Min(per)), rate(slices.Max(per)), median(us))
+	}
 }
