@@ -316,3 +316,30 @@ func ExampleLimiter_Block() {
 	// blocked: true allowed: false retry-after: 15m0s
 	// after Unblock: allowed true remaining 9
 }
+
+// A quota per calendar month beside a rate limit: both must admit, and
+// the quota's window ends at midnight of the month's last day in its
+// zone.
+func ExamplePerCalendarMonth() {
+	mr, _ := miniredis.Run() // its TIME is this host's: the calendar's windows are placed by both
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	limiter, _ := ratelease.New(client, ratelease.WithExact())
+	defer limiter.Close()
+	berlin, _ := time.LoadLocation("Europe/Berlin")
+	plan, _ := ratelease.NewPolicy("free-plan", ratelease.PerSecond(5), ratelease.PerCalendarMonth(3, berlin))
+	fmt.Println(plan.Limits()[1])
+
+	ctx := context.Background()
+	for range 4 {
+		res, _ := limiter.Allow(ctx, plan, "user:42")
+		fmt.Println(res.Allowed, res.Limit.Algorithm, res.Remaining)
+	}
+	// Output:
+	// 3 req/calendar month (Europe/Berlin)
+	// true calendar window 2
+	// true calendar window 1
+	// true calendar window 0
+	// false calendar window 0
+}

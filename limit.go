@@ -30,11 +30,26 @@ const (
 	// only when the queue is empty; Wait queues up to Burst units and
 	// sleeps until its slot.
 	LeakyBucket
+	// CalendarWindow: at most Rate units in each day, week or month of a
+	// calendar (Limit.Calendar), from local midnight to local midnight in
+	// its time zone, whatever the window's length in hours (a day of a DST
+	// change, a month of 28 to 31 days). A quota: "10,000 calls per
+	// calendar month". Period is left 0: NewPolicy sets it to the nominal
+	// window (24h, 7 days, 31 days), which stands in where one length must
+	// do (the outage fallback's share, a header's window), never for a
+	// boundary. Decided on Redis's clock, as
+	// every limit is; each call names the ends of two windows as this
+	// host's calendar places them, and Redis's clock picks among them, so
+	// the host's clock must be no more than an hour ahead of Redis's, nor
+	// almost a window behind (a call then fails, whatever is decided). A
+	// policy with one is decided exactly in lease mode too (one Redis call
+	// a decision).
+	CalendarWindow
 )
 
 // String returns the algorithm's name, such as "token bucket".
 func (a Algorithm) String() string {
-	if a < 0 || a > LeakyBucket {
+	if a < 0 || a > CalendarWindow {
 		return "Algorithm(" + strconv.Itoa(int(a)) + ")"
 	}
 	return remote.Algorithm(a).String()
@@ -61,6 +76,61 @@ type Limit struct {
 	Burst int
 	// Algorithm is how the limit counts; the zero value is TokenBucket.
 	Algorithm Algorithm
+	// Calendar places a CalendarWindow's windows; the other algorithms
+	// have none.
+	Calendar Calendar
+}
+
+// CalendarUnit is the length of a CalendarWindow's windows.
+type CalendarUnit int
+
+// The calendar units. The zero value is none.
+const (
+	// CalendarDay: from local midnight to the next (23 to 25 hours).
+	CalendarDay CalendarUnit = iota + 1
+	// CalendarWeek: from local midnight of Calendar.FirstDay, for 7 days.
+	CalendarWeek
+	// CalendarMonth: from local midnight of the 1st to that of the next
+	// month's.
+	CalendarMonth
+)
+
+// String returns "day", "week" or "month".
+func (u CalendarUnit) String() string { return remote.CalendarUnit(u).String() }
+
+// MarshalText makes the unit a word in JSON and logs, as String says it.
+func (u CalendarUnit) MarshalText() ([]byte, error) { return []byte(u.String()), nil }
+
+// Calendar says where a CalendarWindow's windows begin and end.
+type Calendar struct {
+	// Unit is the window's length: CalendarDay, CalendarWeek or
+	// CalendarMonth.
+	Unit CalendarUnit
+	// Location is the time zone whose midnights start the windows; nil
+	// means UTC. Not time.Local, whose zone differs by machine: load the
+	// zone by name (time.LoadLocation("Europe/Berlin")).
+	Location *time.Location
+	// FirstDay is the day a CalendarWeek starts on (time.Sunday is the
+	// zero value); ignored for the others.
+	FirstDay time.Weekday
+}
+
+// PerCalendarDay returns a quota of n events per calendar day in loc
+// (nil: UTC), reset at its local midnight.
+func PerCalendarDay(n int, loc *time.Location) Limit {
+	return Limit{Rate: n, Algorithm: CalendarWindow, Calendar: Calendar{Unit: CalendarDay, Location: loc}}
+}
+
+// PerCalendarWeek returns a quota of n events per calendar week in loc
+// (nil: UTC), starting at local midnight of first.
+func PerCalendarWeek(n int, loc *time.Location, first time.Weekday) Limit {
+	return Limit{Rate: n, Algorithm: CalendarWindow, Calendar: Calendar{Unit: CalendarWeek, Location: loc, FirstDay: first}}
+}
+
+// PerCalendarMonth returns a quota of n events per calendar month in loc
+// (nil: UTC), reset at local midnight of each month's 1st.
+func PerCalendarMonth(n int, loc *time.Location) Limit {
+	return Limit{Rate: n, Algorithm: CalendarWindow, Calendar: Calendar{Unit: CalendarMonth, Location: loc}}
 }
 
 // PerSecond returns a token bucket of rate events per second, burst rate.
@@ -81,6 +151,15 @@ func (l Limit) resolved() remote.Limit {
 	r := remote.Limit{Algorithm: remote.Algorithm(l.Algorithm), Rate: int64(l.Rate), Period: l.Period, Burst: int64(l.Burst)}
 	if l.Burst == 0 {
 		r.Burst = r.Rate
+	}
+	if l.Calendar != (Calendar{}) {
+		r.Calendar = remote.Calendar{Unit: remote.CalendarUnit(l.Calendar.Unit), Location: l.Calendar.Location, FirstDay: l.Calendar.FirstDay}
+		if r.Calendar.Location == nil {
+			r.Calendar.Location = time.UTC
+		}
+		if r.Period == 0 && l.Algorithm == CalendarWindow {
+			r.Period = r.Calendar.Nominal()
+		}
 	}
 	return r
 }

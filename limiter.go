@@ -162,8 +162,10 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 			MaxKeys: cfg.maxKeys,
 		}
 	}
+	store := remote.NewStore(client, cfg.prefix)
+	store.SetClock(cfg.clock) // calendar windows move with the Limiter's clock
 	engine, err := tier.New(tier.Config{
-		Store:   remote.NewStore(client, cfg.prefix),
+		Store:   store,
 		Clock:   cfg.clock,
 		Timeout: cfg.redisTimeout,
 		Guard:   !remote.HonoursDeadlines(client),

@@ -159,7 +159,7 @@ func TestNewPolicyErrorMessages(t *testing.T) {
 		limit ratelease.Limit
 		want  string
 	}{
-		{ratelease.Limit{Rate: 1, Period: time.Second, Algorithm: 42}, `ratelease: invalid limit: policy "p": limit 0: unknown algorithm 42 (TokenBucket to LeakyBucket: 0 to 4)`},
+		{ratelease.Limit{Rate: 1, Period: time.Second, Algorithm: 42}, `ratelease: invalid limit: policy "p": limit 0: unknown algorithm 42 (TokenBucket to CalendarWindow: 0 to 5)`},
 		{ratelease.Limit{Rate: 0, Period: time.Second}, `ratelease: invalid limit: policy "p": limit 0: rate 0 is not positive`},
 	} {
 		if _, err := ratelease.NewPolicy("p", c.limit); err == nil || err.Error() != c.want {

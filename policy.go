@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/ratelease/ratelease/remote"
 )
@@ -49,9 +50,9 @@ type Policy struct {
 func NewPolicy(name string, limits ...Limit) (*Policy, error) {
 	rl := make([]remote.Limit, len(limits))
 	for i, l := range limits {
-		if l.Algorithm < TokenBucket || l.Algorithm > LeakyBucket {
-			return nil, fmt.Errorf("%w: policy %q: limit %d: unknown algorithm %d (TokenBucket to LeakyBucket: %d to %d)",
-				ErrInvalidLimit, name, i, int(l.Algorithm), int(TokenBucket), int(LeakyBucket))
+		if l.Algorithm < TokenBucket || l.Algorithm > CalendarWindow {
+			return nil, fmt.Errorf("%w: policy %q: limit %d: unknown algorithm %d (TokenBucket to CalendarWindow: %d to %d)",
+				ErrInvalidLimit, name, i, int(l.Algorithm), int(TokenBucket), int(CalendarWindow))
 		}
 		rl[i] = l.resolved()
 	}
@@ -69,6 +70,10 @@ func NewPolicy(name string, limits ...Limit) (*Policy, error) {
 	for i, l := range limits {
 		p.limits[i] = l
 		p.limits[i].Burst = int(rl[i].Burst)
+		p.limits[i].Period = rl[i].Period // a CalendarWindow's nominal length
+		if l.Algorithm == CalendarWindow && l.Calendar.Location == nil {
+			p.limits[i].Calendar.Location = time.UTC
+		}
 	}
 	return p, nil
 }

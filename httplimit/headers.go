@@ -88,7 +88,11 @@ func (d *Dimension) describe() {
 	for i, l := range limits {
 		name := d.policy.Name()
 		if len(limits) > 1 {
-			name += "-" + periodLabel(l.Period)
+			label := periodLabel(l.Period)
+			if l.Algorithm == ratelease.CalendarWindow {
+				label = l.Calendar.Unit.String()
+			}
+			name += "-" + label
 			if seen[name] {
 				name += "-" + strconv.Itoa(i)
 			}
@@ -332,7 +336,7 @@ func moreIn(res ratelease.Result) time.Duration {
 	switch {
 	case missing <= 0 || l.Rate <= 0:
 		return 0
-	case l.Algorithm == ratelease.FixedWindow:
+	case l.Algorithm == ratelease.FixedWindow || l.Algorithm == ratelease.CalendarWindow:
 		return res.ResetAfter
 	}
 	unit := l.Period / time.Duration(l.Rate)

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ratelease/ratelease"
+	"github.com/ratelease/ratelease/clock"
 	"github.com/ratelease/ratelease/httplimit"
 	"github.com/ratelease/ratelease/internal/redistest"
 )
@@ -533,5 +534,23 @@ func TestShadowDimension(t *testing.T) {
 	}
 	if st := l.Stats().Policies[perIP.Name()]; st.ShadowDenied != 2 {
 		t.Errorf("ip's stats: %+v, want 2 shadow-denied", st)
+	}
+}
+
+// A calendar quota beside a rate limit: its header names its unit, its
+// window is a nominal day, and its denial waits for local midnight.
+func TestCalendarQuotaHeaders(t *testing.T) {
+	l := newLimiter(t, ratelease.WithExact(), ratelease.WithClock(clock.NewManual(redistest.Epoch)))
+	p := newPolicy(t, "api", ratelease.PerSecond(10), ratelease.PerCalendarDay(2, nil))
+	h := httplimit.Middleware(l, p)(ok)
+	res := do(h, "192.0.2.1:1")
+	if got, want := res.Header.Get("RateLimit-Policy"), `"api-1s";q=10;w=1, "api-day";q=2;w=86400`; got != want {
+		t.Errorf("RateLimit-Policy = %q, want %q", got, want)
+	}
+	do(h, "192.0.2.1:1")
+	res = do(h, "192.0.2.1:1")
+	// The Mini's clock stands at 22:00 UTC: two hours to midnight.
+	if res.StatusCode != http.StatusTooManyRequests || res.Header.Get("Retry-After") != "7200" {
+		t.Errorf("third request: %d, Retry-After %q; want 429 until midnight, 7200s", res.StatusCode, res.Header.Get("Retry-After"))
 	}
 }

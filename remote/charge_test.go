@@ -21,7 +21,12 @@ func TestChargeOnRealRedis(t *testing.T) {
 	ctx := context.Background()
 	for a := Algorithm(0); a < numAlgorithms; a++ {
 		t.Run(a.String(), func(t *testing.T) {
-			p, err := NewPolicy("p", []Limit{{Algorithm: a, Rate: 10, Period: time.Hour, Burst: 10}})
+			l := Limit{Algorithm: a, Rate: 10, Period: time.Hour, Burst: 10}
+			if a == CalendarWindow {
+				l.Calendar = Calendar{Unit: Month, Location: time.UTC}
+				l.Period = l.Calendar.Nominal()
+			}
+			p, err := NewPolicy("p", []Limit{l})
 			if err != nil {
 				t.Fatal(err)
 			}

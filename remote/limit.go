@@ -18,13 +18,16 @@ const (
 	SlidingWindowLog
 	SlidingWindowCounter
 	LeakyBucket
+	// CalendarWindow: a fixed window aligned to a calendar (Limit.Calendar)
+	// instead of the Unix epoch: days, weeks or months of a time zone.
+	CalendarWindow
 	numAlgorithms
 )
 
-var algorithmNames = [numAlgorithms]string{"token bucket", "fixed window", "sliding window log", "sliding window counter", "leaky bucket"}
+var algorithmNames = [numAlgorithms]string{"token bucket", "fixed window", "sliding window log", "sliding window counter", "leaky bucket", "calendar window"}
 
 // algorithmCodes name an algorithm inside a Redis key; short and stable.
-var algorithmCodes = [numAlgorithms]string{"tb", "fw", "swl", "swc", "lb"}
+var algorithmCodes = [numAlgorithms]string{"tb", "fw", "swl", "swc", "lb", "cal"}
 
 // String returns the algorithm's name, such as "token bucket".
 func (a Algorithm) String() string {
@@ -37,7 +40,7 @@ func (a Algorithm) String() string {
 // Windowed reports whether the algorithm counts units in windows, whose
 // capacity is the rate (no separate burst).
 func (a Algorithm) Windowed() bool {
-	return a == FixedWindow || a == SlidingWindowLog || a == SlidingWindowCounter
+	return a == FixedWindow || a == SlidingWindowLog || a == SlidingWindowCounter || a == CalendarWindow
 }
 
 // ErrLimit is wrapped by every error about a limit's values.
@@ -58,6 +61,9 @@ type Limit struct {
 	Rate      int64
 	Period    time.Duration
 	Burst     int64
+	// Calendar places a CalendarWindow's windows (its Period is then the
+	// calendar's Nominal length); unset for the other algorithms.
+	Calendar Calendar
 }
 
 // Validate reports why the scripts cannot enforce l exactly, as an error
@@ -94,6 +100,15 @@ func (l Limit) Validate() error {
 		return bad("a %s has no burst of its own: burst %d must equal rate %d", l.Algorithm, l.Burst, l.Rate)
 	case l.Rate > maxExact/us || l.Burst > maxExact/us:
 		return bad("rate or burst times period (%d, %d × %dµs) reaches 2^53", l.Rate, l.Burst, us)
+	case l.Algorithm == CalendarWindow:
+		if err := l.Calendar.validate(); err != nil {
+			return bad("%v", err)
+		}
+		if l.Period != l.Calendar.Nominal() {
+			return bad("a calendar window's period is its calendar's nominal length %v, not %v", l.Calendar.Nominal(), l.Period)
+		}
+	case l.Calendar != (Calendar{}):
+		return bad("a %s has no calendar: only a %s does", l.Algorithm, CalendarWindow)
 	}
 	return nil
 }
@@ -116,5 +131,8 @@ const MaxLogUnits = 1000
 // changed rate keeps its state and a changed algorithm never reads another
 // algorithm's value.
 func (l Limit) suffix() string {
+	if l.Algorithm == CalendarWindow {
+		return algorithmCodes[l.Algorithm] + ":" + l.Calendar.code()
+	}
 	return algorithmCodes[l.Algorithm] + ":" + strconv.FormatInt(int64(l.Period/time.Microsecond), 10)
 }

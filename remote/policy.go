@@ -2,6 +2,7 @@ package remote
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,8 +31,13 @@ type Policy struct {
 	// unitNs is, per limit, the ns a token bucket takes to refill one unit
 	// (0 for the other algorithms: their reset does not move with units).
 	unitNs []int64
-	// args are the scripts' per-limit ARGV, converted to strings once.
+	// args are the scripts' per-limit ARGV, converted to strings once;
+	// a CalendarWindow's last two are set per window (calendarArgs).
 	args []any
+	// calendars are the indices of the CalendarWindow limits; cal, their
+	// ARGV for the windows of the latest call (see calendarArgs).
+	calendars []int
+	cal       atomic.Pointer[calendarArgs]
 	// tails are the part of each key after the caller's key: "}:" + suffix
 	// per limit, then membersTail and blockTail; tailsLen is the limits'
 	// tails' length.
@@ -119,6 +125,9 @@ func NewPolicy(name string, limits []Limit) (*Policy, error) {
 			unit = int64(l.Period) / l.Rate
 		}
 		p.unitNs = append(p.unitNs, unit)
+		if l.Algorithm == CalendarWindow {
+			p.calendars = append(p.calendars, i)
+		}
 		p.args = append(p.args,
 			strconv.Itoa(int(l.Algorithm)),
 			strconv.FormatInt(l.Rate, 10),
@@ -131,7 +140,11 @@ func NewPolicy(name string, limits []Limit) (*Policy, error) {
 	p.tails = append(p.tails, membersTail, blockTail) // once here, not per lease
 	sigs := make([]string, 0, len(p.limits))
 	for _, l := range p.limits {
-		sigs = append(sigs, fmt.Sprintf("%s %d per %v, burst %d", l.Algorithm, l.Rate, l.Period, l.Burst))
+		sig := fmt.Sprintf("%s %d per %v, burst %d", l.Algorithm, l.Rate, l.Period, l.Burst)
+		if l.Algorithm == CalendarWindow {
+			sig = fmt.Sprintf("%s %d per %s", l.Algorithm, l.Rate, l.Calendar.code())
+		}
+		sigs = append(sigs, sig)
 	}
 	slices.Sort(sigs)
 	p.limitsSig = strings.Join(sigs, "; ")
@@ -139,6 +152,34 @@ func NewPolicy(name string, limits []Limit) (*Policy, error) {
 	p.scripts = scriptsFor(mask)
 	p.id = int(policies.Add(1) - 1)
 	return p, nil
+}
+
+// calendarArgs are a policy's limits' ARGV with its CalendarWindows' for
+// the windows of host times up to until (µs).
+type calendarArgs struct {
+	until int64
+	args  []any
+}
+
+// calendarArgs returns p's limits' ARGV for a call at this host's time
+// now: a CalendarWindow's rate and period are followed by the ends (µs)
+// of the window holding now - skew and of the next (in place of its
+// period and burst), for the script to pick by Redis's TIME
+// (calendarwindow.lua). They are made again once now - skew passes the
+// first end.
+func (p *Policy) calendarArgs(now time.Time) []any {
+	us := now.UnixMicro()
+	if c := p.cal.Load(); c != nil && us < c.until {
+		return c.args
+	}
+	c := &calendarArgs{until: math.MaxInt64, args: slices.Clone(p.args)}
+	for _, i := range p.calendars {
+		b1, b2 := p.limits[i].Calendar.calendarEnds(now)
+		c.args[4*i+2], c.args[4*i+3] = strconv.FormatInt(b1, 10), strconv.FormatInt(b2, 10)
+		c.until = min(c.until, b1+skew.Microseconds())
+	}
+	p.cal.Store(c)
+	return c.args
 }
 
 // LimitsKey spells p's limits in a canonical order: two policies have
@@ -238,6 +279,11 @@ func (p *Policy) Refundable(units, at, now int64) bool {
 			}
 		case SlidingWindowCounter:
 			if at/period >= now/period-1 {
+				return true
+			}
+		case CalendarWindow:
+			c := l.Calendar
+			if c.Next(time.UnixMicro(at)).Equal(c.Next(time.UnixMicro(now))) {
 				return true
 			}
 		default:

@@ -115,7 +115,7 @@ func TestScriptCost(t *testing.T) {
 		{"definitions, with members and fairshare", definitions(mask) + read("members.lua", "fairshare.lua", "now.lua") + "return 1"},
 	} {
 		sc := redis.NewScript(sp.src)
-		args := Request{Policy: p, Key: "k", Min: 1, Max: 1}.args(0)
+		args := s.args(Request{Policy: p, Key: "k", Min: 1, Max: 1}, 0)
 		parts = append(parts, part{sp.name, func(i int) error {
 			err := sc.Run(ctx, c, p.keys(s.prefix, key(i), false, true), args...).Err()
 			if err == redis.Nil {

@@ -15,13 +15,15 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelease/ratelease/clock"
 )
 
 //go:embed lua/*.lua
 var luaFiles embed.FS
 
 // algorithmFiles holds each algorithm's script file, by Algorithm.
-var algorithmFiles = [numAlgorithms]string{"tokenbucket.lua", "fixedwindow.lua", "slidingwindowlog.lua", "slidingwindowcounter.lua", "leakybucket.lua"}
+var algorithmFiles = [numAlgorithms]string{"tokenbucket.lua", "fixedwindow.lua", "slidingwindowlog.lua", "slidingwindowcounter.lua", "leakybucket.lua", "calendarwindow.lua"}
 
 // scripts are the entry points for one set of algorithms: acquire (with
 // the members and their fair share), exact (acquire for a call that names
@@ -132,6 +134,9 @@ type Store struct {
 	client redis.UniversalClient
 	prefix string
 	dials  *dialHook // nil: the client's dials are not watched
+	// clock places calendar windows (see Policy.calendarArgs); Redis's
+	// TIME decides which one a call is in.
+	clock clock.Clock
 	// layout: Node has named a master, so a ClusterClient has loaded the
 	// cluster's layout (which it keeps from then on).
 	layout atomic.Bool
@@ -192,8 +197,13 @@ func (s *Store) failedFunction(ctx context.Context, err error) {
 // client's failed dials (see Watch), and leaves every dial and command as
 // it is.
 func NewStore(client redis.UniversalClient, prefix string) *Store {
-	return &Store{client: client, prefix: prefix, dials: watchDials(client)}
+	return &Store{client: client, prefix: prefix, dials: watchDials(client), clock: clock.System{}}
 }
+
+// SetClock sets the clock that places the windows of CalendarWindow limits
+// (the system's by default): the Limiter's, so that a manual clock moves
+// them with Redis's TIME. Call it before the Store is used.
+func (s *Store) SetClock(c clock.Clock) { s.clock = c }
 
 // Request asks for units from every limit of one key. Min <= Max, and
 // 1 <= Min <= Policy.Capacity(); the caller checks.
@@ -274,7 +284,7 @@ type Decision struct {
 // the server (see Addr).
 func (s *Store) Acquire(ctx context.Context, r Request) (Decision, error) {
 	keys := s.acquireKeys(r)
-	v, err := s.run(ctx, r.program(), keys, r.args(room(keys))).Slice()
+	v, err := s.run(ctx, r.program(), keys, s.args(r, room(keys))).Slice()
 	if err != nil {
 		return Decision{}, s.named(r.Policy, r.Key, err)
 	}
@@ -309,11 +319,11 @@ func (s *Store) Batch(ctx context.Context, rs []Request, gs []Grant) ([]Decision
 		if i < len(gs) {
 			g := gs[i]
 			keys := g.Policy.keys(s.prefix, g.Key, g.Member != "", false)
-			return &g.Policy.scripts.refund, keys, refundArgs(g.Policy, g.Units, g.At, g.Member, room(keys))
+			return &g.Policy.scripts.refund, keys, s.refundArgs(g.Policy, g.Units, g.At, g.Member, room(keys))
 		}
 		r := rs[i-len(gs)]
 		keys := s.acquireKeys(r)
-		return r.program(), keys, r.args(room(keys))
+		return r.program(), keys, s.args(r, room(keys))
 	})
 	for i, c := range cmds[:len(gs)] {
 		gerrs[i] = s.named(gs[i].Policy, gs[i].Key, c.Err())
@@ -384,7 +394,7 @@ func (s *Store) run(ctx context.Context, pr *program, keys []string, args []any)
 
 // room is the number of FCALL's own arguments ahead of a call's with
 // keys: the command, the function, the number of keys, the keys. A call's
-// arguments are made with it free (Request.args, refundArgs), so that
+// arguments are made with it free (Store.args, refundArgs), so that
 // FCALL's are one slice, not a copy of the call's.
 func room(keys []string) int { return 3 + len(keys) }
 
@@ -664,27 +674,37 @@ const (
 
 // args returns the ARGV of r's program, after lead values left free (see
 // room).
-func (r Request) args(lead int) []any {
+func (s *Store) args(r Request, lead int) []any {
 	if r.member() == "" {
-		return exactArgs(r, lead)
+		return s.exactArgs(r, lead)
 	}
-	return acquireArgs(r, lead)
+	return s.acquireArgs(r, lead)
 }
 
 // acquireArgs returns acquire.lua's ARGV for r, after lead values left free.
-func acquireArgs(r Request, lead int) []any {
-	p := r.Policy
-	args := make([]any, lead, lead+header+len(p.args))
+func (s *Store) acquireArgs(r Request, lead int) []any {
+	limits := s.limitArgs(r.Policy)
+	args := make([]any, lead, lead+header+len(limits))
 	args = append(args, r.Min, r.Max, r.reserve(), r.member(), max(0, r.Demand), max(0, r.Back), r.BackAt, r.Horizon.Microseconds())
-	return append(args, p.args...)
+	return append(args, limits...)
 }
 
 // exactArgs returns exact.lua's ARGV for r, after lead values left free.
-func exactArgs(r Request, lead int) []any {
-	p := r.Policy
-	args := make([]any, lead, lead+exactHeader+len(p.args))
+func (s *Store) exactArgs(r Request, lead int) []any {
+	limits := s.limitArgs(r.Policy)
+	args := make([]any, lead, lead+exactHeader+len(limits))
 	args = append(args, r.Min, r.Max, r.reserve(), max(0, r.Back), r.BackAt)
-	return append(args, p.args...)
+	return append(args, limits...)
+}
+
+// limitArgs returns the ARGV values of p's limits (see prelude.lua's
+// limit), those of a CalendarWindow for the window of this host's time
+// (see Policy.calendarArgs).
+func (s *Store) limitArgs(p *Policy) []any {
+	if len(p.calendars) == 0 {
+		return p.args
+	}
+	return p.calendarArgs(s.clock.Now())
 }
 
 // reserve is r.Reserve as the scripts read it.
@@ -697,10 +717,11 @@ func (r Request) reserve() int {
 
 // refundArgs returns the ARGV of a refund, after lead values left free
 // (see room).
-func refundArgs(p *Policy, units, at int64, member string, lead int) []any {
-	args := make([]any, lead, lead+header+len(p.args))
+func (s *Store) refundArgs(p *Policy, units, at int64, member string, lead int) []any {
+	limits := s.limitArgs(p)
+	args := make([]any, lead, lead+header+len(limits))
 	args = append(args, units, at, member, 0, 0, 0, 0, 0)
-	return append(args, p.args...)
+	return append(args, limits...)
 }
 
 // parseDecision reads a decision's integers (see prelude.lua): four to
@@ -751,7 +772,7 @@ func (s *Store) Refund(ctx context.Context, p *Policy, key string, units, at int
 		return nil
 	}
 	keys := p.Keys(s.prefix, key)
-	return s.named(p, key, s.run(ctx, &p.scripts.refund, keys, refundArgs(p, units, at, "", room(keys))).Err())
+	return s.named(p, key, s.run(ctx, &p.scripts.refund, keys, s.refundArgs(p, units, at, "", room(keys))).Err())
 }
 
 func mustRead(f string) string {

@@ -6,7 +6,7 @@
 // the root package), a policy that can lease is decided from the key's local
 // allowance first (package local: a lock-free hit), then from a cached
 // denial, then by a lease (package sync: one coalesced, batched Redis call);
-// policies with a SlidingWindowLog or LeakyBucket, and every policy in exact
+// policies with a SlidingWindowLog, LeakyBucket or CalendarWindow, and every policy in exact
 // mode, are decided by one atomic call to the Redis tier (package remote).
 //
 // Every Redis call, the Leaser's included, goes through the engine's one

@@ -52,7 +52,7 @@ func (e *Engine) Wait(ctx context.Context, p *remote.Policy, key string, n int64
 	// taken ahead of time and used when they conform, one call each. (A
 	// window would count a unit taken ahead in the window it was taken in.)
 	reserve := p.Uses(remote.LeakyBucket) || !(p.Uses(remote.FixedWindow) ||
-		p.Uses(remote.SlidingWindowCounter) || p.Uses(remote.SlidingWindowLog))
+		p.Uses(remote.SlidingWindowCounter) || p.Uses(remote.SlidingWindowLog) || p.Uses(remote.CalendarWindow))
 	for {
 		if e.closed.Load() {
 			return ErrClosed

@@ -50,6 +50,12 @@ func LimitName(l remote.Limit) string {
 		per = l.Period.String()
 	}
 	switch l.Algorithm {
+	case remote.CalendarWindow:
+		c := l.Calendar
+		if c.Unit == remote.Week {
+			return fmt.Sprintf("%d req/calendar week (%s, from %s)", l.Rate, c.Location, c.FirstDay)
+		}
+		return fmt.Sprintf("%d req/calendar %s (%s)", l.Rate, c.Unit, c.Location)
 	case remote.TokenBucket:
 		return fmt.Sprintf("%d req/%s (burst %d)", l.Rate, per, l.Burst)
 	case remote.LeakyBucket:

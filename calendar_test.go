@@ -1,0 +1,326 @@
+package ratelease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+	_ "time/tzdata" // the zones, whatever the machine has
+
+	"github.com/ratelease/ratelease"
+	"github.com/ratelease/ratelease/clock"
+	"github.com/ratelease/ratelease/internal/redistest"
+)
+
+func zone(t *testing.T, name string) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		t.Fatalf("time zone %s: %v", name, err)
+	}
+	return loc
+}
+
+// at moves the env (Redis's TIME and the Limiter's clock) to u, later than
+// its time now.
+func (e *env) at(t *testing.T, u time.Time) {
+	t.Helper()
+	d := u.Sub(e.clock.Now())
+	if d < 0 {
+		t.Fatalf("cannot go back from %v to %v", e.clock.Now(), u)
+	}
+	e.advance(d)
+}
+
+// Calendar windows end at local midnight, whatever the day's length: a
+// quota's ResetAfter and RetryAfter point at it, and a new window admits.
+func TestCalendarWindowBoundaries(t *testing.T) {
+	berlin, ny := zone(t, "Europe/Berlin"), zone(t, "America/New_York")
+	ctx := context.Background()
+	for _, c := range []struct {
+		name  string
+		limit ratelease.Limit
+		at    time.Time
+		want  time.Duration // until the window's end
+	}{
+		// Spring forward: 2026-03-29 has 23 hours in Berlin.
+		{"day of 23h", ratelease.PerCalendarDay(2, berlin), time.Date(2026, 3, 29, 0, 30, 0, 0, berlin), 22*time.Hour + 30*time.Minute},
+		// Fall back: 2026-10-25 has 25 hours.
+		{"day of 25h", ratelease.PerCalendarDay(2, berlin), time.Date(2026, 10, 25, 0, 30, 0, 0, berlin), 24*time.Hour + 30*time.Minute},
+		{"month end", ratelease.PerCalendarMonth(2, nil), time.Date(2026, 1, 31, 23, 0, 0, 0, time.UTC), time.Hour},
+		{"February", ratelease.PerCalendarMonth(2, berlin), time.Date(2026, 2, 28, 12, 0, 0, 0, berlin), 12 * time.Hour},
+		{"leap February", ratelease.PerCalendarMonth(2, nil), time.Date(2028, 2, 28, 12, 0, 0, 0, time.UTC), 36 * time.Hour},
+		{"year end", ratelease.PerCalendarMonth(2, ny), time.Date(2026, 12, 31, 18, 0, 0, 0, ny), 6 * time.Hour},
+		// Thursday noon to Monday's midnight; to Sunday's.
+		{"week from Monday", ratelease.PerCalendarWeek(2, ny, time.Monday), time.Date(2026, 11, 26, 12, 0, 0, 0, ny), 3*24*time.Hour + 12*time.Hour},
+		{"week from Sunday", ratelease.PerCalendarWeek(2, ny, time.Sunday), time.Date(2026, 11, 26, 12, 0, 0, 0, ny), 2*24*time.Hour + 12*time.Hour},
+		// A week over the fall back in New York (2026-11-01): 7 days and
+		// an hour from Sunday's midnight.
+		{"week of 169h", ratelease.PerCalendarWeek(2, ny, time.Sunday), time.Date(2026, 11, 1, 0, 0, 0, 0, ny), 7*24*time.Hour + time.Hour},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.at(t, c.at)
+			p := policy(t, "quota", c.limit)
+			res, err := e.l.AllowN(ctx, p, "k", 2)
+			if err != nil || !res.Allowed || res.ResetAfter != c.want {
+				t.Fatalf("AllowN(2) at %v: %+v, %v; want admitted, reset after %v", c.at, res, err, c.want)
+			}
+			res, err = e.l.Allow(ctx, p, "k")
+			if err != nil || res.Allowed || res.RetryAfter != c.want || res.Limit != p.Limits()[0] {
+				t.Fatalf("a third at %v: %+v, %v; want denied until the window's end, %v", c.at, res, err, c.want)
+			}
+			e.advance(c.want - time.Microsecond)
+			if res, _ := e.l.Allow(ctx, p, "k"); res.Allowed {
+				t.Fatalf("admitted a microsecond before the window's end: %+v", res)
+			}
+			e.advance(time.Microsecond)
+			if res, err := e.l.AllowN(ctx, p, "k", 2); err != nil || !res.Allowed {
+				t.Fatalf("at the window's end: %+v, %v; want a fresh window", res, err)
+			}
+		})
+	}
+}
+
+// A quota beside a rate limit: both decide, atomically; the quota names
+// itself when it denies, and Refund and Charge reach it.
+func TestCalendarWindowInAPolicy(t *testing.T) {
+	berlin := zone(t, "Europe/Berlin")
+	ctx := context.Background()
+	e := newEnv(t)
+	e.at(t, time.Date(2026, 6, 1, 23, 0, 0, 0, berlin))
+	p := policy(t, "api", ratelease.PerSecond(10), ratelease.PerCalendarDay(5, berlin))
+	if got := p.Limits()[1].String(); got != "5 req/calendar day (Europe/Berlin)" {
+		t.Errorf("String() = %q", got)
+	}
+	for i := 0; i < 5; i++ {
+		if res, _ := e.l.Allow(ctx, p, "k"); !res.Allowed {
+			t.Fatalf("request %d: %+v", i, res)
+		}
+	}
+	e.advance(time.Second) // the rate limit has refilled; the day's quota has not
+	res, _ := e.l.Allow(ctx, p, "k")
+	if res.Allowed || res.Limit != p.Limits()[1] || res.RetryAfter != time.Hour-time.Second {
+		t.Fatalf("the sixth: %+v; want the day's quota to deny until midnight", res)
+	}
+	if err := e.l.Refund(ctx, p, "k", 1); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := e.l.Allow(ctx, p, "k"); !res.Allowed {
+		t.Fatalf("after a refund: %+v", res)
+	}
+	res, err := e.l.Charge(ctx, p, "k", 3)
+	if err != nil || res.Debt != 3 || res.Limit != p.Limits()[1] {
+		t.Fatalf("Charge(3): %+v, %v; want the quota 3 in debt", res, err)
+	}
+	e.advance(time.Hour) // a new day forgives it
+	if res, _ := e.l.Allow(ctx, p, "k"); !res.Allowed {
+		t.Fatalf("the next day: %+v", res)
+	}
+}
+
+// In lease mode a policy with a calendar window is decided exactly: every
+// decision is Redis's.
+func TestCalendarWindowInLeaseMode(t *testing.T) {
+	mr := redistest.StartMini(t)
+	l, err := ratelease.New(mr.Client(t), ratelease.WithClock(clock.NewManual(mr.Now())), ratelease.WithRedisTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	p := policy(t, "q", ratelease.PerCalendarMonth(3, nil))
+	for i := 0; i < 4; i++ {
+		res, err := l.Allow(context.Background(), p, "k")
+		if err != nil || res.Allowed != (i < 3) || res.Source != ratelease.SourceRemote {
+			t.Fatalf("request %d: %+v, %v; want Redis's word, 3 admitted", i, res, err)
+		}
+	}
+}
+
+// Calendars that cannot place windows are refused, by name.
+func TestCalendarWindowBadInput(t *testing.T) {
+	for _, l := range []ratelease.Limit{
+		{Rate: 5, Algorithm: ratelease.CalendarWindow},
+		{Rate: 5, Algorithm: ratelease.CalendarWindow, Calendar: ratelease.Calendar{Unit: 9}},
+		{Rate: 5, Algorithm: ratelease.CalendarWindow, Calendar: ratelease.Calendar{Unit: ratelease.CalendarDay, Location: time.Local}},
+		{Rate: 5, Algorithm: ratelease.CalendarWindow, Calendar: ratelease.Calendar{Unit: ratelease.CalendarWeek, FirstDay: 7}},
+		{Rate: 5, Period: time.Hour, Algorithm: ratelease.CalendarWindow, Calendar: ratelease.Calendar{Unit: ratelease.CalendarDay}},
+		{Rate: 5, Period: time.Hour, Algorithm: ratelease.FixedWindow, Calendar: ratelease.Calendar{Unit: ratelease.CalendarDay}},
+		{Rate: 0, Algorithm: ratelease.CalendarWindow, Calendar: ratelease.Calendar{Unit: ratelease.CalendarDay}},
+	} {
+		if _, err := ratelease.NewPolicy("p", l); !errors.Is(err, ratelease.ErrInvalidLimit) {
+			t.Errorf("NewPolicy(%+v): %v, want ErrInvalidLimit", l, err)
+		}
+	}
+	// Two calendars of one unit and zone would share state.
+	if _, err := ratelease.NewPolicy("p", ratelease.PerCalendarDay(5, nil), ratelease.PerCalendarDay(9, time.UTC)); !errors.Is(err, ratelease.ErrInvalidLimit) {
+		t.Errorf("two UTC days: %v, want ErrInvalidLimit", err)
+	}
+}
+
+// The oracle: a year of instants in five zones, for days, weeks and
+// months; each decision's ResetAfter is the time to the first instant
+// whose local date (day), week or month differs, found by bisection on
+// Go's civil dates (not by computing the midnight).
+func TestCalendarWindowOracle(t *testing.T) {
+	ctx := context.Background()
+	for _, name := range []string{"UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata", "Australia/Lord_Howe"} {
+		loc := zone(t, name)
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			rng := rand.New(rand.NewPCG(7, uint64(len(name))))
+			units := []struct {
+				limit ratelease.Limit
+				key   func(u time.Time) int
+			}{
+				{ratelease.PerCalendarDay(1, loc), func(u time.Time) int { return civilDay(u.In(loc)) }},
+				{ratelease.PerCalendarWeek(1, loc, time.Monday), func(u time.Time) int { return (civilDay(u.In(loc)) + 3) / 7 }}, // day 0 (1970-01-01) is a Thursday
+				{ratelease.PerCalendarMonth(1, loc), func(u time.Time) int { y, m, _ := u.In(loc).Date(); return 12*y + int(m) }},
+			}
+			// (Whole microseconds: Redis's TIME has no finer.)
+			e.at(t, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(rng.Int64N(int64(time.Hour))).Truncate(time.Microsecond)))
+			end := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
+			checked := 0
+			for i := 0; e.clock.Now().Before(end); i++ {
+				now := e.clock.Now()
+				for j, u := range units {
+					p := policy(t, fmt.Sprintf("q%d", j), u.limit)
+					want := firstChange(now, u.key).Sub(now)
+					res, err := e.l.Allow(ctx, p, fmt.Sprint("k", i))
+					if err != nil || !res.Allowed || res.ResetAfter != want {
+						t.Fatalf("%v at %v: %+v, %v; want reset after %v", u.limit, now.In(loc), res, err, want)
+					}
+					checked++
+				}
+				e.advance(40*time.Hour + time.Duration(rng.Int64N(int64(24*time.Hour))).Truncate(time.Microsecond))
+			}
+			if checked < 400 {
+				t.Fatalf("only %d decisions checked", checked)
+			}
+		})
+	}
+}
+
+// civilDay numbers u's local date: days since 1970-01-01, by the calendar.
+func civilDay(u time.Time) int {
+	y, m, d := u.Date()
+	return int(time.Date(y, m, d, 12, 0, 0, 0, time.UTC).Unix() / 86400)
+}
+
+// firstChange returns the first instant (µs) after t whose key differs
+// from t's, by bisection over the next 33 days.
+func firstChange(t time.Time, key func(time.Time) int) time.Time {
+	k := key(t)
+	lo, hi := t, t.Add(33*24*time.Hour) // key(lo) == k, key(hi) != k
+	for hi.Sub(lo) > time.Microsecond {
+		mid := lo.Add(hi.Sub(lo) / 2).Truncate(time.Microsecond)
+		if key(mid) == k {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return hi
+}
+
+// A host whose clock is far from Redis's cannot place Redis's time in a
+// window: the call fails, saying why, and the failure mode decides (here:
+// FailClosed, an error). Up to an hour ahead, it is placed right.
+func TestCalendarWindowClockSkew(t *testing.T) {
+	ctx := context.Background()
+	p := policy(t, "q", ratelease.PerCalendarDay(5, nil))
+	for _, c := range []struct {
+		name string
+		skew time.Duration // Redis's clock ahead of the host's
+	}{{"host a day behind", 27 * time.Hour}, {"host days ahead", -5 * 24 * time.Hour}} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, ratelease.WithFailureMode(ratelease.FailClosed))
+			if c.skew > 0 {
+				e.mr.Advance(c.skew)
+			} else {
+				e.clock.Set(e.clock.Now().Add(-c.skew))
+			}
+			_, err := e.l.Allow(ctx, p, "k")
+			if !errors.Is(err, ratelease.ErrUnavailable) || !strings.Contains(err.Error(), "far from Redis") {
+				t.Fatalf("Allow with Redis %v ahead: %v; want ErrUnavailable naming the clocks", c.skew, err)
+			}
+		})
+	}
+	// Redis at 23:50, the host 30 minutes ahead, past its midnight: the
+	// request counts in Redis's day, which ends in 10 minutes.
+	e := newEnv(t)
+	e.at(t, time.Date(2026, 5, 5, 23, 50, 0, 0, time.UTC))
+	e.clock.Set(e.clock.Now().Add(30 * time.Minute))
+	if res, err := e.l.Allow(ctx, p, "k"); err != nil || !res.Allowed || res.ResetAfter != 10*time.Minute {
+		t.Fatalf("the host 30 minutes ahead: %+v, %v; want Redis's day, 10 minutes left", res, err)
+	}
+}
+
+// While Redis is down, FailLocal admits this instance's share of a
+// calendar quota: its Rate over the instances, as a bucket refilled over
+// a nominal window (a day's here).
+func TestCalendarWindowFailLocal(t *testing.T) {
+	e := newEnv(t, ratelease.WithFailureMode(ratelease.FailLocal), ratelease.WithInstances(2), ratelease.WithRedisTimeout(200*time.Millisecond))
+	p := policy(t, "q", ratelease.PerCalendarDay(8, nil))
+	e.mr.Close()
+	admitted := 0
+	for i := 0; i < 10; i++ {
+		res, err := e.l.Allow(context.Background(), p, "k")
+		if err != nil || res.Source != ratelease.SourceFallback {
+			t.Fatalf("request %d with Redis down: %+v, %v", i, res, err)
+		}
+		if res.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 4 {
+		t.Fatalf("admitted %d with Redis down, want this instance's share: 4 of 8", admitted)
+	}
+}
+
+// FuzzCalendarWindow drives calendar limits with whatever a caller could
+// pass: unit, zone, first day, rate, and the time of the call. Nothing may
+// panic; an error is ErrInvalidLimit; a decision's ResetAfter is within
+// the calendar's longest window, and its window's end is a midnight of
+// the zone. More with
+//
+//	go test -run '^$' -fuzz FuzzCalendarWindow -fuzztime 1m .
+func FuzzCalendarWindow(f *testing.F) {
+	f.Add(1, "Europe/Berlin", 1, 500, int64(3*24*3600))
+	f.Add(3, "America/New_York", 0, 10000, int64(200*24*3600+7))
+	f.Add(2, "Australia/Lord_Howe", 6, 1, int64(-5))
+	f.Add(0, "UTC", 9, -3, int64(1<<40))
+	f.Fuzz(func(t *testing.T, unit int, zoneName string, first, rate int, offset int64) {
+		loc, err := time.LoadLocation(zoneName)
+		if err != nil || zoneName == "" || zoneName == "Local" {
+			return // not a zone: LoadLocation's own business
+		}
+		l := ratelease.Limit{Rate: rate, Algorithm: ratelease.CalendarWindow,
+			Calendar: ratelease.Calendar{Unit: ratelease.CalendarUnit(unit), Location: loc, FirstDay: time.Weekday(first)}}
+		p, err := ratelease.NewPolicy("q", l)
+		if err != nil {
+			if !errors.Is(err, ratelease.ErrInvalidLimit) {
+				t.Fatalf("NewPolicy(%+v): %v", l, err)
+			}
+			return
+		}
+		e := newEnv(t)
+		e.advance(time.Duration(max(0, offset%(10*365*86400))) * time.Second)
+		res, err := e.l.Allow(context.Background(), p, "k")
+		if err != nil {
+			t.Fatalf("Allow: %v", err)
+		}
+		if res.Allowed && (res.ResetAfter <= 0 || res.ResetAfter > 31*24*time.Hour+time.Hour) {
+			t.Fatalf("%v at %v: reset after %v", l, e.clock.Now(), res.ResetAfter)
+		}
+		if res.Allowed {
+			end := e.clock.Now().Add(res.ResetAfter).In(loc)
+			if h, m, s := end.Clock(); h > 1 || m != 0 || s != 0 { // (a midnight a DST change skips is 01:00)
+				t.Fatalf("%v at %v: the window ends at %v, not at a midnight", l, e.clock.Now(), end)
+			}
+		}
+	})
+}
