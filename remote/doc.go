@@ -9,14 +9,20 @@
 //     the fair share among the key's members that fairshare.lua computes
 //     from the membership members.lua keeps) and refund (give unused
 //     units back, never above capacity); and, for the operators of a
-//     Limiter, peek (what one unit would meet, charging nothing) and
-//     giveback (units given back as granted now, never above capacity);
+//     Limiter, peek (what one unit would meet, charging nothing),
+//     giveback (units given back as granted now, never above capacity) and
+//     charge (units charged whatever the limits have left, which then owe
+//     the rest);
 //     Store.Reset deletes a key's state with one DEL; Store.Block and
 //     Unblock set and delete a key's block, which acquire and peek read
 //     before anything else (a blocked key is denied, charging nothing);
-//   - the key layout <prefix>:{<policy>:<key>}:<algorithm>:<period µs> (and :m for the
-//     key's members, :b for its block), whose hash tag puts every limit of
-//     one key in one Redis Cluster slot;
+//   - the key layout <prefix>:{<policy>:<key>}:<algorithm>:<period µs> (a
+//     calendar window's :cal:<unit>:<zone>, and :m for the key's members,
+//     :b for its block), whose hash tag puts every limit of one key in one
+//     Redis Cluster slot;
+//   - the placing of calendar windows (calendar.go): Lua knows no time
+//     zones, so each call names the ends of two windows as this host's
+//     clock (Store.SetClock) places them, and Redis's TIME picks;
 //   - [Store], which runs the scripts on any redis.UniversalClient: as
 //     Redis functions (FCALL, loading the library where it is missing), or
 //     on a server without them as scripts through redis.NewScript (EVALSHA,

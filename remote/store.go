@@ -274,8 +274,8 @@ type Decision struct {
 	// RetryAfter and ResetAfter are then the block's time left (to the
 	// millisecond), Decider 0, Remaining 0 and Members 0.
 	Blocked bool
-	// Debt is, after a Charge, the most units a limit owes beyond its
-	// room; 0 otherwise.
+	// Debt is, after a Charge, the units the decider owes beyond its room;
+	// 0 otherwise.
 	Debt int64
 }
 
@@ -394,7 +394,7 @@ func (s *Store) run(ctx context.Context, pr *program, keys []string, args []any)
 
 // room is the number of FCALL's own arguments ahead of a call's with
 // keys: the command, the function, the number of keys, the keys. A call's
-// arguments are made with it free (Store.args, refundArgs), so that
+// arguments are made with it free (Store.args, Store.refundArgs), so that
 // FCALL's are one slice, not a copy of the call's.
 func room(keys []string) int { return 3 + len(keys) }
 
