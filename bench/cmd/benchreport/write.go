@@ -375,6 +375,12 @@ func writeCeiling(p func(string, ...any), e env, rows []ceilingRow, runs int) {
 	p("%d goroutines of one process decide as fast as they can for %v, over %d keys of a limit far above the demand (every decision admits), on the same Redis. The server's own CPU accounting (`INFO cpu`, user and system, read before and after) gives what the decisions cost it, all of it: reading the requests, running the scripts, writing the replies. Redis decides on one core, so *per Redis CPU second* is the most decisions one Redis, or one Cluster master, can make per second. *decisions/s here* is what the callers sent: on this machine they share its %d cores with Redis, so it is not Redis's ceiling. %d runs each, interleaved: the median, and in brackets the lowest and highest run.\n\n",
 		cfg.Goroutines, cfg.Duration, cfg.Keys, e.cores, runs)
 	p("| peer | decisions sent | decisions/s here | per Redis CPU second | Redis CPU µs/decision |\n|---|---|---|---|---|\n")
+	ceilingRows(p, e, rows)
+}
+
+// ceilingRows writes a row of the ceiling workload's table per way of
+// deciding: what the callers sent, and the decisions per Redis CPU second.
+func ceilingRows(p func(string, ...any), e env, rows []ceilingRow) {
 	for _, r := range rows {
 		var sent, per, us []float64
 		for _, run := range r.runs {
@@ -397,14 +403,5 @@ func writeCluster(p func(string, ...any), e env, rows []ceilingRow, runs int) {
 	p("The ceiling workload (%d goroutines, %d keys, one decision a round trip) through a cluster client, on a Redis Cluster of 1 and of 3 masters (no replicas) on this machine. A Cluster spreads keys over its masters by their slots, each master deciding on a core of its own: *per Redis CPU second* is the decisions over the CPU time of all the masters together, and the ceiling of a Cluster is about that times its masters, for keys spread evenly (one hot key stays on one master). *decisions/s here* is what the callers sent: on this machine the masters and the callers share %d cores, so more masters cannot add throughput here, only show what each costs. %d runs each, interleaved: the median, and in brackets the lowest and highest run.\n\n",
 		cfg.Goroutines, cfg.Keys, e.cores, runs)
 	p("| peer | masters | decisions/s here | per Redis CPU second (all masters) | Redis CPU µs/decision |\n|---|---|---|---|---|\n")
-	for _, r := range rows {
-		var sent, per, us []float64
-		for _, run := range r.runs {
-			sent = append(sent, run.PerSecond())
-			per = append(per, run.PerRedisSecond())
-			us = append(us, 1e6/run.PerRedisSecond())
-		}
-		p("| %s | %s | %s | %s [%s, %s] | %.1f |\n", e.peer(r.impl), r.how, rate(median(sent)), rate(median(per)),
-			rate(slices.Min(per)), rate(slices.Max(per)), median(us))
-	}
+	ceilingRows(p, e, rows)
 }
