@@ -58,6 +58,31 @@ func ExampleEnv_Advance_debt() {
 	// then true
 }
 
+// A calendar quota moves with the Env's clock: Exhaust spends the day's,
+// and Advance to the next local midnight (here UTC's) brings a fresh one.
+func ExampleEnv_Exhaust_calendar() {
+	env, err := ratetest.Run()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer env.Close()
+	ctx := context.Background()
+	daily, _ := ratelease.NewPolicy("daily", ratelease.PerCalendarDay(100, time.UTC))
+
+	env.Advance(20 * time.Hour) // 20:00 on Epoch's day
+	if err := env.Exhaust(ctx, daily, "user:42"); err != nil {
+		log.Fatal(err)
+	}
+	res, _ := env.Limiter().Allow(ctx, daily, "user:42")
+	fmt.Println(res.Allowed, "retry after", res.RetryAfter)
+	env.Advance(res.RetryAfter)
+	res, _ = env.Limiter().Allow(ctx, daily, "user:42")
+	fmt.Println(res.Allowed, "at", env.Now().Format(time.DateTime))
+	// Output:
+	// false retry after 4h0m0s
+	// true at 2024-01-02 00:00:00
+}
+
 // Exhaust uses a key up, so that a test can check what the code under
 // test does with a denial; Advance then moves to when the limit admits
 // again.
