@@ -44,6 +44,10 @@ var (
 	ErrUnavailable = errors.New("ratelease: redis unavailable")
 	// ErrClosed: the Limiter was closed.
 	ErrClosed = errors.New("ratelease: limiter closed")
+	// ErrPermitLost: a Permit's Release or Extend found it no longer held:
+	// its TTL ended first (it counted as released from then on), or it
+	// was released already.
+	ErrPermitLost = errors.New("ratelease: permit no longer held")
 	// ErrEvictionPolicy is never returned by a call: it is wrapped by the
 	// Err of an EventWarning (WithEvents) about a Redis server whose
 	// maxmemory-policy may evict limiter keys: any but noeviction,

@@ -343,3 +343,28 @@ func ExamplePerCalendarMonth() {
 	// true calendar window 0
 	// false calendar window 0
 }
+
+// A concurrency limit: at most 2 exports in flight per tenant, whatever
+// their rate; a permit is held until it is released (or its TTL ends,
+// should its holder crash).
+func ExampleLimiter_AcquirePermit() {
+	client, done := exampleRedis()
+	defer done()
+	limiter, _ := ratelease.New(client)
+	defer limiter.Close()
+	exports, _ := ratelease.NewConcurrency("exports", 2, time.Minute)
+
+	ctx := context.Background()
+	a, _, _ := limiter.AcquirePermit(ctx, exports, "tenant:7")
+	b, _, _ := limiter.AcquirePermit(ctx, exports, "tenant:7")
+	_, res, _ := limiter.AcquirePermit(ctx, exports, "tenant:7")
+	fmt.Println("third in flight:", res.Allowed, "retry after at most", res.RetryAfter)
+	_ = a.Release(ctx) // the first export is done
+	c, res, _ := limiter.AcquirePermit(ctx, exports, "tenant:7")
+	fmt.Println("after a release:", res.Allowed)
+	_ = b.Release(ctx)
+	_ = c.Release(ctx)
+	// Output:
+	// third in flight: false retry after at most 1m0s
+	// after a release: true
+}

@@ -272,10 +272,8 @@ func (l *Limiter) check(p *Policy, key string, n int) error {
 		err = fmt.Errorf("%w: nil policy", ErrInvalidPolicy)
 	case p.compiled == nil:
 		err = fmt.Errorf("%w: a zero Policy: make one with NewPolicy", ErrInvalidPolicy)
-	case key == "":
-		err = fmt.Errorf("%w: empty key", ErrInvalidKey)
-	case len(key) > MaxKeyLen:
-		err = fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidKey, len(key), MaxKeyLen)
+	case checkKey(key) != nil:
+		err = checkKey(key)
 	case n <= 0:
 		err = fmt.Errorf("%w: %d", ErrInvalidN, n)
 	case n > p.Capacity():
@@ -285,6 +283,17 @@ func (l *Limiter) check(p *Policy, key string, n int) error {
 	}
 	l.engine.CountInvalid()
 	return err
+}
+
+// checkKey reports why key cannot be a key, wrapping ErrInvalidKey, or nil.
+func checkKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty key", ErrInvalidKey)
+	case len(key) > MaxKeyLen:
+		return fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidKey, len(key), MaxKeyLen)
+	}
+	return nil
 }
 
 // Close stops the Limiter: it gives every leased unit it holds back to

@@ -14,16 +14,16 @@ type RedisOp uint8
 // door's numbers: redishook_internal_test.go holds them to it.)
 const (
 	// RedisDecide: one atomic decision: an exact decision (WithExact, or a
-	// policy that does not lease), each attempt of such a Wait, and
-	// AllowAtMost.
+	// policy that does not lease), each attempt of such a Wait,
+	// AllowAtMost, and a permit's acquire or Extend.
 	RedisDecide RedisOp = 1
 	// RedisLease: one pipeline of leases (with the refunds queued
 	// meanwhile), made in the background for any number of callers.
 	RedisLease RedisOp = 2
 	// RedisRefund: units given back: a pipeline of refunds of unused
 	// leased units (on expiry, eviction and Close), a Wait's reserved slot,
-	// grants that arrived after their caller stopped waiting, and
-	// Limiter.Refund.
+	// grants that arrived after their caller stopped waiting,
+	// Limiter.Refund, and a permit's Release.
 	RedisRefund RedisOp = 3
 	// RedisCharge: the units that FailLocal or FailOpen admitted during an
 	// outage, charged once Redis is back; Limiter.Charge.

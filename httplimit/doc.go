@@ -18,6 +18,11 @@
 // be right: a nil Limiter or policy is logged once where it is built, and
 // every request then gets the error handler.
 //
+// InFlight limits requests in flight instead of their rate: it holds a
+// permit of a ratelease.Concurrency while the handler serves each request
+// (at most its limit of a key at once, across every instance), and answers
+// 429 when none is free.
+//
 // The package owns the HTTP side only: keys, costs, status codes and
 // headers. Deciding is the Limiter's, including what happens while Redis
 // is down (its FailureMode): with FailLocal and FailOpen requests are still

@@ -554,3 +554,40 @@ func TestCalendarQuotaHeaders(t *testing.T) {
 		t.Errorf("third request: %d, Retry-After %q; want 429 until midnight, 7200s", res.StatusCode, res.Header.Get("Retry-After"))
 	}
 }
+
+// InFlight holds a permit while the handler serves: a second request of
+// the key while the first is served gets 429, and one after it is served.
+func TestInFlight(t *testing.T) {
+	l := newLimiter(t, ratelease.WithExact())
+	c, err := ratelease.NewConcurrency("exports", 1, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A request with the header Block waits for release.
+	entered, release := make(chan struct{}), make(chan struct{})
+	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Block") != "" {
+			entered <- struct{}{}
+			<-release
+		}
+		_, _ = io.WriteString(w, "done")
+	})
+	h := httplimit.InFlight(l, c)(slow)
+	first := make(chan *http.Response)
+	go func() { first <- do(h, "192.0.2.1:1", "Block", "1") }()
+	<-entered
+	res := do(h, "192.0.2.1:2")
+	if res.StatusCode != http.StatusTooManyRequests || res.Header.Get("Retry-After") != "30" {
+		t.Fatalf("a second request in flight: %d, Retry-After %q; want 429 and 30", res.StatusCode, res.Header.Get("Retry-After"))
+	}
+	if res := do(h, "192.0.2.9:1"); res.StatusCode != http.StatusOK {
+		t.Fatalf("another client: %d", res.StatusCode)
+	}
+	close(release)
+	if res := <-first; res.StatusCode != http.StatusOK {
+		t.Fatalf("the first: %d", res.StatusCode)
+	}
+	if res := do(h, "192.0.2.1:3"); res.StatusCode != http.StatusOK {
+		t.Fatalf("after the first was served: %d, want its permit back", res.StatusCode)
+	}
+}

@@ -12,7 +12,8 @@
 //     Limiter, peek (what one unit would meet, charging nothing),
 //     giveback (units given back as granted now, never above capacity) and
 //     charge (units charged whatever the limits have left, which then owe
-//     the rest);
+//     the rest); and permit.lua, the permits of a concurrency limit (a
+//     sorted set of permit ids by expiry, key <prefix>:{<name>:<key>}:permits);
 //     Store.Reset deletes a key's state with one DEL; Store.Block and
 //     Unblock set and delete a key's block, which acquire and peek read
 //     before anything else (a blocked key is denied, charging nothing);

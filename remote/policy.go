@@ -95,8 +95,8 @@ func (p *Policy) SetSlot(s *Slot) { p.slot.Store(s) }
 // MaxLimits, each valid (see Limit.Validate), no two with the same algorithm
 // and period (they would share state); errors wrap ErrLimit.
 func NewPolicy(name string, limits []Limit) (*Policy, error) {
-	if name == "" || len(name) > MaxNameLen || strings.ContainsAny(name, ":{} \t\r\n") {
-		return nil, fmt.Errorf("%w: %q (1 to %d bytes, no ':', '{', '}' or whitespace)", ErrName, name, MaxNameLen)
+	if err := CheckName(name); err != nil {
+		return nil, err
 	}
 	if len(limits) == 0 || len(limits) > MaxLimits {
 		return nil, fmt.Errorf("%w: a policy needs 1 to %d limits, got %d", ErrLimit, MaxLimits, len(limits))
@@ -180,6 +180,17 @@ func (p *Policy) calendarArgs(now time.Time) []any {
 	}
 	p.cal.Store(c)
 	return c.args
+}
+
+// CheckName reports why name cannot name a policy or a concurrency limit,
+// as an error wrapping ErrName, or nil: it must be 1 to MaxNameLen bytes
+// without ':', '{', '}' or whitespace (it is part of every key, and the
+// ':' after it ends it).
+func CheckName(name string) error {
+	if name == "" || len(name) > MaxNameLen || strings.ContainsAny(name, ":{} \t\r\n") {
+		return fmt.Errorf("%w: %q (1 to %d bytes, no ':', '{', '}' or whitespace)", ErrName, name, MaxNameLen)
+	}
+	return nil
 }
 
 // LimitsKey spells p's limits in a canonical order: two policies have

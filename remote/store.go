@@ -789,10 +789,10 @@ func mustRead(f string) string {
 // other client "", one name for all (a single server, a failover client,
 // or a Ring, which itself moves the keys of a shard it finds down to the
 // others). It may load the cluster's layout on first use, within ctx; ""
-// when it cannot tell.
+// when it cannot tell, and with a nil p.
 func (s *Store) Node(ctx context.Context, p *Policy, key string) string {
 	c, ok := s.client.(*redis.ClusterClient)
-	if !ok {
+	if !ok || p == nil {
 		return ""
 	}
 	m, err := c.MasterForKey(ctx, p.Keys(s.prefix, key)[0])

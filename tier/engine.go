@@ -154,8 +154,12 @@ type Engine struct {
 	// breakers, the timeout, the guard and the round-trip counters.
 	door     *door.Door
 	fallback *fallback
-	leaser   *leasesync.Leaser
-	tables   tables
+	// permits are the fallback's permits (AcquirePermit); permitShare, the
+	// instances FailLocal divides a concurrency limit by.
+	permits     localPermits
+	permitShare int64
+	leaser      *leasesync.Leaser
+	tables      tables
 	// firsts remembers the keys decided lately, so that a key's first
 	// decision in lease mode is made as exact mode makes it (firstUses).
 	firsts *firstUses
@@ -267,6 +271,7 @@ func New(cfg Config) (*Engine, error) {
 		maxKeys = 100_000
 	}
 	e.fallback = newFallback(cfg.FailureMode, maxKeys, instances)
+	e.permitShare = max(1, cfg.Instances)
 	return e, nil
 }
 
@@ -320,3 +325,6 @@ func (e *Engine) Close() error {
 
 // Clock returns the engine's local clock.
 func (e *Engine) Clock() clock.Clock { return e.clock }
+
+// Done is closed when Close begins: what a caller asleep waits on too.
+func (e *Engine) Done() <-chan struct{} { return e.done }

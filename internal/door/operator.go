@@ -39,6 +39,19 @@ func (d *Door) Debit(ctx context.Context, p *remote.Policy, key string, units in
 	})
 }
 
+// Permit makes one permit call (remote.Store.Permit) through the breaker
+// that stands for keys whose server cannot be named (a permit key is no
+// policy's), bounded by the timeout and ctx. Errors are Peek's.
+func (d *Door) Permit(ctx context.Context, c remote.PermitCall) (remote.PermitReply, error) {
+	op := OpDecide
+	if c.Op == remote.PermitRelease {
+		op = OpRefund
+	}
+	return call(d, ctx, op, nil, c.Key, func(ctx context.Context) (remote.PermitReply, error) {
+		return d.store.Permit(ctx, c)
+	})
+}
+
 // Reset deletes key's state under p in Redis (remote.Store.Reset). Errors
 // are Peek's.
 func (d *Door) Reset(ctx context.Context, p *remote.Policy, key string) error {
