@@ -86,6 +86,18 @@ func FuzzPublicAPI(f *testing.F) {
 		if err := l.WaitN(wctx, p, key, int(n)); err != nil && !documented(err) && err != context.DeadlineExceeded {
 			t.Fatalf("WaitN(%q, %d): %v", key, n, err)
 		}
+		// A concurrency limit of the same name, n permits for ttl.
+		if c, err := ratelease.NewConcurrency(name, int(n), time.Duration(ttl)); err != nil {
+			if !documented(err) && !errors.Is(err, ratelease.ErrInvalidDuration) {
+				t.Fatalf("NewConcurrency(%q, %d, %d): %v", name, n, ttl, err)
+			}
+		} else if p, _, err := l.AcquirePermit(ctx, c, key); err != nil && !documented(err) {
+			t.Fatalf("AcquirePermit(%q): %v", key, err)
+		} else if p != nil {
+			if err := p.Release(ctx); err != nil && !documented(err) {
+				t.Fatalf("Release: %v", err)
+			}
+		}
 		// Charge: a cost past the limits is no error, and owes.
 		res, err = l.Charge(ctx, p, key, int(n))
 		switch {

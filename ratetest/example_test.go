@@ -83,6 +83,28 @@ func ExampleEnv_Exhaust_calendar() {
 	// true at 2024-01-02 00:00:00
 }
 
+// A permit whose holder never releases it (a crash) comes back when its
+// TTL ends on the Env's clock.
+func ExampleEnv_Advance_permit() {
+	env, err := ratetest.Run()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer env.Close()
+	ctx := context.Background()
+	exports, _ := ratelease.NewConcurrency("exports", 1, 30*time.Second)
+
+	env.Limiter().AcquirePermit(ctx, exports, "tenant:7") // never released
+	_, res, _ := env.Limiter().AcquirePermit(ctx, exports, "tenant:7")
+	fmt.Println(res.Allowed, "retry after", res.RetryAfter)
+	env.Advance(res.RetryAfter)
+	_, res, _ = env.Limiter().AcquirePermit(ctx, exports, "tenant:7")
+	fmt.Println(res.Allowed)
+	// Output:
+	// false retry after 30s
+	// true
+}
+
 // Exhaust uses a key up, so that a test can check what the code under
 // test does with a denial; Advance then moves to when the limit admits
 // again.

@@ -53,6 +53,10 @@ func TestClusterKeysShareASlot(t *testing.T) {
 		if err != nil || d.Granted != 1 {
 			t.Fatalf("key %q: Acquire on the cluster: %+v, %v", key, d, err)
 		}
+		// A permit of a concurrency limit of the same name, on its own key.
+		if r, err := store.Permit(ctx, remote.PermitCall{Name: "multi", Key: key, ID: "p1", Op: remote.PermitAcquire, Limit: 1, TTL: time.Second}); err != nil || !r.Done {
+			t.Fatalf("key %q: a permit on the cluster: %+v, %v", key, r, err)
+		}
 		// A charge past the limits (an operator script) on the same slot.
 		if d, err := store.Charge(ctx, p, key, p.MaxCapacity()+1); err != nil || d.Debt < 2 {
 			t.Fatalf("key %q: Charge on the cluster: %+v, %v", key, d, err)
