@@ -33,8 +33,9 @@ if op == 'release' then
 end
 local ttl = tonumber(ARGV[4])
 if op == 'extend' then
-  if not redis.call('ZSCORE', key, id) then return { 0, now, redis.call('ZCARD', key), 0 } end
-  redis.call('ZADD', key, 'XX', now + ttl, id)
+  -- (ZREM then ZADD: the commands the README's ACL allows.)
+  if redis.call('ZREM', key, id) == 0 then return { 0, now, redis.call('ZCARD', key), 0 } end
+  redis.call('ZADD', key, now + ttl, id)
   keep()
   return { 1, now, redis.call('ZCARD', key), 0 }
 end
