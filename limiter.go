@@ -272,7 +272,7 @@ func (l *Limiter) check(p *Policy, key string, n int) error {
 		err = fmt.Errorf("%w: nil policy", ErrInvalidPolicy)
 	case p.compiled == nil:
 		err = fmt.Errorf("%w: a zero Policy: make one with NewPolicy", ErrInvalidPolicy)
-	case checkKey(key) != nil:
+	case key == "" || len(key) > MaxKeyLen:
 		err = checkKey(key)
 	case n <= 0:
 		err = fmt.Errorf("%w: %d", ErrInvalidN, n)

@@ -109,9 +109,7 @@ func (l *Limiter) Charge(ctx context.Context, p *Policy, key string, n int) (Res
 	if err != nil {
 		return Result{}, rootErr(err)
 	}
-	r := p.result(d)
-	r.Debt = int(d.Debt)
-	return r, nil
+	return p.result(d), nil
 }
 
 // MaxCharge is the most units one Charge takes: far past any limit.
@@ -241,6 +239,7 @@ func (p *Policy) result(d tier.Decision) Result {
 		Source:     Source(d.Source), // one number to another: free
 		Granted:    int(d.Granted),
 		Blocked:    d.Blocked,
+		Debt:       int(d.Debt),
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/ratelease/ratelease/remote"
 )
@@ -71,8 +70,8 @@ func NewPolicy(name string, limits ...Limit) (*Policy, error) {
 		p.limits[i] = l
 		p.limits[i].Burst = int(rl[i].Burst)
 		p.limits[i].Period = rl[i].Period // a CalendarWindow's nominal length
-		if l.Algorithm == CalendarWindow && l.Calendar.Location == nil {
-			p.limits[i].Calendar.Location = time.UTC
+		if l.Calendar != (Calendar{}) {
+			p.limits[i].Calendar.Location = rl[i].Calendar.Location // nil: UTC
 		}
 	}
 	return p, nil

@@ -184,8 +184,9 @@ func (e *Engine) Charge(ctx context.Context, p *remote.Policy, key string, n int
 	if err != nil {
 		return Decision{}, err
 	}
-	return Decision{Allowed: true, Granted: r.Granted, Source: Remote, Limit: r.Decider, Remaining: r.Remaining,
-		RetryAfter: r.RetryAfter, ResetAfter: r.ResetAfter, Debt: r.Debt}, nil
+	dec := decision(r) // a charge is always granted
+	dec.Granted, dec.Debt = r.Granted, r.Debt
+	return dec, nil
 }
 
 // Peek reports what Allow would decide for one unit of key now, charging
