@@ -54,6 +54,16 @@ type MissingKey struct {
 	fallback string
 }
 
+// key returns the key to use for a request whose KeyFunc gave key: key
+// itself, or for an empty one the fallback ("" when none: the request is
+// not limited there), or deny when m refuses it.
+func (m MissingKey) key(key string) (k string, deny bool) {
+	if key != "" {
+		return key, false
+	}
+	return m.fallback, m.deny
+}
+
 var (
 	// DenyMissingKey refuses the request: the error handler gets
 	// ErrMissingKey (401 Unauthorized by default). The safe choice for a
@@ -266,13 +276,10 @@ func (c *config) serve(l *ratelease.Limiter, next http.Handler, w http.ResponseW
 	var dims [4]*Dimension
 	as, applying := pending[:0], dims[:0]
 	for i := range c.dims {
-		key := c.dims[i].key(r)
-		if key == "" {
-			if c.missing.deny {
-				c.onError(w, r, fmt.Errorf("%w: %s %s under policy %q", ErrMissingKey, r.Method, r.URL.Path, c.dims[i].policy.Name()))
-				return
-			}
-			key = c.missing.fallback
+		key, deny := c.missing.key(c.dims[i].key(r))
+		if deny {
+			c.onError(w, r, fmt.Errorf("%w: %s %s under policy %q", ErrMissingKey, r.Method, r.URL.Path, c.dims[i].policy.Name()))
+			return
 		}
 		if key != "" {
 			as = append(as, Decision{Dimension: &c.dims[i].Dimension, Key: key})

@@ -44,16 +44,14 @@ func InFlight(l *ratelease.Limiter, c *ratelease.Concurrency, opts ...Option) fu
 				cfg.onError(w, r, bad)
 				return
 			}
-			key := cfg.dims[0].key(r)
-			if key == "" {
-				if cfg.missing.deny {
-					cfg.onError(w, r, fmt.Errorf("%w: %s %s under concurrency limit %q", ErrMissingKey, r.Method, r.URL.Path, c.Name()))
-					return
-				}
-				if key = cfg.missing.fallback; key == "" {
-					next.ServeHTTP(w, r)
-					return
-				}
+			key, deny := cfg.missing.key(cfg.dims[0].key(r))
+			switch {
+			case deny:
+				cfg.onError(w, r, fmt.Errorf("%w: %s %s under concurrency limit %q", ErrMissingKey, r.Method, r.URL.Path, c.Name()))
+				return
+			case key == "":
+				next.ServeHTTP(w, r)
+				return
 			}
 			p, res, err := l.AcquirePermit(r.Context(), c, key)
 			switch {

@@ -451,14 +451,12 @@ func (i *Interceptor) decide(ctx context.Context, call Call, s sender) error {
 		if j >= 0 {
 			d = &c.extra[j]
 		}
-		key := d.key(ctx, call)
-		if key == "" {
-			if c.missing.deny {
-				return c.onError(ctx, call, fmt.Errorf("%w: %s under policy %q", ErrMissingKey, call.FullMethod, d.policy.Name()))
-			}
-			if key = c.missing.fallback; key == "" {
-				continue
-			}
+		key, deny := c.missing.key(d.key(ctx, call))
+		switch {
+		case deny:
+			return c.onError(ctx, call, fmt.Errorf("%w: %s under policy %q", ErrMissingKey, call.FullMethod, d.policy.Name()))
+		case key == "":
+			continue
 		}
 		as = append(as, httplimit.Decision{Dimension: d.fields, Key: key})
 		applying = append(applying, d.fields)

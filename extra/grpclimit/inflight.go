@@ -87,14 +87,12 @@ func (f *InFlight) Stream() grpc.StreamServerInterceptor {
 // return); release gives it back.
 func (f *InFlight) acquire(ctx context.Context, c Call) (release func(), err error) {
 	none := func() {}
-	key := f.k.key(ctx, c)
-	if key == "" {
-		if f.k.missing.deny {
-			return none, f.k.onError(ctx, c, fmt.Errorf("%w: %s under concurrency limit %q", ErrMissingKey, c.FullMethod, f.c.Name()))
-		}
-		if key = f.k.missing.fallback; key == "" {
-			return none, nil
-		}
+	key, deny := f.k.missing.key(f.k.key(ctx, c))
+	switch {
+	case deny:
+		return none, f.k.onError(ctx, c, fmt.Errorf("%w: %s under concurrency limit %q", ErrMissingKey, c.FullMethod, f.c.Name()))
+	case key == "":
+		return none, nil
 	}
 	p, res, err := f.l.AcquirePermit(ctx, f.c, key)
 	switch {

@@ -15,6 +15,16 @@ type MissingKey struct {
 	fallback string
 }
 
+// key returns the key to use for a call whose KeyFunc gave key: key
+// itself, or for an empty one the fallback ("" when none: the call is
+// not limited there), or deny when m refuses it.
+func (m MissingKey) key(key string) (k string, deny bool) {
+	if key != "" {
+		return key, false
+	}
+	return m.fallback, m.deny
+}
+
 var (
 	// DenyMissingKey refuses the call before any dimension decides it: the
 	// error handler gets ErrMissingKey (codes.Unauthenticated by default,
