@@ -122,22 +122,162 @@ func TestCalendarWindowInAPolicy(t *testing.T) {
 	}
 }
 
-// In lease mode a policy with a calendar window is decided exactly: every
-// decision is Redis's.
+// In lease mode a calendar quota is leased like a fixed window: three
+// instances flooding a key share it from leases that end at the calendar's
+// boundary, so no window (a Berlin day of 23 hours, of 25, New York's
+// months) admits more than its quota, and the flood takes nearly all of
+// it, mostly from memory. Around each boundary, with the instances' clocks
+// on Redis's, or half an hour ahead or behind (the scripts place Redis's
+// time in the host's windows); between boundaries, time jumps (idle).
+// Simulated time: Redis's TIME and the instances' clock move together.
 func TestCalendarWindowInLeaseMode(t *testing.T) {
-	mr := redistest.StartMini(t)
-	l, err := ratelease.New(mr.Client(t), ratelease.WithClock(clock.NewManual(mr.Now())), ratelease.WithRedisTimeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
+	berlin, ny := zone(t, "Europe/Berlin"), zone(t, "America/New_York")
+	day := func(y int, m time.Month, d int, loc *time.Location) time.Time { return time.Date(y, m, d, 0, 0, 0, 0, loc) }
+	for _, c := range []struct {
+		name       string
+		limits     []ratelease.Limit
+		cal        calWindows // the quota's, to count admissions by window
+		quota      int
+		boundaries []time.Time
+		skew       time.Duration // the instances' clocks ahead of Redis's
+	}{
+		{"Berlin days across DST", []ratelease.Limit{ratelease.PerCalendarDay(3000, berlin)},
+			calWindows{ratelease.CalendarDay, berlin}, 3000,
+			[]time.Time{day(2026, 3, 29, berlin), day(2026, 3, 30, berlin), day(2026, 3, 31, berlin)}, 0},
+		{"Berlin day of 25h, with a rate limit, host ahead", []ratelease.Limit{ratelease.PerSecond(100), ratelease.PerCalendarDay(3000, berlin)},
+			calWindows{ratelease.CalendarDay, berlin}, 3000,
+			[]time.Time{day(2026, 10, 25, berlin), day(2026, 10, 26, berlin)}, 30 * time.Minute},
+		{"New York months, host behind", []ratelease.Limit{ratelease.PerCalendarMonth(20_000, ny)},
+			calWindows{ratelease.CalendarMonth, ny}, 20_000,
+			[]time.Time{day(2026, 2, 1, ny), day(2026, 3, 1, ny), day(2026, 4, 1, ny)}, -30 * time.Minute},
+		{"a small monthly quota", []ratelease.Limit{ratelease.PerCalendarMonth(2000, nil)},
+			calWindows{ratelease.CalendarMonth, time.UTC}, 2000,
+			[]time.Time{day(2026, 2, 1, time.UTC), day(2026, 3, 1, time.UTC)}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			const (
+				step    = 20 * time.Millisecond
+				perStep = 2 // requests per instance per step: 100/s each
+				around  = 2 * time.Minute
+			)
+			mr := redistest.StartMini(t)
+			mr.Advance(c.boundaries[0].Add(-around).Sub(mr.Now()))
+			clk := clock.NewManual(mr.Now().Add(c.skew))
+			p := policy(t, "q", c.limits...)
+			var ls []*ratelease.Limiter
+			for i := 0; i < 3; i++ {
+				l, err := ratelease.New(mr.Client(t), ratelease.WithClock(clk), ratelease.WithRedisTimeout(5*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer l.Close()
+				ls = append(ls, l)
+			}
+			ctx := context.Background()
+			admitted := map[time.Time]int{} // by the window's start
+			sources := map[ratelease.Source]int{}
+			for _, b := range c.boundaries {
+				if d := b.Add(-around).Sub(mr.Now()); d > 0 {
+					mr.Advance(d)
+				}
+				for now := mr.Now(); now.Before(b.Add(around)); now = mr.Now() {
+					end := c.cal.Next(now)
+					for _, l := range ls {
+						for r := 0; r < perStep; r++ {
+							res, err := l.Allow(ctx, p, "k")
+							if err != nil {
+								t.Fatal(err)
+							}
+							if res.Allowed {
+								admitted[c.cal.Start(now)]++
+								sources[res.Source]++
+								// The quota's reset is its window's end, on
+								// Redis's word; a hit counts it from when
+								// its lease's answer was applied, which the
+								// simulated clock, racing ahead of calls in
+								// flight, may have passed by seconds (a
+								// rate limit may reset later).
+								late := time.Duration(0)
+								if res.Source == ratelease.SourceLocal {
+									late = end.Sub(c.cal.Start(now)) / 100
+								}
+								if len(c.limits) == 1 && res.ResetAfter > end.Sub(now)+late {
+									t.Fatalf("at %v: ResetAfter %v (%v), past the window's end %v", now, res.ResetAfter, res.Source, end)
+								}
+							} else if res.RetryAfter <= 0 {
+								t.Fatalf("at %v: denied with RetryAfter %v", now, res.RetryAfter)
+							}
+						}
+					}
+					mr.Advance(step)
+					clk.Set(mr.Now().Add(c.skew))
+				}
+			}
+			for w, n := range admitted {
+				if n > c.quota {
+					t.Errorf("the window from %v admitted %d, past its quota %d", w, n, c.quota)
+				}
+			}
+			for _, b := range c.boundaries {
+				// The window opening at b: the flood wants it all within
+				// the minutes seen (but a quota larger than the rest of
+				// the policy lets through).
+				want := c.quota
+				if len(c.limits) > 1 {
+					r := p.Limits()[1] // a rate limit: what it lets through in the minutes after b
+					want = min(want, r.Rate*int(around/r.Period))
+				}
+				if got := admitted[b]; float64(got) < 0.97*float64(want) {
+					t.Errorf("the window from %v admitted %d under a flood, want at least 0.97 × %d", b, got, want)
+				}
+			}
+			// Decided exactly, every grant would be Redis's. (Beside a
+			// rate limit, the flood's leases are small: its share of the
+			// rate limit, as beside a fixed window.)
+			if local, all := sources[ratelease.SourceLocal], sources[ratelease.SourceLocal]+sources[ratelease.SourceRemote]; 3*local < all {
+				t.Errorf("sources %v: want a third of the grants or more from leases", sources)
+			}
+			t.Logf("admitted by window %v, sources %v", admitted, sources)
+		})
 	}
-	defer l.Close()
-	p := policy(t, "q", ratelease.PerCalendarMonth(3, nil))
-	for i := 0; i < 4; i++ {
-		res, err := l.Allow(context.Background(), p, "k")
-		if err != nil || res.Allowed != (i < 3) || res.Source != ratelease.SourceRemote {
-			t.Fatalf("request %d: %+v, %v; want Redis's word, 3 admitted", i, res, err)
-		}
+}
+
+// A quota is counted, never multiplied by its window's length: a month
+// may hold any count below 2^53 (a fixed window of 31 days, at most 3362).
+func TestCalendarWindowLargeQuota(t *testing.T) {
+	const quota = 1 << 50
+	e := newEnv(t)
+	e.at(t, time.Date(2026, 2, 27, 0, 0, 0, 0, time.UTC))
+	p := policy(t, "q", ratelease.PerCalendarMonth(quota, nil))
+	ctx := context.Background()
+	if res, err := e.l.AllowN(ctx, p, "k", quota-1); err != nil || !res.Allowed || res.Remaining != 1 {
+		t.Fatalf("AllowN(quota - 1): %+v, %v; want admitted, 1 left", res, err)
 	}
+	if res, err := e.l.AllowN(ctx, p, "k", 2); err != nil || res.Allowed || res.RetryAfter != 48*time.Hour {
+		t.Fatalf("AllowN(2): %+v, %v; want denied until March", res, err)
+	}
+}
+
+// calWindows places a day's or a month's windows from Go's civil dates.
+type calWindows struct {
+	unit ratelease.CalendarUnit
+	loc  *time.Location
+}
+
+func (c calWindows) Start(t time.Time) time.Time {
+	y, m, d := t.In(c.loc).Date()
+	if c.unit == ratelease.CalendarMonth {
+		d = 1
+	}
+	return time.Date(y, m, d, 0, 0, 0, 0, c.loc)
+}
+
+func (c calWindows) Next(t time.Time) time.Time {
+	s := c.Start(t)
+	if c.unit == ratelease.CalendarMonth {
+		return s.AddDate(0, 1, 0)
+	}
+	return s.AddDate(0, 0, 1)
 }
 
 // Calendars that cannot place windows are refused, by name.
@@ -154,6 +294,9 @@ func TestCalendarWindowBadInput(t *testing.T) {
 		if _, err := ratelease.NewPolicy("p", l); !errors.Is(err, ratelease.ErrInvalidLimit) {
 			t.Errorf("NewPolicy(%+v): %v, want ErrInvalidLimit", l, err)
 		}
+	}
+	if _, err := ratelease.NewPolicy("p", ratelease.PerCalendarMonth(1<<53, nil)); !errors.Is(err, ratelease.ErrInvalidLimit) {
+		t.Errorf("a quota of 2^53: %v, want ErrInvalidLimit", err)
 	}
 	// Two calendars of one unit and zone would share state.
 	if _, err := ratelease.NewPolicy("p", ratelease.PerCalendarDay(5, nil), ratelease.PerCalendarDay(9, time.UTC)); !errors.Is(err, ratelease.ErrInvalidLimit) {

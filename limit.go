@@ -38,12 +38,13 @@ const (
 	// window (24h, 7 days, 31 days), which stands in where one length must
 	// do (the outage fallback's share, a header's window), never for a
 	// boundary. Decided on Redis's clock, as
-	// every limit is; each call names the ends of two windows as this
-	// host's calendar places them, and Redis's clock picks among them, so
-	// the host's clock must be no more than an hour ahead of Redis's, nor
-	// almost a window behind (a call then fails, whatever is decided). A
-	// policy with one is decided exactly in lease mode too (one Redis call
-	// a decision).
+	// every limit is; each call names the window that holds this host's
+	// time plus an hour, as its calendar places it, and Redis's clock picks
+	// that window or the one before, so the host's clock must be no more
+	// than an hour behind Redis's, nor almost a window ahead (a call then
+	// fails, whatever is decided). Its Rate may be any count below 2^53.
+	// In lease mode it is leased as a FixedWindow is: a lease ends at the
+	// window's end.
 	CalendarWindow
 )
 

@@ -112,17 +112,18 @@ func (c Calendar) code() string {
 	return s
 }
 
-// skew is how far this host's clock may be ahead of Redis's for a
-// calendar limit's windows to be placed right: the scripts get the ends of
-// the window holding this host's now less skew and of the next, and pick
-// by Redis's TIME (calendarwindow.lua). Behind Redis's, the host's clock
-// may be as far as the next window is long, less skew (a day's: about 22
-// hours).
+// skew is how far this host's clock may be behind Redis's for a calendar
+// limit's windows to be placed right: the scripts get the start and end of
+// the window holding this host's now plus skew, and pick by Redis's TIME
+// (calendarwindow.lua): that window, or the one before it. Ahead of
+// Redis's, the host's clock may be almost as far as that window is long.
+// So Redis's time is in the window whose both ends the script has, but in
+// the last skew of a window (by this host's clock).
 const skew = time.Hour
 
-// calendarEnds returns the ends, in µs since the Unix epoch, of the window
-// holding now - skew and of the one after it.
-func (c Calendar) calendarEnds(now time.Time) (int64, int64) {
-	b1 := c.Next(now.Add(-skew))
-	return b1.UnixMicro(), c.Next(b1).UnixMicro()
+// calendarWindow returns the start and end, in µs since the Unix epoch,
+// of the window holding now + skew.
+func (c Calendar) calendarWindow(now time.Time) (int64, int64) {
+	t := now.Add(skew)
+	return c.Start(t).UnixMicro(), c.Next(t).UnixMicro()
 }

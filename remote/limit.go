@@ -74,7 +74,7 @@ type Limit struct {
 // one unit per microsecond (the log keeps one member per unit);
 // Burst >= 1, equal to Rate for windowed algorithms;
 // and Rate·Period and Burst·Period (in µs) below 2^53, so that the scripts'
-// integer arithmetic stays exact.
+// integer arithmetic stays exact (for a CalendarWindow, Rate alone).
 func (l Limit) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrLimit, fmt.Sprintf(format, args...))
@@ -98,15 +98,20 @@ func (l Limit) Validate() error {
 		return bad("burst %d is not positive", l.Burst)
 	case l.Algorithm.Windowed() && l.Burst != l.Rate:
 		return bad("a %s has no burst of its own: burst %d must equal rate %d", l.Algorithm, l.Burst, l.Rate)
-	case l.Rate > maxExact/us || l.Burst > maxExact/us:
-		return bad("rate or burst times period (%d, %d × %dµs) reaches 2^53", l.Rate, l.Burst, us)
 	case l.Algorithm == CalendarWindow:
+		// Its script counts units and compares window ends, never
+		// multiplying a rate by a period: only the count must stay exact.
+		if l.Rate >= maxExact {
+			return bad("rate %d reaches 2^53", l.Rate)
+		}
 		if err := l.Calendar.validate(); err != nil {
 			return bad("%v", err)
 		}
 		if l.Period != l.Calendar.Nominal() {
 			return bad("a calendar window's period is its calendar's nominal length %v, not %v", l.Calendar.Nominal(), l.Period)
 		}
+	case l.Rate > maxExact/us || l.Burst > maxExact/us:
+		return bad("rate or burst times period (%d, %d × %dµs) reaches 2^53", l.Rate, l.Burst, us)
 	case l.Calendar != (Calendar{}):
 		return bad("a %s has no calendar: only a %s does", l.Algorithm, CalendarWindow)
 	}

@@ -162,11 +162,10 @@ type calendarArgs struct {
 }
 
 // calendarArgs returns p's limits' ARGV for a call at this host's time
-// now: a CalendarWindow's rate and period are followed by the ends (µs)
-// of the window holding now - skew and of the next (in place of its
-// period and burst), for the script to pick by Redis's TIME
-// (calendarwindow.lua). They are made again once now - skew passes the
-// first end.
+// now: a CalendarWindow's rate is followed by the start and end (µs) of
+// the window holding now + skew (in place of its period and burst), for
+// the script to place Redis's TIME (calendarwindow.lua). They are made
+// again once now + skew passes that end.
 func (p *Policy) calendarArgs(now time.Time) []any {
 	us := now.UnixMicro()
 	if c := p.cal.Load(); c != nil && us < c.until {
@@ -174,9 +173,9 @@ func (p *Policy) calendarArgs(now time.Time) []any {
 	}
 	c := &calendarArgs{until: math.MaxInt64, args: slices.Clone(p.args)}
 	for _, i := range p.calendars {
-		b1, b2 := p.limits[i].Calendar.calendarEnds(now)
+		b1, b2 := p.limits[i].Calendar.calendarWindow(now)
 		c.args[4*i+2], c.args[4*i+3] = strconv.FormatInt(b1, 10), strconv.FormatInt(b2, 10)
-		c.until = min(c.until, b1+skew.Microseconds())
+		c.until = min(c.until, b2-skew.Microseconds())
 	}
 	p.cal.Store(c)
 	return c.args

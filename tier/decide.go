@@ -110,12 +110,10 @@ func (e *Engine) Miss(ctx context.Context, p *remote.Policy, key string, n int64
 }
 
 // Leasable reports whether p's decisions may come from leases: not when it
-// has a SlidingWindowLog (exact by choice: its entries are its accuracy), a
-// LeakyBucket (its point is spacing, which a batch of units would break)
-// or a CalendarWindow (its windows vary in length, and lease sizes and the
-// fair share are made for fixed periods).
+// has a SlidingWindowLog (exact by choice: its entries are its accuracy) or
+// a LeakyBucket (its point is spacing, which a batch of units would break).
 func Leasable(p *remote.Policy) bool {
-	return !p.Uses(remote.SlidingWindowLog) && !p.Uses(remote.LeakyBucket) && !p.Uses(remote.CalendarWindow)
+	return !p.Uses(remote.SlidingWindowLog) && !p.Uses(remote.LeakyBucket)
 }
 
 // entry returns the entry of key in p's table, making the table and the

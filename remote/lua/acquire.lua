@@ -53,8 +53,10 @@ end
 -- Phase 1: read every limit, writing nothing that counts; the grant is the
 -- least any limit can give. S1..S3 hold each limit's state, AV its room.
 -- R is the key's rate (units/s) and C the capacity of the limit that sets it;
--- valid the least time any limit lets a grant live (-1: none).
-local S1, S2, S3, AV, V = {}, {}, {}, {}, {}
+-- valid the least time any limit lets a grant live (-1: none). P holds
+-- each limit's period (us) as the fair share sees it: a calendar window's
+-- slots hold its ends, and its span gives its length (and capacity).
+local S1, S2, S3, AV, V, P = {}, {}, {}, {}, {}, {}
 local least = max -- the least room of any limit, at most max
 local R, C, tight, valid = -1, 0, 1, -1
 for i = 1, n do
@@ -64,9 +66,11 @@ for i = 1, n do
   local av = A.avail(a, b, c, rate, period, burst, reserve)
   S1[i], S2[i], S3[i], AV[i] = a, b, c, av
   if av < least then least = av end
+  local v = A.valid(a, b, c, rate, period, burst)
+  if A.span then period, burst = A.span(a, b, c, rate, period, burst) end
+  P[i] = period
   local r = rate * 1000000 / period
   if R < 0 or r < R then R, C, tight = r, burst, i end
-  local v = A.valid(a, b, c, rate, period, burst)
   V[i] = v
   if v >= 0 and (valid < 0 or v < valid) then valid = v end
 end
@@ -81,9 +85,8 @@ end
 local tv = V[tight]
 local windowed, wlen, wstart, release_at, released = false, 0, 0, 0, false
 if tv >= 0 then
-  local alg, _, period = limit(tight)
-  windowed = ALG[alg].whole == true
-  wlen = period
+  windowed = ALG[limit(tight)].whole == true
+  wlen = P[tight]
   wstart = NOW + tv - wlen
   release_at = math.floor(wlen / RELEASE)
   released = tv <= release_at

@@ -1,30 +1,35 @@
 -- calendarwindow.lua: CalendarWindow, a fixed window aligned to a calendar
 -- (days, weeks or months of a time zone) instead of the Unix epoch. Lua
 -- knows no time zones: the Go side (Policy.calendarArgs) passes, in place
--- of the limit's period and burst, the ends (us) of two windows, e1 < e2:
--- the window holding its host's time less an hour (remote.skew), and the
--- next. Redis's TIME picks the one a call is in: before e1 the first, else
--- the second. So the host's clock may be up to an hour ahead of Redis's,
--- or almost a window behind. A call past e2 (the host a window behind) is
--- an error, not a guess; so is one surely before e1's window began (the
--- host days ahead: a window is at most 3 days longer than the next, plus
--- the hour). Between an hour and 3 days ahead is not caught: the script
--- knows no window's start. The key is a hash
+-- of the limit's period and burst, the start and end (us) of the window
+-- holding its host's time plus an hour (remote.skew), e1 < e2. Redis's
+-- TIME picks the window a call is in: [e1, e2), or before e1 the one that
+-- ends at e1 (its start is not passed: it is taken as e1 less the next
+-- window's length, which a month's differs from by up to 3 days; only the
+-- fair share uses it, never a count). So Redis's clock is normally in the
+-- window whose both ends are known, and before e1 only in the last hour of
+-- a window (or with a host ahead of Redis). The host's clock may be up to
+-- an hour behind Redis's, or almost a window ahead. A call past e2 (the
+-- host more than an hour behind, near a window's end) is an error, not a
+-- guess; so is one surely before the window ending e1 began (the host days
+-- ahead: a window is at most 3 days longer than the next, plus the hour).
+-- Between a window and 3 days ahead is not caught. The key is a hash
 --   e  the end of the window the count belongs to
 --   c  units granted in that window
 -- and expires at that end. State: a = e, b = c (a stored count of an
 -- older window reads as zero).
 local CW_SLACK = (3 * 86400 + 3600) * 1000000
 
-local function cw_end(e1, e2)
-  if NOW < e1 and NOW >= 2 * e1 - e2 - CW_SLACK then return e1 end
-  if NOW >= e1 and NOW < e2 then return e2 end
-  error('ratelease: calendar window ends ' .. int(e1) .. ', ' .. int(e2) ..
-    ' do not hold Redis time ' .. int(NOW) .. ': this host\'s clock is far from Redis\'s')
+-- The start and end of the window Redis's time is in.
+local function cw_window(e1, e2)
+  if NOW >= e1 and NOW < e2 then return e1, e2 end
+  if NOW < e1 and NOW >= 2 * e1 - e2 - CW_SLACK then return math.min(NOW, 2 * e1 - e2), e1 end
+  error('ratelease: calendar window ' .. int(e1) .. '-' .. int(e2) ..
+    ' does not hold Redis time ' .. int(NOW) .. ': this host\'s clock is far from Redis\'s')
 end
 
 local function cw_load(key, _, e1, e2)
-  local e = cw_end(e1, e2)
+  local _, e = cw_window(e1, e2)
   local v = redis.call('HMGET', key, 'e', 'c')
   if tonumber(v[1]) == e then return e, tonumber(v[2]) or 0 end
   return e, 0
@@ -59,11 +64,17 @@ ALG[5] = {
   -- Its room comes whole when a window opens.
   whole = true,
 
+  -- The fair share's view (acquire.lua): the window's length stands for a
+  -- period, its rate for a capacity.
+  span = function(_, _, _, rate, e1, e2)
+    local s, e = cw_window(e1, e2)
+    return e - s, rate
+  end,
+
   -- Units granted in the current window go back; a window that has ended
-  -- is gone. (A grant made before e1's window began is taken for one of
-  -- it: the script knows no window's start. Refunds follow their grants
-  -- within a call's timeout, so at most those of a grant made just before
-  -- a boundary go to the window after it.)
+  -- is gone. (In the last hour of a window, before e1, a grant made before
+  -- the window began is taken for one of it: its start is not passed.
+  -- Refunds follow their grants within a call's timeout: none is that old.)
   refund = function(key, rate, e1, e2, g, at)
     local e, c = cw_load(key, rate, e1, e2)
     local ea = e1

@@ -109,6 +109,9 @@ end
 --                              made at time `at` back, never above capacity
 --   owed(a, b, c, rate, period, burst)              -> units charged beyond the
 --                              limit's room (charge.lua), 0 when none
+--   span(a, b, c, rate, period, burst)  (optional)  -> period, burst as the
+--                              fair share sees them, where the limit's slots
+--                              hold something else (a calendar window's ends)
 local ALG = {}
 
 -- Give back g units of a grant made at time `at` (us) to limits 1..n, each
