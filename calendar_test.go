@@ -132,7 +132,9 @@ func TestCalendarWindowInAPolicy(t *testing.T) {
 // Simulated time: Redis's TIME and the instances' clock move together.
 func TestCalendarWindowInLeaseMode(t *testing.T) {
 	berlin, ny := zone(t, "Europe/Berlin"), zone(t, "America/New_York")
-	day := func(y int, m time.Month, d int, loc *time.Location) time.Time { return time.Date(y, m, d, 0, 0, 0, 0, loc) }
+	day := func(y int, m time.Month, d int, loc *time.Location) time.Time {
+		return time.Date(y, m, d, 0, 0, 0, 0, loc)
+	}
 	for _, c := range []struct {
 		name       string
 		limits     []ratelease.Limit
