@@ -791,11 +791,19 @@ func mustRead(f string) string {
 // others). It may load the cluster's layout on first use, within ctx; ""
 // when it cannot tell, and with a nil p.
 func (s *Store) Node(ctx context.Context, p *Policy, key string) string {
-	c, ok := s.client.(*redis.ClusterClient)
-	if !ok || p == nil {
+	if p == nil {
 		return ""
 	}
-	m, err := c.MasterForKey(ctx, p.Keys(s.prefix, key)[0])
+	return s.NodeOf(ctx, p.Keys(s.prefix, key)[0])
+}
+
+// NodeOf is Node for one Redis key, named whole.
+func (s *Store) NodeOf(ctx context.Context, redisKey string) string {
+	c, ok := s.client.(*redis.ClusterClient)
+	if !ok {
+		return ""
+	}
+	m, err := c.MasterForKey(ctx, redisKey)
 	if err != nil {
 		return ""
 	}

@@ -245,6 +245,22 @@ func (d *Door) Enter(p *remote.Policy, key string) (Pass, error) {
 	return Pass{b, probe}, nil
 }
 
+// EnterKey is Enter for a call on one Redis key, named whole (a
+// concurrency limit's permits): the breaker of the server holding it.
+func (d *Door) EnterKey(redisKey string) (Pass, error) {
+	b := d.breaker
+	if d.sharded {
+		ctx, cancel := d.Bound(context.Background())
+		b = d.breakerAt(d.store.NodeOf(ctx, redisKey))
+		cancel()
+	}
+	ok, probe, cause := b.allow(d.nanos())
+	if !ok {
+		return Pass{}, cause
+	}
+	return Pass{b, probe}, nil
+}
+
 // Leave reports the outcome of the call made with pass: err is its error,
 // as Classify returns it. It returns the cause of a Redis failure (err,
 // which wraps ErrUnavailable), or nil: the call succeeded, or ended for the
@@ -296,7 +312,12 @@ func (d *Door) breakerOf(ctx context.Context, p *remote.Policy, key string) *bre
 	if !d.sharded {
 		return d.breaker
 	}
-	node := d.store.Node(ctx, p, key)
+	return d.breakerAt(d.store.Node(ctx, p, key))
+}
+
+// breakerAt returns node's breaker, made when first asked for; the
+// general one for a node that cannot be named ("").
+func (d *Door) breakerAt(node string) *breaker {
 	if node == "" {
 		return d.breaker
 	}

@@ -47,7 +47,9 @@ func (d *Door) Permit(ctx context.Context, c remote.PermitCall) (remote.PermitRe
 	if c.Op == remote.PermitRelease {
 		op = OpRefund
 	}
-	return call(d, ctx, op, nil, c.Key, func(ctx context.Context) (remote.PermitReply, error) {
+	// Through the breaker of the server holding the permits' key.
+	enter := func() (Pass, error) { return d.EnterKey(d.store.PermitKey(c.Name, c.Key)) }
+	return callVia(d, ctx, op, enter, func(ctx context.Context) (remote.PermitReply, error) {
 		return d.store.Permit(ctx, c)
 	})
 }
@@ -84,11 +86,16 @@ func (d *Door) Unblock(ctx context.Context, p *remote.Policy, key string) error 
 // deadlines, counts it, tells the hook, and tells the breaker its outcome. A failure of Redis is an error
 // wrapping ErrUnavailable; ctx's own error comes back unwrapped.
 func call[T any](d *Door, ctx context.Context, op Op, p *remote.Policy, key string, fn func(context.Context) (T, error)) (T, error) {
+	return callVia(d, ctx, op, func() (Pass, error) { return d.Enter(p, key) }, fn)
+}
+
+// callVia is call, through the breaker enter picks.
+func callVia[T any](d *Door, ctx context.Context, op Op, enter func() (Pass, error), fn func(context.Context) (T, error)) (T, error) {
 	var zero T
 	if err := ctx.Err(); err != nil {
 		return zero, err
 	}
-	pass, cause := d.Enter(p, key)
+	pass, cause := enter()
 	if cause != nil {
 		return zero, unavailable(cause)
 	}

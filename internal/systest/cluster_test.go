@@ -233,3 +233,49 @@ func TestClusterSlotMigration(t *testing.T) {
 		t.Errorf("%d Redis errors during the migration, want none", errs)
 	}
 }
+
+// Permits go through the breaker of the master that holds their key: with
+// one master killed, its keys' permits come from the failure mode
+// (FailLocal's share) while the other masters' keys are decided by Redis
+// as before, in exact and lease mode alike.
+func TestClusterPermitsMasterKilled(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	keys := keysPerMaster(t, cl, "perm")
+	c, err := ratelease.NewConcurrency("perm", 1000, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var ls []*ratelease.Limiter
+	for _, exact := range []bool{false, true} {
+		opts := []ratelease.Option{ratelease.WithFailureMode(ratelease.FailLocal), ratelease.WithRedisTimeout(200 * time.Millisecond)}
+		if exact {
+			opts = append(opts, ratelease.WithExact())
+		}
+		l, err := ratelease.New(cl.Client(t, &redis.ClusterOptions{ContextTimeoutEnabled: true, MaxRetries: -1}), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		ls = append(ls, l)
+	}
+	cl.Masters[0].Kill()
+	for i, l := range ls {
+		// Enough failures on the dead master to open its breaker.
+		for j := 0; j < 20; j++ {
+			p, _, err := l.AcquirePermit(ctx, c, keys[0])
+			if err != nil || p == nil || !p.Fallback() {
+				t.Fatalf("limiter %d: a permit of the dead master's key: %v, %v; want FailLocal's", i, p, err)
+			}
+		}
+		for m := 1; m < len(keys); m++ {
+			p, res, err := l.AcquirePermit(ctx, c, keys[m])
+			if err != nil || p == nil || p.Fallback() || res.Source == ratelease.SourceFallback {
+				t.Fatalf("limiter %d: a permit of live master %d's key: %+v, %v; want Redis's", i, m, res, err)
+			}
+			if err := p.Release(ctx); err != nil {
+				t.Fatalf("limiter %d: Release on live master %d: %v", i, m, err)
+			}
+		}
+	}
+}
