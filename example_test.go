@@ -358,13 +358,13 @@ func ExampleLimiter_AcquirePermit() {
 	a, _, _ := limiter.AcquirePermit(ctx, exports, "tenant:7")
 	b, _, _ := limiter.AcquirePermit(ctx, exports, "tenant:7")
 	_, res, _ := limiter.AcquirePermit(ctx, exports, "tenant:7")
-	fmt.Println("third in flight:", res.Allowed, "retry after at most", res.RetryAfter)
+	fmt.Printf("third in flight: %v, retry within the TTL: %v\n", res.Allowed, res.RetryAfter <= time.Minute)
 	_ = a.Release(ctx) // the first export is done
 	c, res, _ := limiter.AcquirePermit(ctx, exports, "tenant:7")
 	fmt.Println("after a release:", res.Allowed)
 	_ = b.Release(ctx)
 	_ = c.Release(ctx)
 	// Output:
-	// third in flight: false retry after at most 1m0s
+	// third in flight: false, retry within the TTL: true
 	// after a release: true
 }

@@ -21,12 +21,19 @@ import (
 // Make one with NewConcurrency; it is immutable and safe for concurrent
 // use.
 //
-// Permits are decided by Redis, one call each (their state is a sorted
-// set of permit ids by expiry, on Redis's clock), in exact and lease mode
-// alike: work that holds a permit outlasts the call. The bound: never more
-// than Limit held across the fleet at any instant of Redis's clock, a
-// crashed holder's permits counted until their TTL ends. While Redis is
-// unavailable the failure mode decides (see AcquirePermit).
+// Their state is a sorted set in Redis, on Redis's clock: in exact mode
+// of permit ids by expiry, one call for each acquire, release and
+// extension. In lease mode an instance leases slots of a key in batches
+// (members of that set, under a fair share of the slots by the instances'
+// demands) and grants permits from them: an acquire and a release are
+// usually local; a call leases or renews slots (at most a second after
+// the last, and within half the TTL), and gives back those no permit has
+// used for a moment, or at once when other instances wait. The bound:
+// never more than Limit held across the fleet at any instant of Redis's
+// clock, a crashed holder's permits counted until their TTL ends (exact
+// mode) or its slots expire, within 1.5 TTLs of its last call (lease
+// mode). While Redis is unavailable the failure mode decides (see
+// AcquirePermit).
 type Concurrency struct {
 	name  string
 	limit int
@@ -71,7 +78,8 @@ type Permit struct {
 	l        *Limiter
 	c        *Concurrency
 	key, id  string
-	fallback bool // granted by the failure mode: this instance's alone
+	hold     tier.PermitHold // where it was granted: Redis, leased slots, the fallback
+	fallback bool            // granted by the failure mode: this instance's alone
 	released atomic.Bool
 }
 
@@ -83,10 +91,11 @@ func (p *Permit) Fallback() bool { return p.fallback }
 // AcquirePermit acquires a permit of key under c if fewer than c.Limit()
 // are held, without waiting: the Permit, and a Result with Allowed and
 // Granted (1 or 0), Remaining (the permits left after the call, across
-// every instance), RetryAfter when denied (until the first permit held
-// expires: a release frees one sooner) and Source (SourceRemote, or
-// SourceFallback). Result.Limit is the zero Limit. A denial is a nil
-// Permit, and no error.
+// every instance, as Redis last said in lease mode), RetryAfter when
+// denied (until the first permit or leased slot held expires: a release
+// frees one sooner) and Source (SourceRemote; SourceLocal for a permit
+// from this instance's leased slots; SourceFallback). Result.Limit is the
+// zero Limit. A denial is a nil Permit, and no error.
 //
 // While Redis is unavailable the failure mode decides: FailClosed returns
 // an error wrapping ErrUnavailable; FailOpen grants a permit; FailLocal
@@ -109,7 +118,7 @@ func (l *Limiter) AcquirePermit(ctx context.Context, c *Concurrency, key string)
 		return nil, res, nil
 	}
 	res.Granted = 1
-	return &Permit{l: l, c: c, key: key, id: id, fallback: d.Source == tier.Fallback}, res, nil
+	return &Permit{l: l, c: c, key: key, id: id, hold: d.Hold, fallback: d.Source == tier.Fallback}, res, nil
 }
 
 // WaitPermit acquires a permit of key under c, waiting while c.Limit() are
@@ -149,7 +158,7 @@ func (p *Permit) Release(ctx context.Context) error {
 	if !p.released.CompareAndSwap(false, true) {
 		return ErrPermitLost
 	}
-	held, err := p.l.engine.ReleasePermit(ctx, p.c.name, p.key, p.id, p.fallback)
+	held, err := p.l.engine.ReleasePermit(ctx, p.c.name, p.key, p.id, p.hold)
 	switch {
 	case err != nil:
 		if !errors.Is(err, tier.ErrUnavailable) {
@@ -173,7 +182,7 @@ func (p *Permit) Extend(ctx context.Context, ttl time.Duration) error {
 	if p.released.Load() {
 		return ErrPermitLost
 	}
-	held, err := p.l.engine.ExtendPermit(ctx, p.c.name, p.key, p.id, ttl, p.fallback)
+	held, err := p.l.engine.ExtendPermit(ctx, p.c.name, p.key, p.id, ttl, p.hold)
 	switch {
 	case err != nil:
 		return rootErr(err)

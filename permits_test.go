@@ -223,16 +223,24 @@ const (
 )
 
 // Four processes share a limit of 3 permits, one of them killed (SIGKILL)
-// while it holds some. At no instant of Redis's clock are more than 3
-// held: each worker's permits, from just after its acquire to just
+// while it holds some; in exact mode, and in lease mode (the processes
+// lease slots of the key). At no instant of Redis's clock are more than
+// 3 held: each worker's permits, from just after its acquire to just
 // before its release, and the killed one's until their TTL ends, never
 // overlap more than 3 deep. And the killed one's permits are back within
-// their TTL: then all 3 can be acquired.
+// their TTL (exact mode) or its slots' expiry, 1.5 TTLs after its last
+// call (lease mode): then all 3 can be acquired.
 func TestPermitsAcrossProcesses(t *testing.T) {
 	if addr := os.Getenv(permitWorkerEnv); addr != "" {
-		permitWorker(t, addr)
+		permitWorker(t, addr, os.Getenv(permitWorkerEnv+"_MODE") == "lease")
 		return
 	}
+	for _, mode := range []string{"exact", "lease"} {
+		t.Run(mode, func(t *testing.T) { permitsAcrossProcesses(t, mode) })
+	}
+}
+
+func permitsAcrossProcesses(t *testing.T, mode string) {
 	srv := redistest.Start(t)
 	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer rc.Close()
@@ -246,7 +254,8 @@ func TestPermitsAcrossProcesses(t *testing.T) {
 	for i := range workers {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestPermitsAcrossProcesses$", "-test.count=1")
 		// The first, to be killed, holds its permits 300ms.
-		cmd.Env = append(os.Environ(), permitWorkerEnv+"="+srv.Addr, fmt.Sprintf("%s_HOLD=%d", permitWorkerEnv, map[bool]int{true: 300, false: 0}[i == 0]))
+		cmd.Env = append(os.Environ(), permitWorkerEnv+"="+srv.Addr, permitWorkerEnv+"_MODE="+mode,
+			fmt.Sprintf("%s_HOLD=%d", permitWorkerEnv, map[bool]int{true: 300, false: 0}[i == 0]))
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -338,14 +347,19 @@ func TestPermitsAcrossProcesses(t *testing.T) {
 	if openKilled == 0 {
 		t.Fatal("the killed worker held no permit when it died")
 	}
-	// Within the TTL of the kill, its permits are back.
+	// Within the TTL of the kill (a leased slot's 1.5 TTLs), its permits
+	// are back.
 	l, err := ratelease.New(rc, ratelease.WithExact())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
 	c := concurrency(t, "procs", permitLimit, permitTTL)
-	time.Sleep(time.Until(time.UnixMicro(killedAt).Add(permitTTL + 50*time.Millisecond)))
+	back := permitTTL
+	if mode == "lease" {
+		back += permitTTL / 2
+	}
+	time.Sleep(time.Until(time.UnixMicro(killedAt).Add(back + 50*time.Millisecond)))
 	for i := 0; i < permitLimit; i++ {
 		if p, res, err := l.AcquirePermit(context.Background(), c, "k"); p == nil {
 			t.Fatalf("permit %d a TTL after the kill: %+v, %v", i, res, err)
@@ -370,10 +384,14 @@ func held(lines []string) int {
 // permitWorker acquires, holds for 5 to 25ms (or the _HOLD ms its
 // environment says) and releases permits for 600ms, printing "A <id> <µs>" just after each acquire and "R <id> <µs>"
 // just before each release, on Redis's clock (TIME).
-func permitWorker(t *testing.T, addr string) {
+func permitWorker(t *testing.T, addr string, lease bool) {
 	rc := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	defer rc.Close()
-	l, err := ratelease.New(rc, ratelease.WithExact(), ratelease.WithRedisTimeout(time.Second))
+	opts := []ratelease.Option{ratelease.WithRedisTimeout(time.Second)}
+	if !lease {
+		opts = append(opts, ratelease.WithExact())
+	}
+	l, err := ratelease.New(rc, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

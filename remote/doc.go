@@ -13,7 +13,9 @@
 //     giveback (units given back as granted now, never above capacity) and
 //     charge (units charged whatever the limits have left, which then owe
 //     the rest); and permit.lua, the permits of a concurrency limit (a
-//     sorted set of permit ids by expiry, key <prefix>:{<name>:<key>}:permits);
+//     sorted set of permit ids by expiry, key <prefix>:{<name>:<key>}:permits,
+//     and in lease mode the instances' slots in it, their demands in
+//     <prefix>:{<name>:<key>}:permits:m);
 //     Store.Reset deletes a key's state with one DEL; Store.Block and
 //     Unblock set and delete a key's block, which acquire and peek read
 //     before anything else (a blocked key is denied, charging nothing);

@@ -20,26 +20,41 @@ const (
 	PermitAcquire PermitOp = "acquire"
 	PermitRelease PermitOp = "release"
 	PermitExtend  PermitOp = "extend"
+	// PermitLease holds, renews or gives back a member's slots (lease
+	// mode): see permit.lua.
+	PermitLease PermitOp = "lease"
 )
 
 // PermitCall names one permit call: the concurrency limit's name (as a
-// policy's: see NewPolicy), its key, the permit's id, and, to acquire,
-// the limit; to acquire or extend, the TTL (whole ms, at least 1ms).
+// policy's: see NewPolicy), its key, the permit's id (a lease's: the
+// member's), and, to acquire or lease, the limit; to acquire, extend or
+// lease, the TTL (whole ms, at least 1ms). A lease names the member's
+// Slots held, of them InUse, the slots it Wants after the call (at least
+// InUse) and its Demand (in use and asked for).
 type PermitCall struct {
 	Name, Key, ID string
 	Op            PermitOp
 	Limit         int64
 	TTL           time.Duration
+
+	Slots, InUse, Want, Demand int64
 }
 
 // PermitReply is permit.lua's reply: Done (granted, or the permit was
-// held), At (Redis's time, µs), Held (the permits held after the call),
-// and, for a denied acquire, RetryAfter: until the first permit held
-// expires (a release frees one sooner).
+// held), At (Redis's time, µs), Held (the permits held after the call, a
+// lease's slots included), and, for a denied acquire, RetryAfter: until
+// the first permit held expires (a release frees one sooner). A lease's
+// reply has Slots (the member's, after the call; RetryAfter is set when
+// they are no more than its InUse), Lost (its slots had expired before
+// the call), Contended (the members' demands exceeded the room) and Share
+// (its fair share then).
 type PermitReply struct {
 	Done       bool
 	At, Held   int64
 	RetryAfter time.Duration
+
+	Slots, Share    int64
+	Lost, Contended bool
 }
 
 // permitTail ends the key of a concurrency limit's permits: no policy's
@@ -52,10 +67,27 @@ func (s *Store) PermitKey(name, key string) string {
 	return s.prefix + ":{" + name + ":" + key + permitTail
 }
 
+// permitMembersTail ends the key of the members that lease a concurrency
+// limit's key: no policy's tail is "}:permits:m".
+const permitMembersTail = "}:permits:m"
+
 // Permit makes one permit call (see permit.lua), as an operator's script.
 // Errors are Redis's or ctx's, naming the server.
 func (s *Store) Permit(ctx context.Context, c PermitCall) (PermitReply, error) {
 	k := s.PermitKey(c.Name, c.Key)
+	if c.Op == PermitLease {
+		mk := s.prefix + ":{" + c.Name + ":" + c.Key + permitMembersTail
+		v, err := permitScript.Run(ctx, s.client, []string{k, mk}, string(c.Op), c.ID, c.Limit, c.TTL.Microseconds(),
+			c.Slots, c.InUse, c.Want, c.Demand).Int64Slice()
+		if err != nil {
+			return PermitReply{}, named(s.Addr(nil, ""), err)
+		}
+		if len(v) != 7 {
+			return PermitReply{}, fmt.Errorf("remote: permit lease replied %d values, want 7", len(v))
+		}
+		return PermitReply{Slots: v[0], At: v[1], Held: v[2], RetryAfter: time.Duration(v[3]) * time.Microsecond,
+			Lost: v[4] == 1, Contended: v[5] == 1, Share: v[6]}, nil
+	}
 	v, err := permitScript.Run(ctx, s.client, []string{k}, string(c.Op), c.ID, c.Limit, c.TTL.Microseconds()).Int64Slice()
 	if err != nil {
 		return PermitReply{}, named(s.Addr(nil, ""), err)

@@ -6,7 +6,7 @@
 // the root package), a policy that can lease is decided from the key's local
 // allowance first (package local: a lock-free hit), then from a cached
 // denial, then by a lease (package sync: one coalesced, batched Redis call);
-// policies with a SlidingWindowLog, LeakyBucket or CalendarWindow, and every policy in exact
+// policies with a SlidingWindowLog or LeakyBucket, and every policy in exact
 // mode, are decided by one atomic call to the Redis tier (package remote).
 //
 // Every Redis call, the Leaser's included, goes through the engine's one
@@ -32,7 +32,8 @@
 // miss, leased decisions), tables.go (the state of each policy, by its ID,
 // and when it goes), stats.go (the counters of each policy), exact.go
 // (exact decisions, Wait), waitqueue.go (the queue of exact-mode Waits by
-// key), fallback.go, operator.go (AllowAtMost, Refund,
+// key), fallback.go, permits.go (concurrency permits, and the fallback's),
+// permitlease.go (lease mode's slots of permits), operator.go (AllowAtMost, Refund,
 // Peek, Reset, Block, Unblock, and the count of shadow mode's would-be
 // denials, which the root admits).
 //

@@ -158,8 +158,10 @@ type Engine struct {
 	// instances FailLocal divides a concurrency limit by.
 	permits     localPermits
 	permitShare int64
-	leaser      *leasesync.Leaser
-	tables      tables
+	// pools are the leased slots of concurrency limits (lease mode).
+	pools  *permitPools
+	leaser *leasesync.Leaser
+	tables tables
 	// firsts remembers the keys decided lately, so that a key's first
 	// decision in lease mode is made as exact mode makes it (firstUses).
 	firsts *firstUses
@@ -255,6 +257,7 @@ func New(cfg Config) (*Engine, error) {
 			return nil, err
 		}
 		e.leaser = l
+		e.pools = newPermitPools(e.clock)
 		if cfg.Lease.Min <= 1 { // a lease size set by hand holds from the first use
 			e.firsts = newFirstUses()
 		}
@@ -316,6 +319,7 @@ func (e *Engine) Close() error {
 	ctx, cancel := e.door.Bound(context.Background())
 	defer cancel()
 	if e.leaser != nil {
+		e.closePermits() // gives back the idle slots of concurrency limits
 		e.leaser.Close() // refunds every unit held, within its own timeout
 	}
 	e.tables.clear()

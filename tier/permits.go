@@ -10,16 +10,19 @@ import (
 )
 
 // PermitDecision is what an acquire of a permit came to: Granted, the
-// permits of the key Held after it (by every instance; by this one, from
-// the fallback), and when denied, RetryAfter: until the first permit held
-// expires (a release frees one sooner). Source is Remote, or Fallback
+// permits of the key Held after it (by every instance, as last seen; by
+// this one, from the fallback), and when denied, RetryAfter: until the
+// first permit held expires (a release frees one sooner). Source is
+// Remote, Local (lease mode: from this instance's slots), or Fallback
 // (Redis unavailable): a fallback permit is this instance's alone, and
-// its release and extension never reach Redis.
+// its release and extension never reach Redis. Hold goes to
+// ReleasePermit and ExtendPermit.
 type PermitDecision struct {
 	Granted    bool
 	Held       int64
 	RetryAfter time.Duration
 	Source     Source
+	Hold       PermitHold
 }
 
 // localPermits counts the permits the fallback granted while Redis was
@@ -31,9 +34,10 @@ type localPermits struct {
 }
 
 // AcquirePermit acquires a permit of name's key, of at most limit held at
-// once across every instance, for ttl unless extended (remote.Store.Permit,
-// one call, in lease mode too). While Redis is unavailable the failure
-// mode decides: FailClosed an error wrapping ErrUnavailable, FailOpen a
+// once across every instance, for ttl unless extended: in exact mode one
+// call (remote.Store.Permit), in lease mode from this instance's leased
+// slots (see permitPools). While Redis is unavailable the failure mode
+// decides: FailClosed an error wrapping ErrUnavailable, FailOpen a
 // permit, FailLocal a permit while this instance holds fewer than its
 // share of the limit (limit over Config.Instances, at least 1) from the
 // fallback.
@@ -41,9 +45,18 @@ func (e *Engine) AcquirePermit(ctx context.Context, name, key, id string, limit 
 	if e.closed.Load() {
 		return PermitDecision{}, ErrClosed
 	}
-	r, err := e.door.Permit(ctx, remote.PermitCall{Name: name, Key: key, ID: id, Op: remote.PermitAcquire, Limit: limit, TTL: ttl})
-	if err == nil {
-		return PermitDecision{Granted: r.Done, Held: r.Held, RetryAfter: r.RetryAfter, Source: Remote}, nil
+	var err error
+	if e.leaser != nil {
+		var d PermitDecision
+		if d, err = e.acquireLeased(ctx, poolKey{name, key, limit, ttl}, id); err == nil {
+			return d, nil
+		}
+	} else {
+		var r remote.PermitReply
+		r, err = e.door.Permit(ctx, remote.PermitCall{Name: name, Key: key, ID: id, Op: remote.PermitAcquire, Limit: limit, TTL: ttl})
+		if err == nil {
+			return PermitDecision{Granted: r.Done, Held: r.Held, RetryAfter: r.RetryAfter, Source: Remote, Hold: PermitHold{source: Remote}}, nil
+		}
 	}
 	if !errors.Is(err, ErrUnavailable) || e.fallback.mode == FailClosed {
 		return PermitDecision{}, err
@@ -63,16 +76,19 @@ func (e *Engine) AcquirePermit(ctx context.Context, name, key, id string, limit 
 		return PermitDecision{Held: held, RetryAfter: ttl, Source: Fallback}, nil
 	}
 	e.permits.held[k] = held + 1
-	return PermitDecision{Granted: true, Held: held + 1, Source: Fallback}, nil
+	return PermitDecision{Granted: true, Held: held + 1, Source: Fallback, Hold: PermitHold{source: Fallback}}, nil
 }
 
-// ReleasePermit releases permit id of name's key: in Redis, or, for a
-// fallback permit (local), here. It reports whether the permit was still
-// held (a Redis permit past its TTL is not). Errors wrap ErrUnavailable
-// when Redis cannot take it, whatever the failure mode: the permit then
-// comes back when its TTL ends.
-func (e *Engine) ReleasePermit(ctx context.Context, name, key, id string, local bool) (bool, error) {
-	if local {
+// ReleasePermit releases permit id of name's key: in Redis, in this
+// instance's leased slots, or, for a fallback permit, here, as h says. It
+// reports whether the permit was still held (not past its TTL). Errors
+// wrap ErrUnavailable when Redis cannot take it, whatever the failure
+// mode: the permit then comes back when its TTL ends.
+func (e *Engine) ReleasePermit(ctx context.Context, name, key, id string, h PermitHold) (bool, error) {
+	switch h.source {
+	case Local:
+		return e.releaseLeased(ctx, h, id)
+	case Fallback:
 		k := [2]string{name, key}
 		e.permits.mu.Lock()
 		defer e.permits.mu.Unlock()
@@ -91,10 +107,13 @@ func (e *Engine) ReleasePermit(ctx context.Context, name, key, id string, local 
 }
 
 // ExtendPermit makes permit id of name's key last ttl from now, and
-// reports whether it was still held. A fallback permit (local) has no TTL:
-// true. Errors are ReleasePermit's.
-func (e *Engine) ExtendPermit(ctx context.Context, name, key, id string, ttl time.Duration, local bool) (bool, error) {
-	if local {
+// reports whether it was still held. A fallback permit has no TTL: true.
+// Errors are ReleasePermit's.
+func (e *Engine) ExtendPermit(ctx context.Context, name, key, id string, ttl time.Duration, h PermitHold) (bool, error) {
+	switch h.source {
+	case Local:
+		return e.extendLeased(ctx, h, id, ttl)
+	case Fallback:
 		return true, nil
 	}
 	if e.closed.Load() {

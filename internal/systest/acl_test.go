@@ -102,7 +102,30 @@ func TestReadmeACLSuffices(t *testing.T) {
 				}
 			}
 		}
-		if err := l.Close(); err != nil { // gives leased units back
+		cal := policy(t, "aclcal", ratelease.PerSecond(50), ratelease.PerCalendarDay(50, nil))
+		for i := range 5 {
+			if res, err := l.Allow(ctx, cal, "k"); err != nil || !res.Allowed {
+				t.Fatalf("exact=%v a calendar quota, decision %d: %+v, %v", exact, i, res, err)
+			}
+		}
+		// Permits: acquired (leased slots in lease mode), extended, released.
+		c, err := ratelease.NewConcurrency("aclperm", 3, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			pm, res, err := l.AcquirePermit(ctx, c, "k")
+			if err != nil || pm == nil {
+				t.Fatalf("exact=%v permit %d: %+v, %v", exact, i, res, err)
+			}
+			if err := pm.Extend(ctx, 2*time.Minute); err != nil {
+				t.Fatalf("exact=%v permit %d: Extend: %v", exact, i, err)
+			}
+			if err := pm.Release(ctx); err != nil {
+				t.Fatalf("exact=%v permit %d: Release: %v", exact, i, err)
+			}
+		}
+		if err := l.Close(); err != nil { // gives leased units and slots back
 			t.Fatal(err)
 		}
 		if s := l.Stats(); s.Errors != 0 {

@@ -4,15 +4,29 @@
 -- permit ids scored by when they expire (us); it expires with its last.
 --
 -- KEYS[1]   the key's permits
--- ARGV[1]   'acquire', 'release' or 'extend'
--- ARGV[2]   the permit's id (random, the caller's)
--- ARGV[3]   limit (acquire)
--- ARGV[4]   ttl, us (acquire, extend)
+-- KEYS[2]   (lease) the key's members: member -> "demand slots expiry"
+-- ARGV[1]   'acquire', 'release', 'extend' or 'lease'
+-- ARGV[2]   the permit's id (random, the caller's); lease: the member's
+-- ARGV[3]   limit (acquire, lease)
+-- ARGV[4]   ttl, us (acquire, extend, lease)
 --
 -- Returns { done (1 or 0), now (us), held (after the call), retry_after
 -- (us until the first permit held expires, when an acquire is denied; a
 -- release frees one sooner), 0 otherwise }: acquire, 1 when granted;
 -- release and extend, 1 when the permit was held (0: expired or unknown).
+--
+-- A lease (lease mode: Engine.AcquirePermit) holds slots for a member, an
+-- instance that grants permits from them: members m#0 .. m#(n-1) of the
+-- set, all with one expiry, which each lease call renews. Its ARGV[5..8]:
+-- the slots the member holds (h), of them in use (u, which it keeps
+-- whatever the share), the slots it wants (w >= u), its demand (d: in use
+-- and asked for). Under contention (the members' demands past what the
+-- permits outside leases leave) a member holds at most its fair share
+-- (max-min over the demands), or what it uses. Returns { slots held after
+-- the call, now, held by all, retry_after (us until the first permit or
+-- slot held expires, when it holds no more than u), lost (1: its slots had
+-- expired: the permits it granted from them are gone), contended (1 or 0),
+-- its fair share }.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local key, op, id = KEYS[1], ARGV[1], ARGV[2]
@@ -25,6 +39,98 @@ local function keep()
   if last[2] then
     redis.call('PEXPIRE', key, string.format('%d', math.max(1, math.ceil((tonumber(last[2]) - now) / 1000))))
   end
+end
+
+-- The first permit or slot held expires in (us).
+local function first_expiry()
+  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if first[2] then return math.max(1, tonumber(first[2]) - now) end
+  return 1
+end
+
+-- The member's slots from..to-1 leave the set (ZREM); how many were there.
+local function drop(m, from, to)
+  local gone, args = 0, {}
+  for j = from, to - 1 do
+    args[#args + 1] = m .. '#' .. j
+    if #args == 1000 or j == to - 1 then
+      gone = gone + redis.call('ZREM', key, unpack(args))
+      args = {}
+    end
+  end
+  return gone
+end
+
+if op == 'lease' then
+  local m, limit, ttl = id, tonumber(ARGV[3]), tonumber(ARGV[4])
+  local h, u, w, d = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+  -- Its slots leave the set, to come back renewed: fewer than it holds
+  -- means they expired (all at once: they share an expiry).
+  local lost = 0
+  if h > 0 and drop(m, 0, h) < h then lost, h, u = 1, 0, 0 end
+  local mkey = KEYS[2]
+  local all = redis.call('HGETALL', mkey)
+  local others, leased = {}, 0
+  for i = 1, #all, 2 do
+    if all[i] ~= m then
+      local od, on, oe = string.match(all[i + 1], '^(%d+) (%d+) (%d+)$')
+      if not oe or tonumber(oe) <= now then
+        redis.call('HDEL', mkey, all[i])
+      else
+        others[#others + 1] = tonumber(od)
+        leased = leased + tonumber(on)
+      end
+    end
+  end
+  local held = redis.call('ZCARD', key) -- without this member's slots
+  -- What the permits outside every lease leave to the members, shared by
+  -- max-min over their demands: the level L gives each min(demand, L).
+  local room = math.max(0, limit - (held - leased))
+  local share, contended = w, 0
+  local total = d
+  for i = 1, #others do total = total + others[i] end
+  if total > room then
+    contended = 1
+    local left, level = room, nil
+    local ds = { d }
+    for i = 1, #others do ds[#ds + 1] = others[i] end
+    table.sort(ds)
+    for i = 1, #ds do
+      local even = left / (#ds - i + 1)
+      if ds[i] >= even then level = even break end
+      left = left - ds[i]
+    end
+    -- (Rounded up: with more members than room, each may take a slot
+    -- while one is free, first come, first served.)
+    share = math.ceil(math.min(d, level or d))
+  end
+  -- (Its slots in use it keeps, even past the limit, lowered meanwhile.)
+  local n = math.max(u, math.min(w, math.max(share, u), limit - held))
+  local exp = now + ttl
+  local args = {}
+  for j = 0, n - 1 do
+    args[#args + 1] = exp
+    args[#args + 1] = m .. '#' .. j
+    if #args == 2000 or j == n - 1 then
+      redis.call('ZADD', key, unpack(args))
+      args = {}
+    end
+  end
+  if n > 0 or d > 0 then
+    -- A member that holds nothing counts its demand a second at most.
+    if n == 0 then exp = now + math.min(ttl, 1000000) end
+    redis.call('HSET', mkey, m, string.format('%d %d %d', d, n, exp))
+  else
+    redis.call('HDEL', mkey, m)
+  end
+  keep()
+  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  local life = exp - now
+  if last[2] then life = math.max(life, tonumber(last[2]) - now) end
+  redis.call('PEXPIRE', mkey, string.format('%d', math.max(1, math.ceil(life / 1000))))
+  local retry = 0
+  if n <= u then retry = first_expiry() end
+  return { n, now, held + n, retry, lost, contended, share }
 end
 
 if op == 'release' then
@@ -41,8 +147,7 @@ if op == 'extend' then
 end
 local held = redis.call('ZCARD', key)
 if held >= tonumber(ARGV[3]) then
-  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-  return { 0, now, held, math.max(1, tonumber(first[2]) - now) }
+  return { 0, now, held, first_expiry() }
 end
 redis.call('ZADD', key, now + ttl, id)
 keep()
