@@ -27,7 +27,9 @@ func TestCalendarQuotaOnRealRedis(t *testing.T) {
 		clients func(t *testing.T) func() redis.UniversalClient
 	}{
 		{"one server", func(t *testing.T) func() redis.UniversalClient { return clientsTo(t, redistest.Start(t).Addr) }},
-		{"cluster", func(t *testing.T) func() redis.UniversalClient { return clusterClients(t, redistest.StartCluster(t, 3)) }},
+		{"cluster", func(t *testing.T) func() redis.UniversalClient {
+			return clusterClients(t, redistest.StartCluster(t, 3))
+		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ins := newInstances(t, 4, c.clients(t), ratelease.WithRedisTimeout(2*time.Second))
