@@ -122,7 +122,7 @@ func skippedMidnight(t *testing.T, name string, at time.Time) *time.Location {
 	abbrs := []byte("TST\x00TDT\x00")
 	var b bytes.Buffer
 	b.WriteString("TZif")
-	b.Write(make([]byte, 16)) // version 1 and reserved
+	b.Write(make([]byte, 16))                                       // version 1 and reserved
 	for _, n := range []uint32{0, 0, 0, 1, 2, uint32(len(abbrs))} { // isut, isstd, leap, time, type, char
 		_ = binary.Write(&b, binary.BigEndian, n)
 	}
