@@ -305,13 +305,7 @@ func (e *Engine) sweepPermits() {
 			return
 		case <-t.C():
 		}
-		ps.mu.Lock()
-		pools := make([]*permitPool, 0, len(ps.m))
-		for _, pl := range ps.m {
-			pools = append(pools, pl)
-		}
-		ps.mu.Unlock()
-		for _, pl := range pools {
+		for _, pl := range ps.all() {
 			e.giveBackIdle(pl, false)
 		}
 		ps.mu.Lock()
@@ -357,13 +351,18 @@ func (e *Engine) closePermits() {
 	ps := e.pools
 	close(ps.stop)
 	ps.wg.Wait()
+	for _, pl := range ps.all() {
+		e.giveBackIdle(pl, true)
+	}
+}
+
+// all returns the pools.
+func (ps *permitPools) all() []*permitPool {
 	ps.mu.Lock()
+	defer ps.mu.Unlock()
 	pools := make([]*permitPool, 0, len(ps.m))
 	for _, pl := range ps.m {
 		pools = append(pools, pl)
 	}
-	ps.mu.Unlock()
-	for _, pl := range pools {
-		e.giveBackIdle(pl, true)
-	}
+	return pools
 }

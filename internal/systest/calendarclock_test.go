@@ -66,19 +66,23 @@ func TestCalendarBoundariesOnRedisClock(t *testing.T) {
 					// A key of its own: a member of an earlier Limiter
 					// on the key would keep its part for a while.
 					key := name
-					admitted := 0
-					var last ratelease.Result
-					for range quota + 3 {
-						res, err := l.Allow(ctx, p, key)
-						if err != nil {
-							t.Fatal(err)
+					// Asks quota + 3 times: how many were admitted, the
+					// last admission and the last denial.
+					ask := func() (admitted int, ok, denied ratelease.Result) {
+						for range quota + 3 {
+							res, err := l.Allow(ctx, p, key)
+							if err != nil {
+								t.Fatal(err)
+							}
+							if res.Allowed {
+								admitted, ok = admitted+1, res
+							} else {
+								denied = res
+							}
 						}
-						if res.Allowed {
-							admitted++
-						} else {
-							last = res
-						}
+						return admitted, ok, denied
 					}
+					admitted, _, last := ask()
 					if !redisNow().Before(boundary.Add(-100 * time.Millisecond)) {
 						continue
 					}
@@ -86,21 +90,10 @@ func TestCalendarBoundariesOnRedisClock(t *testing.T) {
 						t.Fatalf("before the boundary: %d admitted, denied with %+v; want %d, RetryAfter up to the boundary", admitted, last, quota)
 					}
 					time.Sleep(time.Until(boundary.Add(100 * time.Millisecond)))
-					admitted = 0
-					for range quota + 3 {
-						res, err := l.Allow(ctx, p, key)
-						if err != nil {
-							t.Fatal(err)
-						}
-						if res.Allowed {
-							admitted++
-							if res.ResetAfter > next || res.ResetAfter < next-time.Minute {
-								t.Fatalf("after the boundary: ResetAfter %v; want the new window's end, %v away", res.ResetAfter, next)
-							}
-						}
-					}
-					if admitted != quota {
-						t.Fatalf("after the boundary: %d admitted; want the new window's %d", admitted, quota)
+					admitted, res, _ := ask()
+					if admitted != quota || res.ResetAfter > next || res.ResetAfter < next-time.Minute {
+						t.Fatalf("after the boundary: %d admitted, the last with ResetAfter %v; want the new window's %d, its end %v away",
+							admitted, res.ResetAfter, quota, next)
 					}
 					return
 				}
