@@ -303,3 +303,38 @@ func leasedFree(t *testing.T, l *ratelease.Limiter, c *ratelease.Concurrency, n 
 	}
 	return true
 }
+
+// Slots leased before Redis went down still grant permits (until they
+// would need a call); past them, the failure mode decides (FailLocal's
+// share here).
+func TestPermitsLeasedThroughAnOutage(t *testing.T) {
+	e := newLeaseEnv(t)
+	l := e.limiter(t, ratelease.WithFailureMode(ratelease.FailLocal), ratelease.WithInstances(2), ratelease.WithRedisTimeout(200*time.Millisecond))
+	c := concurrency(t, "jobs", 8, time.Minute)
+	ctx := context.Background()
+	if p, _, _ := l.AcquirePermit(ctx, c, "k"); p == nil { // leases a spare slot too
+		t.Fatal("denied")
+	}
+	e.mr.Close()
+	p, res, err := l.AcquirePermit(ctx, c, "k")
+	if p == nil || err != nil || res.Source != ratelease.SourceLocal || p.Fallback() {
+		t.Fatalf("with Redis down, from a leased slot: %+v, %v; want a local permit", res, err)
+	}
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Advance(2 * time.Second) // past a call's second: the slots need a call
+	var fallback int
+	for i := 0; i < 6; i++ {
+		p, res, err := l.AcquirePermit(ctx, c, "k")
+		if err != nil || res.Source != ratelease.SourceFallback {
+			t.Fatalf("try %d with Redis down: %+v, %v; want the failure mode's word", i, res, err)
+		}
+		if p != nil {
+			fallback++
+		}
+	}
+	if fallback != 4 { // the limit over the instances
+		t.Fatalf("%d fallback permits; want FailLocal's share, 4", fallback)
+	}
+}

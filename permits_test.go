@@ -138,6 +138,12 @@ func TestWaitPermit(t *testing.T) {
 // While Redis is down each failure mode decides: FailClosed an error,
 // FailOpen a permit, FailLocal this instance's share of the limit.
 func TestPermitFailureModes(t *testing.T) {
+	for _, lease := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lease=%v", lease), func(t *testing.T) { permitFailureModes(t, lease) })
+	}
+}
+
+func permitFailureModes(t *testing.T, lease bool) {
 	ctx := context.Background()
 	c := concurrency(t, "f", 4, time.Second)
 	for _, m := range []struct {
@@ -145,7 +151,11 @@ func TestPermitFailureModes(t *testing.T) {
 		granted int // of 5 tries
 	}{{ratelease.FailClosed, 0}, {ratelease.FailOpen, 5}, {ratelease.FailLocal, 2}} {
 		t.Run(m.mode.String(), func(t *testing.T) {
-			e := newEnv(t, ratelease.WithFailureMode(m.mode), ratelease.WithInstances(2), ratelease.WithRedisTimeout(200*time.Millisecond))
+			opts := []ratelease.Option{ratelease.WithFailureMode(m.mode), ratelease.WithInstances(2), ratelease.WithRedisTimeout(200 * time.Millisecond)}
+			if lease {
+				opts = append(opts, ratelease.WithLease(ratelease.LeaseConfig{}))
+			}
+			e := newEnv(t, opts...)
 			e.mr.Close()
 			var held []*ratelease.Permit
 			for i := 0; i < 5; i++ {

@@ -22,7 +22,8 @@ import (
 // moment, so that no window ends in the run); and permits, acquired and
 // released by eight goroutines of four instances, leased and exact, are
 // never held past their limit (counted from just after each acquire to
-// just before its release).
+// just before its release); and a cost charged past a limit leaves its
+// debt.
 func TestQuotasOnEveryDeployment(t *testing.T) {
 	now := time.Now().UTC()
 	noon := time.Date(now.Year(), now.Month(), now.Day(), 12, 0, 0, 0, time.UTC)
@@ -111,6 +112,19 @@ func TestQuotasOnEveryDeployment(t *testing.T) {
 			atLeast(t, "the day's quota", float64(tot.units), quota, 0.97, 0.9)
 			if most.Load() > permits || held.Load() < 100 {
 				t.Errorf("%d permits held, at most %d at once; want at most %d, and permits served", held.Load(), most.Load(), permits)
+			}
+			// A cost settled past the limit leaves a debt, leased or
+			// exact: 100 a minute, 60 reserved, 90 charged after.
+			for i, in := range []*instance{ins[0], exact[0]} {
+				key := fmt.Sprintf("settle%d", i)
+				tokens := policy(t, "tokens", ratelease.PerMinute(100))
+				if res, err := in.l.AllowN(context.Background(), tokens, key, 60); err != nil || !res.Allowed {
+					t.Fatalf("instance %d: the estimate: %+v, %v", i, res, err)
+				}
+				res, err := in.l.Charge(context.Background(), tokens, key, 90)
+				if err != nil || res.Debt != 50 || res.RetryAfter < 30*time.Second {
+					t.Fatalf("instance %d: Charge(90): %+v, %v; want a debt of 50, half a minute's refill and more", i, res, err)
+				}
 			}
 		})
 	}
