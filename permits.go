@@ -26,9 +26,10 @@ import (
 // extension. In lease mode an instance leases slots of a key in batches
 // (members of that set, under a fair share of the slots by the instances'
 // demands) and grants permits from them: an acquire and a release are
-// usually local; a call leases or renews slots (at most a second after
-// the last, and within half the TTL), and gives back those no permit has
-// used for a moment, or at once when other instances wait. The bound:
+// usually local; a call leases or renews slots (at most 100ms after the
+// last, and within half the TTL), and gives back those no permit has used
+// for 100ms, or at once when other instances wait (a free slot goes to
+// the instance that has waited longest). The bound:
 // never more than Limit held across the fleet at any instant of Redis's
 // clock, a crashed holder's permits counted until their TTL ends (exact
 // mode) or its slots expire, within 1.5 TTLs of its last call (lease

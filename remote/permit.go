@@ -38,6 +38,9 @@ type PermitCall struct {
 	TTL           time.Duration
 
 	Slots, InUse, Want, Demand int64
+	// Maybe is how many slots the member may hold after a lease call
+	// whose reply it did not get: those past Slots are removed.
+	Maybe int64
 }
 
 // PermitReply is permit.lua's reply: Done (granted, or the permit was
@@ -78,7 +81,7 @@ func (s *Store) Permit(ctx context.Context, c PermitCall) (PermitReply, error) {
 	if c.Op == PermitLease {
 		mk := s.prefix + ":{" + c.Name + ":" + c.Key + permitMembersTail
 		v, err := permitScript.Run(ctx, s.client, []string{k, mk}, string(c.Op), c.ID, c.Limit, c.TTL.Microseconds(),
-			c.Slots, c.InUse, c.Want, c.Demand).Int64Slice()
+			c.Slots, c.InUse, c.Want, c.Demand, c.Maybe).Int64Slice()
 		if err != nil {
 			return PermitReply{}, named(s.Addr(nil, ""), err)
 		}

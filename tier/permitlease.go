@@ -4,6 +4,7 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -29,8 +30,12 @@ import (
 //   - The slots are shared by max-min fairness over the instances'
 //     demands (permits in use and asked for): under contention an
 //     instance holds no more than its share, or what it uses; a release
-//     then gives its slot back at once. Otherwise a released slot stays
+//     then gives its slot back at once, and a free slot goes to the
+//     instance that has waited longest. Otherwise a released slot stays
 //     for the next acquire, and slots idle for permitLinger go back.
+//   - A lease call whose reply is lost leaves this instance holding the
+//     slots then in use (a call keeps them), and the next call removes
+//     any it may have added (PermitCall.Maybe).
 //   - While a lease call is in flight, acquires wait for it: the call may
 //     give back idle slots.
 type permitPools struct {
@@ -62,11 +67,14 @@ type permitPool struct {
 	dead      bool             // dropped by the sweeper: a new pool takes its place
 	slots     int64            // leased in Redis
 	inUse     map[string]int64 // permit id -> its deadline (ns)
+	reapAt    int64            // no deadline in inUse is before it (reap)
 	until     int64            // the slots' expiry (ns), counted from the call's start
 	epoch     uint64           // bumped when the slots had expired: permits of an older epoch are lost
 	held      int64            // held by all at the last reply
 	contended bool             // the last reply: demands exceeded the room
 	lastGrant int64            // the latest local grant (ns)
+	peak      int64            // the most permits in use at once since the latest call
+	maybe     int64            // slots a call whose reply was lost may have leased
 	called    int64            // the start of the latest lease call (ns)
 	calling   chan struct{}    // closed when the lease call in flight returns
 }
@@ -81,12 +89,12 @@ type PermitHold struct {
 
 // permitLinger is how long slots no permit uses stay leased: the next
 // acquire finds them, and they go back after it (sweepPermits).
-const permitLinger = 200 * time.Millisecond
+const permitLinger = 100 * time.Millisecond
 
 // permitRecheck is how long after a lease call permits are granted from
 // its slots without another: the next call renews them and brings the
 // others' demands (a busy instance learns of contention within it).
-const permitRecheck = time.Second
+const permitRecheck = 100 * time.Millisecond
 
 // permitSweep is how often idle slots are looked for.
 const permitSweep = 50 * time.Millisecond
@@ -154,7 +162,7 @@ func (e *Engine) acquireLeased(ctx context.Context, k poolKey, id string) (Permi
 			}
 		}
 		u := int64(len(pl.inUse))
-		want := u + 1
+		want := max(u+1, pl.peak) // at least the most used at once since the last call
 		if !pl.contended {
 			want *= 2 // as many spare: the next acquires are local
 		}
@@ -184,16 +192,25 @@ func (pl *permitPool) grant(id string, now int64) (PermitDecision, bool) {
 		return PermitDecision{}, false
 	}
 	pl.inUse[id] = now + int64(pl.k.ttl)
+	pl.reapAt = min(pl.reapAt, now+int64(pl.k.ttl))
+	pl.peak = max(pl.peak, int64(len(pl.inUse)))
 	pl.lastGrant = now
 	return PermitDecision{Granted: true, Held: pl.held - pl.slots + int64(len(pl.inUse)), Source: Local,
 		Hold: PermitHold{source: Local, pool: pl, epoch: pl.epoch}}, true
 }
 
-// reap frees the slots of permits past their TTL, with pl.mu held.
+// reap frees the slots of permits past their TTL, with pl.mu held: a walk
+// of the permits in use once the first of them may have ended.
 func (pl *permitPool) reap(now int64) {
+	if now < pl.reapAt {
+		return
+	}
+	pl.reapAt = math.MaxInt64
 	for id, d := range pl.inUse {
 		if d <= now {
 			delete(pl.inUse, id)
+		} else {
+			pl.reapAt = min(pl.reapAt, d)
 		}
 	}
 }
@@ -212,22 +229,28 @@ func (e *Engine) leasePermits(ctx context.Context, pl *permitPool, want, demand 
 	}
 	ttl = ttl.Round(time.Millisecond)
 	c := remote.PermitCall{Name: pl.k.name, Key: pl.k.key, ID: pl.member, Op: remote.PermitLease,
-		Limit: pl.k.limit, TTL: ttl, Slots: pl.slots, InUse: u, Want: max(want, u), Demand: demand}
+		Limit: pl.k.limit, TTL: ttl, Slots: pl.slots, InUse: u, Want: max(want, u), Demand: demand, Maybe: pl.maybe}
 	pl.mu.Unlock()
 	r, err := e.door.Permit(ctx, c)
 	pl.mu.Lock()
 	pl.calling = nil
 	close(ch)
 	if err != nil {
-		// Whether the call was applied is unknown: the slots held stay as
-		// they were, and any it added lapse at their expiry.
+		// Whether the call was applied is unknown: this instance holds at
+		// least the slots then in use (a call keeps them), until the
+		// earlier expiry, and at most the more of what it held and what
+		// it asked for, which the next call clears up.
+		pl.maybe = max(pl.maybe, c.Slots, c.Want)
+		pl.slots = min(pl.slots, u)
 		return r, err
 	}
+	pl.maybe = 0
 	if r.Lost {
 		pl.epoch++
 		clear(pl.inUse)
 	}
 	pl.slots, pl.until, pl.held, pl.contended, pl.called = r.Slots, start+int64(ttl), r.Held, r.Contended, start
+	pl.peak = int64(len(pl.inUse))
 	return r, nil
 }
 

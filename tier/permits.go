@@ -57,6 +57,15 @@ func (e *Engine) AcquirePermit(ctx context.Context, name, key, id string, limit 
 		if err == nil {
 			return PermitDecision{Granted: r.Done, Held: r.Held, RetryAfter: r.RetryAfter, Source: Remote, Hold: PermitHold{source: Remote}}, nil
 		}
+		if !errors.Is(err, ErrClosed) {
+			// Redis may have granted it (the caller's context ended, or
+			// the reply came too late): released, so that it is not held
+			// until its TTL with no holder. Best effort, on a context of
+			// its own.
+			rctx, cancel := e.door.Bound(context.Background())
+			_, _ = e.door.Permit(rctx, remote.PermitCall{Name: name, Key: key, ID: id, Op: remote.PermitRelease})
+			cancel()
+		}
 	}
 	if !errors.Is(err, ErrUnavailable) || e.fallback.mode == FailClosed {
 		return PermitDecision{}, err

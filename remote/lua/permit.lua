@@ -4,7 +4,8 @@
 -- permit ids scored by when they expire (us); it expires with its last.
 --
 -- KEYS[1]   the key's permits
--- KEYS[2]   (lease) the key's members: member -> "demand slots expiry"
+-- KEYS[2]   (lease) the key's members: member -> "demand slots expiry
+--           waiting-since"
 -- ARGV[1]   'acquire', 'release', 'extend' or 'lease'
 -- ARGV[2]   the permit's id (random, the caller's); lease: the member's
 -- ARGV[3]   limit (acquire, lease)
@@ -20,9 +21,11 @@
 -- set, all with one expiry, which each lease call renews. Its ARGV[5..8]:
 -- the slots the member holds (h), of them in use (u, which it keeps
 -- whatever the share), the slots it wants (w >= u), its demand (d: in use
--- and asked for). Under contention (the members' demands past what the
+-- and asked for); ARGV[9], how many it may hold after a call whose reply
+-- it did not get (those past h are removed). Under contention (the members' demands past what the
 -- permits outside leases leave) a member holds at most its fair share
--- (max-min over the demands), or what it uses. Returns { slots held after
+-- (max-min over the demands), or what it uses; free slots go first to the
+-- members that have waited longest (in turn). Returns { slots held after
 -- the call, now, held by all, retry_after (us until the first permit or
 -- slot held expires, when it holds no more than u), lost (1: its slots had
 -- expired: the permits it granted from them are gone), contended (1 or 0),
@@ -65,47 +68,63 @@ if op == 'lease' then
   local m, limit, ttl = id, tonumber(ARGV[3]), tonumber(ARGV[4])
   local h, u, w, d = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
   -- Its slots leave the set, to come back renewed: fewer than it holds
-  -- means they expired (all at once: they share an expiry).
+  -- means they expired (all at once: they share an expiry). Slots from h
+  -- to ARGV[9] may be there too, from a call whose reply was lost: they
+  -- go.
   local lost = 0
   if h > 0 and drop(m, 0, h) < h then lost, h, u = 1, 0, 0 end
+  local maybe = tonumber(ARGV[9] or 0) or 0
+  if maybe > h then drop(m, h, maybe) end
+  -- The members: "demand slots expiry waiting-since" (since: when it
+  -- began to want more than it holds, 0 when it does not).
   local mkey = KEYS[2]
   local all = redis.call('HGETALL', mkey)
-  local others, leased = {}, 0
+  local od, on, os, leased, since = {}, {}, {}, 0, now
   for i = 1, #all, 2 do
-    if all[i] ~= m then
-      local od, on, oe = string.match(all[i + 1], '^(%d+) (%d+) (%d+)$')
-      if not oe or tonumber(oe) <= now then
-        redis.call('HDEL', mkey, all[i])
-      else
-        others[#others + 1] = tonumber(od)
-        leased = leased + tonumber(on)
-      end
+    local a, b, e, w0 = string.match(all[i + 1], '^(%d+) (%d+) (%d+) ?(%d*)$')
+    if not e or tonumber(e) <= now then
+      redis.call('HDEL', mkey, all[i])
+    elseif all[i] == m then
+      if (tonumber(w0) or 0) > 0 then since = tonumber(w0) end
+    else
+      od[#od + 1], on[#on + 1], os[#os + 1] = tonumber(a), tonumber(b), tonumber(w0) or 0
+      leased = leased + tonumber(b)
     end
   end
   local held = redis.call('ZCARD', key) -- without this member's slots
   -- What the permits outside every lease leave to the members, shared by
-  -- max-min over their demands: the level L gives each min(demand, L).
+  -- max-min over their demands: the level L gives each min(demand, L)
+  -- (rounded up: with more members than room, each may have a slot in
+  -- turn).
   local room = math.max(0, limit - (held - leased))
-  local share, contended = w, 0
-  local total = d
-  for i = 1, #others do total = total + others[i] end
+  local total, level = d, nil
+  for i = 1, #od do total = total + od[i] end
+  local contended = 0
   if total > room then
     contended = 1
-    local left, level = room, nil
-    local ds = { d }
-    for i = 1, #others do ds[#ds + 1] = others[i] end
+    local left, ds = room, { d }
+    for i = 1, #od do ds[#ds + 1] = od[i] end
     table.sort(ds)
     for i = 1, #ds do
       local even = left / (#ds - i + 1)
-      if ds[i] >= even then level = even break end
+      if ds[i] >= even then level = math.ceil(even) break end
       left = left - ds[i]
     end
-    -- (Rounded up: with more members than room, each may take a slot
-    -- while one is free, first come, first served.)
-    share = math.ceil(math.min(d, level or d))
+  end
+  local share = w
+  if level then share = math.min(d, level) end
+  -- Free slots go first to the members that have waited longer, up to
+  -- their share: in turn, not to whoever asks again first.
+  local reserved = 0
+  for i = 1, #od do
+    if os[i] > 0 and os[i] < since then
+      local want = od[i]
+      if level then want = math.min(want, level) end
+      reserved = reserved + math.max(0, want - on[i])
+    end
   end
   -- (Its slots in use it keeps, even past the limit, lowered meanwhile.)
-  local n = math.max(u, math.min(w, math.max(share, u), limit - held))
+  local n = math.max(u, math.min(w, math.max(share, u), limit - held - reserved))
   local exp = now + ttl
   local args = {}
   for j = 0, n - 1 do
@@ -117,9 +136,10 @@ if op == 'lease' then
     end
   end
   if n > 0 or d > 0 then
+    if n >= d then since = 0 end
     -- A member that holds nothing counts its demand a second at most.
     if n == 0 then exp = now + math.min(ttl, 1000000) end
-    redis.call('HSET', mkey, m, string.format('%d %d %d', d, n, exp))
+    redis.call('HSET', mkey, m, string.format('%d %d %d %d', d, n, exp, since))
   else
     redis.call('HDEL', mkey, m)
   end
