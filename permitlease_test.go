@@ -409,3 +409,39 @@ func TestPermitsWithLostReplies(t *testing.T) {
 		})
 	}
 }
+
+// A free slot goes to the instance that has waited longest, not to
+// whoever asks first once it is free.
+func TestPermitsLeasedInTurn(t *testing.T) {
+	e := newLeaseEnv(t)
+	a, b, c := e.limiter(t), e.limiter(t), e.limiter(t)
+	con := concurrency(t, "jobs", 1, time.Hour)
+	ctx := context.Background()
+	p, _, _ := a.AcquirePermit(ctx, con, "k")
+	if p == nil {
+		t.Fatal("a: denied")
+	}
+	for _, l := range []*ratelease.Limiter{b, c} { // b waits first, then c
+		if q, _, _ := l.AcquirePermit(ctx, con, "k"); q != nil {
+			t.Fatal("a second permit of a limit of 1")
+		}
+		e.advance(10 * time.Millisecond)
+	}
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// a's slot, idle, goes back within its linger (the sweeper).
+	for i := 0; i < 50; i++ {
+		if z, _ := e.mr.ZMembers("ratelease:{jobs:k}:permits"); len(z) == 0 {
+			break
+		}
+		e.advance(20 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // the sweeper runs on its own goroutine
+	}
+	if q, res, _ := c.AcquirePermit(ctx, con, "k"); q != nil {
+		t.Fatalf("c, which waited less, got the free slot: %+v", res)
+	}
+	if q, res, err := b.AcquirePermit(ctx, con, "k"); q == nil {
+		t.Fatalf("b, which waited longest: %+v, %v", res, err)
+	}
+}
