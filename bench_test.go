@@ -272,3 +272,43 @@ func BenchmarkPeek(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPermit measures a permit acquired and released, on a real
+// Redis over loopback: in exact mode two script calls, in lease mode
+// mostly local (a call every 100ms of use renews the instance's slots).
+// rt/op: Redis round trips per permit.
+func BenchmarkPermit(b *testing.B) {
+	addr := redistest.BenchAddr(b)
+	for _, mode := range []string{"exact", "lease"} {
+		b.Run("mode="+mode, func(b *testing.B) {
+			client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+			defer client.Close()
+			opts := []ratelease.Option{ratelease.WithRedisTimeout(time.Second)}
+			if mode == "exact" {
+				opts = append(opts, ratelease.WithExact())
+			}
+			l, err := ratelease.New(client, opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			c, err := ratelease.NewConcurrency("bench", 1000, time.Minute)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			rt := l.Stats().RoundTrips
+			b.ReportAllocs()
+			for b.Loop() {
+				p, _, err := l.AcquirePermit(ctx, c, "k")
+				if err != nil || p == nil {
+					b.Fatalf("AcquirePermit: %v", err)
+				}
+				if err := p.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(l.Stats().RoundTrips-rt)/float64(b.N), "rt/op")
+		})
+	}
+}

@@ -156,6 +156,9 @@ func run(count, accuracyRuns int, out, raw string, dirty bool) error {
 	if reg.cluster, err = clusterCeilings(peers, bin, dir, accuracyRuns); err != nil {
 		return err
 	}
+	if reg.permits, err = permits(srv.Addr, accuracyRuns); err != nil {
+		return err
+	}
 	env, err := environment(srv.Addr)
 	if err != nil {
 		return err
@@ -278,6 +281,31 @@ type regimeResults struct {
 	// cluster holds one row per peer of ceilingPeers and size of
 	// clusterSizes.
 	cluster []ceilingRow
+	// permits holds one row per mode: exact, lease.
+	permits []permitRow
+}
+
+// permitRow is the permits workload's runs in one mode.
+type permitRow struct {
+	mode string
+	runs []bench.PermitResult
+}
+
+// permits runs the permits workload runs times in exact and in lease
+// mode, interleaved.
+func permits(addr string, runs int) ([]permitRow, error) {
+	rows := []permitRow{{mode: "exact"}, {mode: "lease"}}
+	for range runs {
+		for i := range rows {
+			r, err := bench.Permits(addr, rows[i].mode == "exact", bench.DefaultPermits)
+			if err != nil {
+				return nil, fmt.Errorf("permits, %s mode: %w", rows[i].mode, err)
+			}
+			fmt.Printf("permits %s: %.0f/s, %.4f round trips a permit\n", rows[i].mode, r.PerSecond(), r.RoundTripsPerPermit())
+			rows[i].runs = append(rows[i].runs, r)
+		}
+	}
+	return rows, nil
 }
 
 // ceilingRow is one way of deciding's runs of the ceiling workload.

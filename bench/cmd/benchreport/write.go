@@ -128,6 +128,7 @@ func write(w io.Writer, e env, peers []bench.Peer, dec, byAlg map[decisionKey]de
 	writeFleet(p, e, reg.fleet, accuracyRuns)
 	writeCeiling(p, e, reg.ceiling, accuracyRuns)
 	writeCluster(p, e, reg.cluster, accuracyRuns)
+	writePermits(p, e, reg.permits, accuracyRuns)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -404,4 +405,26 @@ func writeCluster(p func(string, ...any), e env, rows []ceilingRow, runs int) {
 		cfg.Goroutines, cfg.Keys, e.cores, runs)
 	p("| peer | masters | decisions/s here | per Redis CPU second (all masters) | Redis CPU µs/decision |\n|---|---|---|---|---|\n")
 	ceilingRows(p, e, rows)
+}
+
+// writePermits writes the permits workload's runs, if any.
+func writePermits(p func(string, ...any), e env, rows []permitRow, runs int) {
+	if len(rows) == 0 {
+		return
+	}
+	cfg := bench.DefaultPermits
+	p("\n## Concurrency permits\n\n")
+	p("%d goroutines of one process each acquire a permit of one key (`AcquirePermit`) and release it at once, for %v, under a limit of %d permits (no acquire is denied). In exact mode each acquire and each release is a Redis call; in lease mode the process leases slots of the key and grants permits from them, with a call at least every 100ms of use. Redis round trips counted on the wire, Redis CPU from `INFO cpu`. %d runs each, interleaved: the median, and in brackets the lowest and highest run.\n\n",
+		cfg.Goroutines, cfg.Duration, cfg.Limit, runs)
+	p("| mode | permits/s here | Redis round trips a permit | Redis CPU µs a permit |\n|---|---|---|---|\n")
+	for _, r := range rows {
+		var per, rt, us []float64
+		for _, run := range r.runs {
+			per = append(per, run.PerSecond())
+			rt = append(rt, run.RoundTripsPerPermit())
+			us = append(us, run.RedisMicrosPerPermit())
+		}
+		p("| %s | %s [%s, %s] | %s | %s |\n", e.mark(r.mode), rate(median(per)), rate(slices.Min(per)), rate(slices.Max(per)),
+			roundTrips(median(rt)), num(median(us)))
+	}
 }
