@@ -34,10 +34,14 @@ type PermitResult struct {
 func (r PermitResult) PerSecond() float64 { return float64(r.Permits) / r.Elapsed.Seconds() }
 
 // RoundTripsPerPermit is the Redis round trips per permit.
-func (r PermitResult) RoundTripsPerPermit() float64 { return float64(r.RoundTrips) / float64(r.Permits) }
+func (r PermitResult) RoundTripsPerPermit() float64 {
+	return float64(r.RoundTrips) / float64(r.Permits)
+}
 
 // RedisMicrosPerPermit is the Redis CPU µs per permit.
-func (r PermitResult) RedisMicrosPerPermit() float64 { return r.RedisSeconds * 1e6 / float64(r.Permits) }
+func (r PermitResult) RedisMicrosPerPermit() float64 {
+	return r.RedisSeconds * 1e6 / float64(r.Permits)
+}
 
 // Permits runs the permits workload with a Limiter of ratelease on the
 // Redis at addr: in lease mode (the default) or exact mode.
