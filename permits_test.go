@@ -261,11 +261,11 @@ func permitsAcrossProcesses(t *testing.T, mode string) {
 		done  chan struct{}
 	}
 	workers := make([]*worker, 4)
-	for i := range workers {
+	spawn := func(i int) {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestPermitsAcrossProcesses$", "-test.count=1")
-		// The first, to be killed, holds its permits 300ms.
+		// The first, to be killed, holds its permit 2s.
 		cmd.Env = append(os.Environ(), permitWorkerEnv+"="+srv.Addr, permitWorkerEnv+"_MODE="+mode,
-			fmt.Sprintf("%s_HOLD=%d", permitWorkerEnv, map[bool]int{true: 300, false: 0}[i == 0]))
+			fmt.Sprintf("%s_HOLD=%d", permitWorkerEnv, map[bool]int{true: 2000, false: 0}[i == 0]))
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -285,19 +285,32 @@ func permitsAcrossProcesses(t *testing.T, mode string) {
 		}()
 		workers[i] = w
 	}
-	// Kill the first once it holds a permit.
-	var killedAt int64
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the first worker held no permit within 5s")
-		}
-		workers[0].mu.Lock()
-		n := held(workers[0].lines)
-		workers[0].mu.Unlock()
-		if n > 0 {
-			break
+	// The first starts alone (the others, which re-acquire as soon as they
+	// release, could leave it none of a limit held first come, first
+	// served, as exact mode's is); once it holds a permit the others
+	// start, and once one of them holds one too, the first is killed.
+	holding := func(ws []*worker, what string) {
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s held no permit within 5s", what)
+			}
+			for _, w := range ws {
+				w.mu.Lock()
+				n := held(w.lines)
+				w.mu.Unlock()
+				if n > 0 {
+					return
+				}
+			}
 		}
 	}
+	spawn(0)
+	holding(workers[:1], "the first worker")
+	for i := 1; i < len(workers); i++ {
+		spawn(i)
+	}
+	holding(workers[1:], "the other workers")
+	var killedAt int64
 	_ = workers[0].cmd.Process.Signal(syscall.SIGKILL)
 	now, err := rc.Time(context.Background()).Result()
 	if err != nil {

@@ -360,7 +360,10 @@ func (e *Engine) giveBackIdle(pl *permitPool, now bool) {
 		return
 	}
 	if t >= pl.until {
-		pl.slots = 0 // expired in Redis already
+		// Expired in Redis, or about to (its clock may be behind): the
+		// next call removes any left.
+		pl.maybe = max(pl.maybe, pl.slots)
+		pl.slots = 0
 		return
 	}
 	ctx, cancel := e.door.Bound(context.Background())
