@@ -295,3 +295,65 @@ func TestEconomyCachedDenialRemaining(t *testing.T) {
 		t.Fatalf("exact AllowN(3) after: %+v, %v; want admitted", res, err)
 	}
 }
+
+// Several limits at once (100/s, 3000/min, 100000/h; a calendar day's
+// quota), three instances flooding: the fair share divides the limit that
+// binds (the per-second one, while the others have room), so each
+// instance gets a third, as with the per-second limit alone, and most
+// grants come from leases. (Dividing the limit of the least long-run
+// rate, roomy, left the per-second one to whoever asked first: one
+// instance got 98%.) Simulated time: 20ms steps, two requests an instance
+// a step.
+func TestLeaseFairShareOfSeveralLimits(t *testing.T) {
+	for _, limits := range [][]ratelease.Limit{
+		{ratelease.PerSecond(100), ratelease.PerMinute(3000), ratelease.PerHour(100000)},
+		{ratelease.PerSecond(100), ratelease.PerCalendarDay(100000, nil)},
+	} {
+		t.Run(limits[len(limits)-1].String(), func(t *testing.T) {
+			mr := redistest.StartMini(t)
+			clk := clock.NewManual(mr.Now())
+			p := policy(t, "several", limits...)
+			var ls []*ratelease.Limiter
+			for i := 0; i < 3; i++ {
+				l, err := ratelease.New(mr.Client(t), ratelease.WithClock(clk), ratelease.WithRedisTimeout(5*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer l.Close()
+				ls = append(ls, l)
+			}
+			var got [3]int
+			sources := map[ratelease.Source]int{}
+			const steps = 3000 // 60 s
+			for s := 0; s < steps; s++ {
+				for i, l := range ls {
+					for r := 0; r < 2; r++ {
+						res, err := l.Allow(context.Background(), p, "k")
+						if err != nil {
+							t.Fatal(err)
+						}
+						if res.Allowed {
+							got[i]++
+							sources[res.Source]++
+						}
+					}
+				}
+				mr.Advance(20 * time.Millisecond)
+				clk.Set(mr.Now())
+			}
+			total := got[0] + got[1] + got[2]
+			t.Logf("admitted by instance %v, sources %v", got, sources)
+			if bound := 100 + 100*steps/50; total > bound || float64(total) < 0.97*float64(bound) {
+				t.Errorf("admitted %d in all; want at most and nearly %d", total, bound)
+			}
+			for i, n := range got {
+				if float64(n) < 0.9*float64(total)/3 {
+					t.Errorf("instance %d admitted %d of %d: less than 0.9 of a third", i, n, total)
+				}
+			}
+			if 2*sources[ratelease.SourceLocal] < total {
+				t.Errorf("sources %v: want most grants from leases", sources)
+			}
+		})
+	}
+}

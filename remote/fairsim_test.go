@@ -32,31 +32,44 @@ func TestFairShareSimulated(t *testing.T) {
 		horizon       time.Duration
 		demands, fair []float64
 		perUnit       float64 // the most calls a unit granted, 0: not checked
+		// beside, when set, is a second limit of the policy, of a lower
+		// long-run rate but room for the whole run: the per-second limit
+		// is still the one shared.
+		beside *remote.Limit
 	}{
-		{3000, 3000, 750 * ms, []float64{375, 375, 750, 1500, 3000}, []float64{375, 375, 750, 750, 750}, 0},
-		{600, 600, 100 * ms, []float64{100, 100, 200, 400, 800}, []float64{100, 100, 133.3, 133.3, 133.3}, 0},
+		{3000, 3000, 750 * ms, []float64{375, 375, 750, 1500, 3000}, []float64{375, 375, 750, 750, 750}, 0, nil},
+		{600, 600, 100 * ms, []float64{100, 100, 200, 400, 800}, []float64{100, 100, 133.3, 133.3, 133.3}, 0, nil},
 		// The capacity sets the batches: together they hold half of it
 		// (PART in fairshare.lua), so a unit costs members/(0.5·burst) =
 		// 0.04 calls: from a bucket every member waits for a whole batch
 		// (only a window's members below twice their share wait for a
 		// part of one, EXCESS).
-		{2000, 200, 1125 * ms, []float64{200, 400, 1000, 2400}, []float64{200, 400, 700, 700}, 0.04},
-		{2000, 20, 1125 * ms, []float64{4000}, []float64{2000}, 0},
+		{2000, 200, 1125 * ms, []float64{200, 400, 1000, 2400}, []float64{200, 400, 700, 700}, 0.04, nil},
+		{2000, 20, 1125 * ms, []float64{4000}, []float64{2000}, 0, nil},
+		{3000, 3000, 750 * ms, []float64{375, 375, 750, 1500, 3000}, []float64{375, 375, 750, 750, 750}, 0,
+			&remote.Limit{Algorithm: remote.TokenBucket, Rate: 100_000, Burst: 100_000, Period: 24 * time.Hour}},
+		{600, 600, 100 * ms, []float64{100, 100, 200, 400, 800}, []float64{100, 100, 133.3, 133.3, 133.3}, 0,
+			&remote.Limit{Algorithm: remote.FixedWindow, Rate: 100_000, Burst: 100_000, Period: 24 * time.Hour}},
 	} {
 		for _, jitter := range []bool{false, true} {
 			name := fmt.Sprintf("rate=%d,burst=%d,members=%d/%s", c.rate, c.burst, len(c.demands),
 				map[bool]string{false: "on time", true: "late and noisy"}[jitter])
+			limits := []remote.Limit{tb(c.rate, c.burst, time.Second)}
+			if c.beside != nil {
+				name += "/beside " + c.beside.Algorithm.String() + " per day"
+				limits = append(limits, *c.beside)
+			}
 			t.Run(name, func(t *testing.T) {
-				fairShareSimulated(t, c.rate, c.burst, c.horizon, c.demands, c.fair, c.perUnit, jitter)
+				fairShareSimulated(t, c.rate, c.burst, c.horizon, c.demands, c.fair, c.perUnit, jitter, limits...)
 			})
 		}
 	}
 }
 
-func fairShareSimulated(t *testing.T, rate, burst int64, horizon time.Duration, demands, fair []float64, perUnit float64, jitter bool) {
+func fairShareSimulated(t *testing.T, rate, burst int64, horizon time.Duration, demands, fair []float64, perUnit float64, jitter bool, limits ...remote.Limit) {
 	f := newFake(t)
 	rng := rand.New(rand.NewPCG(1, 2))
-	p := mustPolicy(t, "p", tb(rate, burst, time.Second))
+	p := mustPolicy(t, "p", limits...)
 	type member struct {
 		next    time.Duration // when it asks next, since the start
 		held    float64       // units held, used at the member's demand

@@ -225,9 +225,11 @@ func TestBatchesOnRealRedis(t *testing.T) {
 	}
 }
 
-// The fair share divides the limit with the smallest rate (here the
-// hourly one); a denial by another limit (the per-second one) waits for
-// that limit only, not for a batch of the hourly share.
+// The fair share divides the limit that gives the least over a horizon:
+// here the per-second one, though the hourly one has the smaller rate (it
+// has room for hours). A member denied by it waits for its share of it (a
+// unit a second, of two members' 2/s), not for a batch of the hourly
+// share. Once the hourly one runs short, it is the one divided.
 func TestFairShareDenialByAnotherLimit(t *testing.T) {
 	f := newFake(t)
 	p := mustPolicy(t, "p", tb(2, 2, time.Second), tb(100, 100, time.Hour))
@@ -235,8 +237,15 @@ func TestFairShareDenialByAnotherLimit(t *testing.T) {
 		lease(t, f, p, m, 1000, 1, 1)
 	}
 	d := lease(t, f, p, "a", 1000, 1, 1)
-	if d.Granted != 0 || d.Decider != 0 || d.RetryAfter > 500*ms {
-		t.Fatalf("%+v: want a denial by the per-second limit, back within 500ms", d)
+	if d.Granted != 0 || d.Decider != 0 || d.RetryAfter <= 0 || d.RetryAfter > time.Second {
+		t.Fatalf("%+v: want a denial by the per-second limit, back within its share's second", d)
+	}
+	q := mustPolicy(t, "q", tb(100, 100, time.Second), tb(3, 3, time.Hour))
+	for _, m := range []string{"a", "b", "a"} {
+		lease(t, f, q, m, 1000, 1, 1)
+	}
+	if d := lease(t, f, q, "a", 1000, 1, 1); d.Granted != 0 || d.Decider != 1 {
+		t.Fatalf("%+v: want a denial by the hourly limit, short of room", d)
 	}
 }
 

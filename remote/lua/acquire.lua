@@ -52,13 +52,19 @@ end
 
 -- Phase 1: read every limit, writing nothing that counts; the grant is the
 -- least any limit can give. S1..S3 hold each limit's state, AV its room.
--- R is the key's rate (units/s) and C the capacity of the limit that sets it;
--- valid the least time any limit lets a grant live (-1: none). P holds
--- each limit's period (us) as the fair share sees it: a calendar window's
--- slots hold its ends, and its span gives its length (and capacity).
+-- R is the key's rate (units/s) and C the capacity of the limit that sets it
+-- (tight): the limit that can give the least over a horizon, its room now
+-- and what it makes meanwhile. (Not merely the one of the least long-run
+-- rate: a quota of a day, or 100000/h, beside 100/s has that, yet while
+-- its room lasts the 100/s is what the members share; shared by the
+-- quota's rate, with room to spare, the 100/s would go to whoever asks
+-- first.) valid the least time any limit lets a grant live (-1: none). P
+-- holds each limit's period (us) as the fair share sees it: a calendar
+-- window's slots hold its ends, and its span gives its length (and
+-- capacity).
 local S1, S2, S3, AV, V, P = {}, {}, {}, {}, {}, {}
 local least = max -- the least room of any limit, at most max
-local R, C, tight, valid = -1, 0, 1, -1
+local R, C, tight, valid, supply = -1, 0, 1, -1, -1
 for i = 1, n do
   local alg, rate, period, burst = limit(i)
   local A = ALG[alg]
@@ -70,12 +76,13 @@ for i = 1, n do
   if A.span then period, burst = A.span(a, b, c, rate, period, burst) end
   P[i] = period
   local r = rate * 1000000 / period
-  if R < 0 or r < R then R, C, tight = r, burst, i end
+  local sup = av + r * horizon / 1000000
+  if supply < 0 or sup < supply or sup == supply and r < R then R, C, tight, supply = r, burst, i, sup end
   V[i] = v
   if v >= 0 and (valid < 0 or v < valid) then valid = v end
 end
 
--- When the key's tightest limit is a window (its grants lapse: tv >= 0),
+-- When the key's tight limit is a window (its grants lapse: tv >= 0),
 -- tv is the us to that window's end, wlen its length, wstart its start.
 -- The key's rate is a window's (windowed) when that window's room comes
 -- whole (a fixed window; a sliding window counter's comes as the last
