@@ -165,16 +165,9 @@ func TestCalendarWindowInLeaseMode(t *testing.T) {
 			mr := redistest.StartMini(t)
 			mr.Advance(c.boundaries[0].Add(-around).Sub(mr.Now()))
 			clk := clock.NewManual(mr.Now().Add(c.skew))
+			e := &leaseEnv{mr: mr, clk: clk}
 			p := policy(t, "q", c.limits...)
-			var ls []*ratelease.Limiter
-			for i := 0; i < 3; i++ {
-				l, err := ratelease.New(mr.Client(t), ratelease.WithClock(clk), ratelease.WithRedisTimeout(5*time.Second))
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer l.Close()
-				ls = append(ls, l)
-			}
+			ls := []*ratelease.Limiter{e.limiter(t), e.limiter(t), e.limiter(t)}
 			ctx := context.Background()
 			admitted := map[time.Time]int{} // by the window's start
 			sources := map[ratelease.Source]int{}

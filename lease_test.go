@@ -310,18 +310,9 @@ func TestLeaseFairShareOfSeveralLimits(t *testing.T) {
 		{ratelease.PerSecond(100), ratelease.PerCalendarDay(100000, nil)},
 	} {
 		t.Run(limits[len(limits)-1].String(), func(t *testing.T) {
-			mr := redistest.StartMini(t)
-			clk := clock.NewManual(mr.Now())
+			e := newLeaseEnv(t)
 			p := policy(t, "several", limits...)
-			var ls []*ratelease.Limiter
-			for i := 0; i < 3; i++ {
-				l, err := ratelease.New(mr.Client(t), ratelease.WithClock(clk), ratelease.WithRedisTimeout(5*time.Second))
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer l.Close()
-				ls = append(ls, l)
-			}
+			ls := []*ratelease.Limiter{e.limiter(t), e.limiter(t), e.limiter(t)}
 			var got [3]int
 			sources := map[ratelease.Source]int{}
 			const steps = 3000 // 60 s
@@ -338,8 +329,7 @@ func TestLeaseFairShareOfSeveralLimits(t *testing.T) {
 						}
 					}
 				}
-				mr.Advance(20 * time.Millisecond)
-				clk.Set(mr.Now())
+				e.advance(20 * time.Millisecond)
 			}
 			total := got[0] + got[1] + got[2]
 			t.Logf("admitted by instance %v, sources %v", got, sources)
