@@ -166,6 +166,7 @@ func (e *Engine) acquireLeased(ctx context.Context, k poolKey, id string) (Permi
 		if !pl.contended {
 			want *= 2 // as many spare: the next acquires are local
 		}
+		want = max(u+1, min(want, pl.k.limit))
 		r, err := e.leasePermits(ctx, pl, want, u+1)
 		if err != nil {
 			return PermitDecision{}, err
