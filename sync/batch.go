@@ -96,11 +96,17 @@ func newBatcher(d *door.Door, o owner) *batcher {
 }
 
 // lease queues c, waits for its answer and has the owner apply it, n units
-// of the grant the caller's (0 for a prefetch). If ctx ends first, lease
-// returns ctx's error, and the call goes on: its grant lands in the entry,
-// not lost (applied by the batcher, as the requester left). Once Close has
+// of the grant the caller's (0 for a prefetch). If ctx has ended already,
+// nothing is queued: ctx's error. If ctx ends meanwhile, lease returns
+// ctx's error, and the call goes on: its grant lands in the entry, not
+// lost (applied by the batcher, as the requester left). Once Close has
 // begun, lease returns ErrClosed.
 func (b *batcher) lease(ctx context.Context, c *call, n int64) (remote.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		// Ended already: not queued, where the batcher could take it
+		// before the abandon (and grant units nobody waits for).
+		return remote.Decision{}, err
+	}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
