@@ -232,26 +232,22 @@ type Pass struct {
 // Leave. With a Redis Cluster, naming the server may load the cluster's
 // layout (once, before the first call), within the timeout.
 func (d *Door) Enter(p *remote.Policy, key string) (Pass, error) {
-	b := d.breaker
-	if d.sharded {
-		ctx, cancel := d.Bound(context.Background())
-		b = d.breakerOf(ctx, p, key)
-		cancel()
-	}
-	ok, probe, cause := b.allow(d.nanos())
-	if !ok {
-		return Pass{}, cause
-	}
-	return Pass{b, probe}, nil
+	return d.enter(func(ctx context.Context) string { return d.store.Node(ctx, p, key) })
 }
 
 // EnterKey is Enter for a call on one Redis key, named whole (a
 // concurrency limit's permits): the breaker of the server holding it.
 func (d *Door) EnterKey(redisKey string) (Pass, error) {
+	return d.enter(func(ctx context.Context) string { return d.store.NodeOf(ctx, redisKey) })
+}
+
+// enter is Enter through the breaker of the server node names (with a
+// Redis Cluster; else the one breaker).
+func (d *Door) enter(node func(context.Context) string) (Pass, error) {
 	b := d.breaker
 	if d.sharded {
 		ctx, cancel := d.Bound(context.Background())
-		b = d.breakerAt(d.store.NodeOf(ctx, redisKey))
+		b = d.breakerAt(node(ctx))
 		cancel()
 	}
 	ok, probe, cause := b.allow(d.nanos())
