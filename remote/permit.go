@@ -70,33 +70,30 @@ func (s *Store) PermitKey(name, key string) string {
 	return s.prefix + ":{" + name + ":" + key + permitTail
 }
 
-// permitMembersTail ends the key of the members that lease a concurrency
-// limit's key: no policy's tail is "}:permits:m".
-const permitMembersTail = "}:permits:m"
-
 // Permit makes one permit call (see permit.lua), as an operator's script.
 // Errors are Redis's or ctx's, naming the server.
 func (s *Store) Permit(ctx context.Context, c PermitCall) (PermitReply, error) {
 	k := s.PermitKey(c.Name, c.Key)
-	if c.Op == PermitLease {
-		mk := s.prefix + ":{" + c.Name + ":" + c.Key + permitMembersTail
-		v, err := permitScript.Run(ctx, s.client, []string{k, mk}, string(c.Op), c.ID, c.Limit, c.TTL.Microseconds(),
-			c.Slots, c.InUse, c.Want, c.Demand, c.Maybe).Int64Slice()
-		if err != nil {
-			return PermitReply{}, named(s.Addr(nil, ""), err)
-		}
-		if len(v) != 7 {
-			return PermitReply{}, fmt.Errorf("remote: permit lease replied %d values, want 7", len(v))
-		}
-		return PermitReply{Slots: v[0], At: v[1], Held: v[2], RetryAfter: time.Duration(v[3]) * time.Microsecond,
-			Lost: v[4] == 1, Contended: v[5] == 1, Share: v[6]}, nil
+	keys, args, values := []string{k}, []any{string(c.Op), c.ID, c.Limit, c.TTL.Microseconds()}, 4
+	lease := c.Op == PermitLease
+	if lease {
+		// The members that lease the key: "}:permits:m", which no
+		// policy's tail is.
+		keys = append(keys, k+":m")
+		args, values = append(args, c.Slots, c.InUse, c.Want, c.Demand, c.Maybe), 7
 	}
-	v, err := permitScript.Run(ctx, s.client, []string{k}, string(c.Op), c.ID, c.Limit, c.TTL.Microseconds()).Int64Slice()
+	v, err := permitScript.Run(ctx, s.client, keys, args...).Int64Slice()
 	if err != nil {
 		return PermitReply{}, named(s.Addr(nil, ""), err)
 	}
-	if len(v) != 4 {
-		return PermitReply{}, fmt.Errorf("remote: permit replied %d values, want 4", len(v))
+	if len(v) != values {
+		return PermitReply{}, fmt.Errorf("remote: permit %s replied %d values, want %d", c.Op, len(v), values)
 	}
-	return PermitReply{Done: v[0] == 1, At: v[1], Held: v[2], RetryAfter: time.Duration(v[3]) * time.Microsecond}, nil
+	r := PermitReply{At: v[1], Held: v[2], RetryAfter: time.Duration(v[3]) * time.Microsecond}
+	if lease {
+		r.Slots, r.Lost, r.Contended, r.Share = v[0], v[4] == 1, v[5] == 1, v[6]
+	} else {
+		r.Done = v[0] == 1
+	}
+	return r, nil
 }

@@ -36,12 +36,19 @@ local key, op, id = KEYS[1], ARGV[1], ARGV[2]
 -- Expired permits (their holder gone) are dropped first.
 redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
 
--- The key lives as long as its last permit.
+-- k lives life us more (at least a ms).
+local function expire(k, life)
+  redis.call('PEXPIRE', k, string.format('%d', math.max(1, math.ceil(life / 1000))))
+end
+
+-- The key lives as long as its last permit. Returns how long that is (us),
+-- or 0 when none is held.
 local function keep()
   local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  if last[2] then
-    redis.call('PEXPIRE', key, string.format('%d', math.max(1, math.ceil((tonumber(last[2]) - now) / 1000))))
-  end
+  if not last[2] then return 0 end
+  local life = tonumber(last[2]) - now
+  expire(key, life)
+  return life
 end
 
 -- The first permit or slot held expires in (us).
@@ -143,11 +150,8 @@ if op == 'lease' then
   else
     redis.call('HDEL', mkey, m)
   end
-  keep()
-  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  local life = exp - now
-  if last[2] then life = math.max(life, tonumber(last[2]) - now) end
-  redis.call('PEXPIRE', mkey, string.format('%d', math.max(1, math.ceil(life / 1000))))
+  -- The members live as long as the last permit, or this member's entry.
+  expire(mkey, math.max(exp - now, keep()))
   local retry = 0
   if n <= u then retry = first_expiry() end
   return { n, now, held + n, retry, lost, contended, share }
