@@ -105,10 +105,13 @@ func TestQuotasOnEveryDeployment(t *testing.T) {
 			for i, in := range append(ins, exact...) {
 				in.check(t, fmt.Sprintf("instance %d", i))
 			}
-			tot := sum(ins)
-			tot.units += sum(exact).units
-			t.Logf("admitted %d of a quota of %d; %d permits held, at most %d at once (limit %d)", tot.units, quota, held.Load(), most.Load(), permits)
-			atMost(t, "the day's quota", float64(tot.units), quota)
+			tot, ex := sum(ins), sum(exact)
+			tot.units, tot.fallbackUnits = tot.units+ex.units, tot.fallbackUnits+ex.fallbackUnits
+			t.Logf("admitted %d of a quota of %d (%d by the failure mode); %d permits held, at most %d at once (limit %d)",
+				tot.units, quota, tot.fallbackUnits, held.Load(), most.Load(), permits)
+			// (What the failure mode admitted, a Redis call timing out on a
+			// loaded machine, is the failure mode's, as in every bound here.)
+			atMost(t, "the day's quota", float64(tot.units), quota+float64(tot.fallbackUnits))
 			atLeast(t, "the day's quota", float64(tot.units), quota, 0.97, 0.9)
 			if most.Load() > permits || held.Load() < 100 {
 				t.Errorf("%d permits held, at most %d at once; want at most %d, and permits served", held.Load(), most.Load(), permits)
