@@ -58,7 +58,7 @@ func TestExactAgreesWithAcquire(t *testing.T) {
 			}
 			r.Key = "acquire"
 			keys := s.acquireKeys(r)
-			v, err := s.run(ctx, &p.scripts.acquire, keys, s.acquireArgs(r, room(keys))).Slice()
+			v, err := s.run(ctx, &p.scripts.acquire, keys, s.acquireArgs(r, room(keys))).Text()
 			if err != nil {
 				t.Fatal(err)
 			}

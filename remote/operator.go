@@ -37,7 +37,7 @@ func (p *Policy) ops() *opScripts {
 // and Remaining is the decider's room before any charge (see peek.lua).
 // Wait, ValidFor and Members are 0.
 func (s *Store) Peek(ctx context.Context, p *Policy, key string) (Decision, error) {
-	v, err := p.ops().peek.Run(ctx, s.client, p.keys(s.prefix, key, false, true), s.refundArgs(p, 0, 0, "", 0)...).Slice()
+	v, err := p.ops().peek.Run(ctx, s.client, p.keys(s.prefix, key, false, true), s.refundArgs(p, 0, 0, "", 0)...).Text()
 	if err != nil {
 		return Decision{}, s.named(p, key, err)
 	}
@@ -71,7 +71,7 @@ const MaxCharge = 1 << 40
 // decider owes, Remaining and ResetAfter its own. A block of key does not
 // stop it.
 func (s *Store) Charge(ctx context.Context, p *Policy, key string, units int64) (Decision, error) {
-	v, err := p.ops().charge.Run(ctx, s.client, p.Keys(s.prefix, key), s.refundArgs(p, units, 0, "", 0)...).Slice()
+	v, err := p.ops().charge.Run(ctx, s.client, p.Keys(s.prefix, key), s.refundArgs(p, units, 0, "", 0)...).Text()
 	if err != nil {
 		return Decision{}, s.named(p, key, err)
 	}

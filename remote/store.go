@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -284,7 +285,7 @@ type Decision struct {
 // the server (see Addr).
 func (s *Store) Acquire(ctx context.Context, r Request) (Decision, error) {
 	keys := s.acquireKeys(r)
-	v, err := s.run(ctx, r.program(), keys, s.args(r, room(keys))).Slice()
+	v, err := s.run(ctx, r.program(), keys, s.args(r, room(keys))).Text()
 	if err != nil {
 		return Decision{}, s.named(r.Policy, r.Key, err)
 	}
@@ -329,7 +330,7 @@ func (s *Store) Batch(ctx context.Context, rs []Request, gs []Grant) ([]Decision
 		gerrs[i] = s.named(gs[i].Policy, gs[i].Key, c.Err())
 	}
 	for i, c := range cmds[len(gs):] {
-		v, err := c.Slice()
+		v, err := c.Text()
 		if err == nil {
 			ds[i], err = parseDecision(rs[i].Policy, v)
 		}
@@ -669,7 +670,7 @@ func (r Request) member() string {
 // refund.lua); exactHeader, exact.lua's, which has no member's values.
 const (
 	header      = 8
-	exactHeader = 5
+	exactHeader = 3
 )
 
 // args returns the ARGV of r's program, after lead values left free (see
@@ -689,12 +690,16 @@ func (s *Store) acquireArgs(r Request, lead int) []any {
 	return append(args, limits...)
 }
 
-// exactArgs returns exact.lua's ARGV for r, after lead values left free.
+// exactArgs returns exact.lua's ARGV for r, after lead values left free:
+// back and back_at follow the limits only when units go back.
 func (s *Store) exactArgs(r Request, lead int) []any {
 	limits := s.limitArgs(r.Policy)
-	args := make([]any, lead, lead+exactHeader+len(limits))
-	args = append(args, r.Min, r.Max, r.reserve(), max(0, r.Back), r.BackAt)
-	return append(args, limits...)
+	args := make([]any, lead, lead+exactHeader+len(limits)+2)
+	args = append(append(args, r.Min, r.Max, r.reserve()), limits...)
+	if r.Back > 0 {
+		args = append(args, r.Back, r.BackAt)
+	}
+	return args
 }
 
 // limitArgs returns the ARGV values of p's limits (see prelude.lua's
@@ -724,18 +729,25 @@ func (s *Store) refundArgs(p *Policy, units, at int64, member string, lead int) 
 	return append(args, limits...)
 }
 
-// parseDecision reads a decision's integers (see prelude.lua): four to
-// ten, those left off 0, and charge.lua's eleventh, the debt.
-func parseDecision(p *Policy, v []any) (Decision, error) {
+// parseDecision reads a decision's reply (see prelude.lua's reply): four
+// to ten integers, those left off 0, and charge.lua's eleventh, the debt,
+// in decimal, separated by spaces.
+func parseDecision(p *Policy, reply string) (Decision, error) {
 	var n [11]int64
-	if len(v) < 4 || len(v) > len(n) {
-		return Decision{}, fmt.Errorf("remote: acquire replied %d values, want 4 to %d", len(v), len(n))
-	}
-	for i, x := range v {
-		var ok bool
-		if n[i], ok = x.(int64); !ok {
-			return Decision{}, fmt.Errorf("remote: acquire reply %d is %T, want an integer", i, x)
+	k := 0
+	for rest := reply; rest != ""; k++ {
+		field, tail, _ := strings.Cut(rest, " ")
+		if k == len(n) {
+			return Decision{}, fmt.Errorf("remote: acquire replied %q, more than %d values", reply, len(n))
 		}
+		x, err := strconv.ParseInt(field, 10, 64)
+		if err != nil {
+			return Decision{}, fmt.Errorf("remote: acquire replied %q: %w", reply, err)
+		}
+		n[k], rest = x, tail
+	}
+	if k < 4 {
+		return Decision{}, fmt.Errorf("remote: acquire replied %q, %d values, want 4 to %d", reply, k, len(n))
 	}
 	d := Decision{
 		Granted:    n[0],

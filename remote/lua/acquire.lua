@@ -27,7 +27,7 @@
 --
 -- Returns a decision's integers (see prelude.lua), all ten.
 HEADER = 8
-local min, max, reserve = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local minimum, maximum, reserve = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local member, demand = ARGV[4], tonumber(ARGV[5])
 local back, back_at, horizon = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local bkey = KEYS[#KEYS]
@@ -47,7 +47,7 @@ if back > 0 then refund_all(n, back, back_at) end
 -- left alone.
 do
   local left = blocked_for(bkey)
-  if left > 0 then return { 0, NOW, 0, left, 0, left, 0, 0, 0, 1 } end
+  if left > 0 then return reply(0, NOW, 0, left, 0, left, 0, 0, 0, 1) end
 end
 
 -- Phase 1: read every limit, writing nothing that counts; the grant is the
@@ -63,7 +63,7 @@ end
 -- window's slots hold its ends, and its span gives its length (and
 -- capacity).
 local S1, S2, S3, AV, V, P = {}, {}, {}, {}, {}, {}
-local least = max -- the least room of any limit, at most max
+local least = maximum -- the least room of any limit, at most max
 local R, C, tight, valid, supply = -1, 0, 1, -1, -1
 for i = 1, n do
   local alg, rate, period, burst = limit(i)
@@ -95,13 +95,13 @@ if tv >= 0 then
   windowed = ALG[limit(tight)].whole == true
   wlen = P[tight]
   wstart = NOW + tv - wlen
-  release_at = math.floor(wlen / RELEASE)
+  release_at = floor(wlen / RELEASE)
   released = tv <= release_at
 end
 local whole = windowed -- before the members settle it (below)
 -- Members and the fair share: cap is what this member may take now (huge
 -- when the demand fits), need the least grant worth its while.
-local cap, need, members, refill = math.huge, min, 0, 0
+local cap, need, members, refill = HUGE, minimum, 0, 0
 local tokens -- this member's bucket, while the demand exceeds the rate
 local spare = 0 -- room no member's bucket claims
 local room, room_rate = 0, 0 -- room beyond the others' buckets, and how fast it grows (units/s)
@@ -142,19 +142,19 @@ if mkey then
     -- demand near the rate finds room for nearly all of it, and a room
     -- made at the pace of that demand would deny it at every lull's end.)
     if tv >= 0 and not settled and members > 1 and total * EXCESS > R * (EXCESS + 1) then
-      local pend = math.min(wstart + wlen, newest + horizon)
+      local pend = min(wstart + wlen, newest + horizon)
       if pend > NOW then
         local _, rate = limit(tight)
         pace_len = pend - wstart
         -- (Whole units held back, so that a pace a unit's worth long is
         -- none. S2: the units the window has granted, for both algorithms.)
-        local made = rate - math.floor(rate * (pend - NOW) / pace_len) - S2[tight]
-        paced = math.max(0, math.min(AV[tight], made))
+        local made = rate - floor(rate * (pend - NOW) / pace_len) - S2[tight]
+        paced = max(0, min(AV[tight], made))
         if paced < least then least = paced end
       end
     end
     local L = water_level(ds, R)
-    local f = math.min(demand, L) -- this member's fair rate
+    local f = min(demand, L) -- this member's fair rate
     local h = horizon
     if valid >= 0 and valid < h then h = valid end
     -- A member's bucket holds a batch (at least min): what the buckets
@@ -162,7 +162,7 @@ if mkey then
     -- tenth of what the key makes in a horizon in all, little more than
     -- its capacity. (A window that will not have a batch before it ends
     -- gives what it has left: see below.)
-    local batch, size = batch_size(demand, f, min, h, valid, R, C)
+    local batch, size = batch_size(demand, f, minimum, h, valid, R, C)
     -- A window's room comes whole, when the window opens: a bucket that
     -- refills over the window would spread it out, and the member that
     -- asks fastest would take what the buckets leave. So when the key's
@@ -174,9 +174,9 @@ if mkey then
     -- a run is still taken at once, each member taking its part.
     if windowed then
       size = allot(f, wlen)
-      if not tokens or at < wstart then tokens = size else tokens = math.min(size, tokens) end
+      if not tokens or at < wstart then tokens = size else tokens = min(size, tokens) end
     elseif not tokens then tokens = size else
-      tokens = math.min(size, tokens + f * (NOW - at) / 1000000)
+      tokens = min(size, tokens + f * (NOW - at) / 1000000)
     end
     -- What the buckets hold is kept for their members: a member may take
     -- all the room but what the others' buckets hold, from its own bucket
@@ -186,12 +186,12 @@ if mkey then
     -- those who want it rather than overflow the limit's capacity.
     local claims, growth = claims_of(others, L, windowed and wlen or 0, wstart, released, h, valid, R, C)
     local avail = paced or AV[tight]
-    room = math.floor(math.max(0, avail - claims))
+    room = floor(max(0, avail - claims))
     -- The room beyond the others' buckets grows as fast as the limit
     -- refills, less what goes into the buckets not yet full, and never
     -- slower than this member's own share.
-    room_rate = math.max(f, R - growth)
-    spare = math.max(0, room - math.max(0, tokens))
+    room_rate = max(f, R - growth)
+    spare = max(0, room - max(0, tokens))
     -- The shares are held to only while the room is short (less than the
     -- members want over a horizon). With room to spare, anyone takes what
     -- it asks for, and what it takes beyond its bucket is a debt (down to
@@ -201,11 +201,11 @@ if mkey then
       -- (Its own bucket, too, when the buckets together hold more than
       -- the room: each is at least min, which a small rate's share may
       -- not make. First come, first served then, rather than none.)
-      cap = math.max(room, math.floor(math.max(0, tokens)))
-      need = math.max(min, math.min(batch, max))
+      cap = max(room, floor(max(0, tokens)))
+      need = max(minimum, min(batch, maximum))
       -- From a window, what is left of the member's part (or, released,
       -- of the window) is worth taking, however little: it does not grow.
-      if windowed then need = math.max(min, math.min(need, cap)) end
+      if windowed then need = max(minimum, min(need, cap)) end
       refill = f
     else
       debt = true
@@ -224,9 +224,9 @@ local function save(g)
   if not mkey then return end
   local kept
   if tokens then
-    local charged = math.min(g, math.max(0, tokens))
+    local charged = min(g, max(0, tokens))
     if debt or tokens < 0 then charged = g end
-    kept = math.max(-C, tokens - charged)
+    kept = max(-C, tokens - charged)
     tokens = tokens - charged
     spare = spare - (g - charged)
   end
@@ -238,8 +238,8 @@ end
 -- does, whichever comes first. (Told to wait for its own bucket alone, every
 -- member would leave that room unused while the others wait for theirs.)
 local function share_wait()
-  local own = cdiv((need - math.max(0, tokens)) * 1000000, refill)
-  return math.min(own, cdiv((need - room) * 1000000, room_rate))
+  local own = cdiv((need - max(0, tokens)) * 1000000, refill)
+  return min(own, cdiv((need - room) * 1000000, room_rate))
 end
 
 -- Short of a batch under the fair share: denied, back once the bucket
@@ -249,37 +249,37 @@ if refill > 0 and cap < need then
   if windowed then
     -- The member's part of the window is spent, and the others' parts are
     -- theirs: back when they are released, or when the window ends.
-    if released then retry = math.max(1, tv) else retry = math.max(1, tv - release_at) end
+    if released then retry = max(1, tv) else retry = max(1, tv - release_at) end
   else
-    retry = math.max(1, share_wait())
-    if valid >= 0 and retry >= valid and least >= min then
+    retry = max(1, share_wait())
+    if valid >= 0 and retry >= valid and least >= minimum then
       -- The window ends before this member's share makes a batch: what it
       -- leaves of the window would be lost with it. It takes it, in debt.
-      cap, debt = math.huge, true
+      cap, debt = HUGE, true
     end
   end
   if cap < need then
     save(0)
     local alg, rate, period, burst = limit(tight)
     local reset = ALG[alg].reset(S1[tight], S2[tight], S3[tight], rate, period, burst)
-    return { 0, NOW, AV[tight], reset, 0, retry, tight - 1, 0, members }
+    return reply(0, NOW, AV[tight], reset, 0, retry, tight - 1, 0, members)
   end
 end
 
-local grant = math.min(least, cap)
+local grant = min(least, cap)
 -- (Once a window's parts are released, what is left is anybody's, whole:
 -- the window ends soon, and its rest would be stranded in batches.)
 if refill > 0 and not (windowed and released) then
   -- Under the fair share a grant is a batch or two (what the bucket made
   -- beyond a whole batch is not lost to rounding): what a member holds
   -- unused at any moment stays small, and its bucket keeps the rest.
-  grant = math.min(grant, math.max(2 * need, math.floor(tokens)))
+  grant = min(grant, max(2 * need, floor(tokens)))
 end
-if member ~= '' and min > 1 and grant - grant % min >= need then
+if member ~= '' and minimum > 1 and grant - grant % minimum >= need then
   -- A lease for a request of min units: the requests that follow are
   -- likely of min units too, and a remainder below min would wait unused
   -- until it lapses. Whole multiples of min are granted.
-  grant = grant - grant % min
+  grant = grant - grant % minimum
 end
 if grant < need then
   -- The decider is the denying limit whose retry_after is longest: need
@@ -294,7 +294,7 @@ if grant < need then
       reset = ALG[alg].reset(S1[tight], S2[tight], S3[tight], rate, period, burst)
     end
   end
-  if need > min and grant >= min and valid >= 0 and retry >= valid then
+  if need > minimum and grant >= minimum and valid >= 0 and retry >= valid then
     -- A batch would come only after the grant's window has ended: take
     -- what the window has left, rather than strand it.
     need = grant
@@ -308,17 +308,17 @@ if grant < need then
     -- (retry), no later: put off longer, it would leave the limit to fill
     -- up (and a bucket to overflow) meanwhile.
     if refill > 0 and members > 1 and decider == tight and tokens < need then
-      retry = math.max(retry, share_wait())
+      retry = max(retry, share_wait())
     elseif mkey and refill == 0 and members > 1 and decider == tight then
       -- The members' demands fit in R, yet the limit is empty: a demand
       -- grew faster than its estimate. Back once the limit has made a
       -- batch of this member's demand (at most its part of the capacity),
       -- not for every unit as it frees up, which would poll.
-      local b = math.max(need, math.min(demand * horizon / TENTH, C / members))
-      retry = math.max(retry, cdiv(b * 1000000, R))
+      local b = max(need, min(demand * horizon / TENTH, C / members))
+      retry = max(retry, cdiv(b * 1000000, R))
     end
     save(0)
-    return { 0, NOW, AV[decider], reset, 0, math.max(1, retry), decider - 1, 0, members }
+    return reply(0, NOW, AV[decider], reset, 0, max(1, retry), decider - 1, 0, members)
   end
 end
 
@@ -334,9 +334,9 @@ local next = 0
 if refill > 0 and members > 1 and windowed then
   -- From a window: nothing more until the others' parts are released,
   -- once this member's part and the spare are spent.
-  if not released and math.max(0, tokens) + math.max(0, spare) < min then next = math.max(1, tv - release_at) end
+  if not released and max(0, tokens) + max(0, spare) < minimum then next = max(1, tv - release_at) end
 elseif refill > 0 and members > 1 then
-  local short_by = need - math.max(0, tokens) - math.max(0, spare)
+  local short_by = need - max(0, tokens) - max(0, spare)
   if short_by > 0.000001 then next = cdiv(short_by * 1000000, refill) end
 end
-return { grant, NOW, left, reset, math.max(0, valid), next, decider - 1, wait, members }
+return reply(grant, NOW, left, reset, max(0, valid), next, decider - 1, wait, members)

@@ -23,27 +23,27 @@ local CW_SLACK = (3 * 86400 + 3600) * 1000000
 -- The start and end of the window Redis's time is in.
 local function cw_window(e1, e2)
   if NOW >= e1 and NOW < e2 then return e1, e2 end
-  if NOW < e1 and NOW >= 2 * e1 - e2 - CW_SLACK then return math.min(NOW, 2 * e1 - e2), e1 end
+  if NOW < e1 and NOW >= 2 * e1 - e2 - CW_SLACK then return min(NOW, 2 * e1 - e2), e1 end
   error('ratelease: calendar window ' .. int(e1) .. '-' .. int(e2) ..
     ' does not hold Redis time ' .. int(NOW) .. ': this host\'s clock is far from Redis\'s')
 end
 
 local function cw_load(key, _, e1, e2)
   local _, e = cw_window(e1, e2)
-  local v = redis.call('HMGET', key, 'e', 'c')
+  local v = call('HMGET', key, 'e', 'c')
   if tonumber(v[1]) == e then return e, tonumber(v[2]) or 0 end
   return e, 0
 end
 
 local function cw_save(key, e, c)
-  redis.call('HSET', key, 'e', int(e), 'c', int(c))
+  call('HSET', key, 'e', int(e), 'c', int(c))
   expire_in(key, e - NOW)
 end
 
 ALG[5] = {
   load = cw_load,
 
-  avail = function(_, c, _, rate) return math.max(0, rate - c) end,
+  avail = function(_, c, _, rate) return max(0, rate - c) end,
 
   -- Nothing is freed before the window ends.
   retry = function(_, e) return e - NOW end,
@@ -79,9 +79,9 @@ ALG[5] = {
     local e, c = cw_load(key, rate, e1, e2)
     local ea = e1
     if at >= e1 then ea = e2 end
-    if ea == e and c > 0 then cw_save(key, e, math.max(0, c - g)) end
+    if ea == e and c > 0 then cw_save(key, e, max(0, c - g)) end
   end,
 
   -- Forgiven when the window ends.
-  owed = function(_, c, _, rate) return math.max(0, c - rate) end,
+  owed = function(_, c, _, rate) return max(0, c - rate) end,
 }

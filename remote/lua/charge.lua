@@ -33,14 +33,14 @@ for i = 1, #KEYS do
   local A, key = ALG[alg], KEYS[i]
   local a, b, c = A.load(key, rate, period, burst)
   local gi = g
-  if alg == 2 then gi = math.min(g, rate) end
+  if alg == 2 then gi = min(g, rate) end
   a, b, c = A.commit(key, a, b, c, rate, period, burst, gi)
   local av = A.avail(a, b, c, rate, period, burst, 0)
   local r = 0
-  if av < 1 then r = math.max(1, A.retry(key, a, b, c, rate, period, burst, 1, 0)) end
+  if av < 1 then r = max(1, A.retry(key, a, b, c, rate, period, burst, 1, 0)) end
   if r > retry or (r == retry and av < left) then
     decider, retry, left = i, r, av
     reset, debt = A.reset(a, b, c, rate, period, burst), A.owed(a, b, c, rate, period, burst)
   end
 end
-return { g, NOW, left, reset, 0, retry, decider - 1, 0, 0, 0, debt }
+return reply(g, NOW, left, reset, 0, retry, decider - 1, 0, 0, 0, debt)

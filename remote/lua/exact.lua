@@ -4,29 +4,29 @@
 -- KEYS (no members hash) as acquire.lua; ARGV without the member's values:
 --
 -- ARGV[1]   min, ARGV[2] max, ARGV[3] reserve: as in acquire.lua
--- ARGV[4]   back, ARGV[5] back_at: as acquire.lua's ARGV[6] and ARGV[7]
--- ARGV[6..] the limits, as in acquire.lua
+-- ARGV[4..] the limits, as in acquire.lua
+-- then, only when units go back: back and back_at, as acquire.lua's
+--           ARGV[6] and ARGV[7]
 --
 -- Returns a decision's integers (see prelude.lua), as few as say it: no
 -- members, and no wait or valid_for where they are 0.
 --
--- It is the script of every exact decision, so it is kept lean: the
--- definitions it is assembled with run anew on every call, and a table
+-- It is the script of every exact decision, so it is kept lean: every
+-- argument costs Redis a string to make and a number to read, and a table
 -- costs more than the arithmetic of a decision (see prelude.lua). A policy
--- of one limit, the common case, is decided with no table but the reply.
-HEADER = 5
-local min, max, reserve = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+-- of one limit, the common case, is decided with no table.
+HEADER = 3
+local minimum, maximum, reserve = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local n = #KEYS - 1
 
 -- What the caller leased earlier and did not use goes back first.
-do
-  local back = tonumber(ARGV[4])
-  if back > 0 then refund_all(n, back, tonumber(ARGV[5])) end
+if #ARGV > HEADER + 4 * n then
+  refund_all(n, tonumber(ARGV[HEADER + 4 * n + 1]), tonumber(ARGV[HEADER + 4 * n + 2]))
 end
 
 do
   local left = blocked_for(KEYS[n + 1])
-  if left > 0 then return { 0, NOW, 0, left, 0, left, 0, 0, 0, 1 } end
+  if left > 0 then return reply(0, NOW, 0, left, 0, left, 0, 0, 0, 1) end
 end
 
 if n == 1 then
@@ -35,23 +35,23 @@ if n == 1 then
   local key = KEYS[1]
   local a, b, c = A.load(key, rate, period, burst)
   local av = A.avail(a, b, c, rate, period, burst, reserve)
-  if av < min then
-    return { 0, NOW, av, A.reset(a, b, c, rate, period, burst), 0,
-      math.max(1, A.retry(key, a, b, c, rate, period, burst, min, reserve)) }
+  if av < minimum then
+    return reply(0, NOW, av, A.reset(a, b, c, rate, period, burst), 0,
+      max(1, A.retry(key, a, b, c, rate, period, burst, minimum, reserve)))
   end
   local valid = A.valid(a, b, c, rate, period, burst)
-  local g, wait = math.min(av, max)
+  local g, wait = min(av, maximum)
   a, b, c, wait = A.commit(key, a, b, c, rate, period, burst, g)
   av = A.avail(a, b, c, rate, period, burst, reserve)
-  if wait > 0 then return { g, NOW, av, A.reset(a, b, c, rate, period, burst), math.max(0, valid), 0, 0, wait } end
-  if valid > 0 then return { g, NOW, av, A.reset(a, b, c, rate, period, burst), valid } end
-  return { g, NOW, av, A.reset(a, b, c, rate, period, burst) }
+  if wait > 0 then return reply(g, NOW, av, A.reset(a, b, c, rate, period, burst), max(0, valid), 0, 0, wait) end
+  if valid > 0 then return reply(g, NOW, av, A.reset(a, b, c, rate, period, burst), valid) end
+  return reply(g, NOW, av, A.reset(a, b, c, rate, period, burst))
 end
 
 -- Several limits: read every one, writing nothing; the grant is the least
 -- any can give, charged to all, or nothing.
 local S1, S2, S3, AV = {}, {}, {}, {}
-local least, valid = max, -1
+local least, valid = maximum, -1
 for i = 1, n do
   local alg, rate, period, burst = limit(i)
   local A = ALG[alg]
@@ -62,9 +62,9 @@ for i = 1, n do
   local v = A.valid(a, b, c, rate, period, burst)
   if v >= 0 and (valid < 0 or v < valid) then valid = v end
 end
-if least < min then
-  local decider, retry, reset = denier(n, S1, S2, S3, AV, min, reserve)
-  return { 0, NOW, AV[decider], reset, 0, math.max(1, retry), decider - 1 }
+if least < minimum then
+  local decider, retry, reset = denier(n, S1, S2, S3, AV, minimum, reserve)
+  return reply(0, NOW, AV[decider], reset, 0, max(1, retry), decider - 1)
 end
 local wait, decider, left, reset = charge_all(n, S1, S2, S3, least, reserve)
-return { least, NOW, left, reset, math.max(0, valid), 0, decider - 1, wait }
+return reply(least, NOW, left, reset, max(0, valid), 0, decider - 1, wait)

@@ -61,7 +61,7 @@ local EXCESS = 4
 -- The level L of the water-filling of demands ds (sorted in place) to R: the
 -- smallest demands are met in full, the rest share what is left equally.
 local function water_level(ds, R)
-  table.sort(ds)
+  sort(ds)
   local left, L = R, R
   for j = 1, #ds do
     L = left / (#ds - j + 1)
@@ -83,11 +83,11 @@ end
 local function batch_size(dx, fx, least_grant, h, valid, R, C)
   local b = fx * h / TENTH
   if valid < 0 then
-    b = math.min(b, PART * fx / R * C)
-    return math.floor(b), math.max(least_grant, b)
+    b = min(b, PART * fx / R * C)
+    return floor(b), max(least_grant, b)
   end
-  local wait = b * math.min(1, math.max(1 / EXCESS, (dx - fx) / fx))
-  return math.floor(wait), math.max(least_grant, b)
+  local wait = b * min(1, max(1 / EXCESS, (dx - fx) / fx))
+  return floor(wait), max(least_grant, b)
 end
 
 -- A member's part of a window of wlen us at the fair rate fx: f/R of its
@@ -102,18 +102,18 @@ local function allot(fx, wlen) return fx * wlen / 1000000 end
 local function claims_of(others, L, wlen, wstart, released, h, valid, R, C)
   local claims, growth = 0, 0
   for j = 1, #others, 3 do
-    local fj = math.min(others[j], L)
+    local fj = min(others[j], L)
     local tk = others[j + 1]
     if wlen > 0 then
       local aj = allot(fj, wlen)
-      if tk and others[j + 2] >= wstart then tk = math.min(aj, tk) else tk = aj end
+      if tk and others[j + 2] >= wstart then tk = min(aj, tk) else tk = aj end
       if released then tk = 0 end
     else
       local _, sj = batch_size(fj, fj, 1, h, valid, R, C)
-      if tk then tk = math.min(sj, tk + fj * (NOW - others[j + 2]) / 1000000) else tk = sj end
+      if tk then tk = min(sj, tk + fj * (NOW - others[j + 2]) / 1000000) else tk = sj end
       if tk < sj then growth = growth + fj end
     end
-    claims = claims + math.max(0, math.floor(tk))
+    claims = claims + max(0, floor(tk))
   end
   return claims, growth
 end

@@ -8,20 +8,20 @@
 -- boundary.
 local function fw_load(key, _, period)
   local w = idiv(NOW, period)
-  local v = redis.call('HMGET', key, 'w', 'c')
+  local v = call('HMGET', key, 'w', 'c')
   if tonumber(v[1]) == w then return w, tonumber(v[2]) or 0 end
   return w, 0
 end
 
 local function fw_save(key, w, c, period)
-  redis.call('HSET', key, 'w', int(w), 'c', int(c))
+  call('HSET', key, 'w', int(w), 'c', int(c))
   expire_in(key, (w + 1) * period - NOW)
 end
 
 ALG[1] = {
   load = fw_load,
 
-  avail = function(_, c, _, rate) return math.max(0, rate - c) end,
+  avail = function(_, c, _, rate) return max(0, rate - c) end,
 
   -- Nothing is freed before the window ends.
   retry = function(_, w, _, _, _, period) return (w + 1) * period - NOW end,
@@ -41,7 +41,7 @@ ALG[1] = {
   valid = function(w, _, _, _, period) return (w + 1) * period - NOW end,
 
   -- Forgiven when the window ends.
-  owed = function(_, c, _, rate) return math.max(0, c - rate) end,
+  owed = function(_, c, _, rate) return max(0, c - rate) end,
 
   -- Its room comes whole when a window opens (the fair share divides it
   -- into the members' parts of the window: see acquire.lua).
@@ -49,6 +49,6 @@ ALG[1] = {
 
   refund = function(key, rate, period, _, g, at)
     local w, c = fw_load(key, rate, period)
-    if idiv(at, period) == w and c > 0 then fw_save(key, w, math.max(0, c - g), period) end
+    if idiv(at, period) == w and c > 0 then fw_save(key, w, max(0, c - g), period) end
   end,
 }

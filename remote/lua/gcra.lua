@@ -16,9 +16,9 @@
 -- fell at that rate until now) and saved with the caller's.
 
 local function gcra_load(key, rate)
-  local v = redis.call('GET', key)
+  local v = call('GET', key)
   if not v then return 0 end
-  local us, rem, wrote = string.match(v, '^(%d+):(%d+):?(%d*)$')
+  local us, rem, wrote = match(v, '^(%d+):(%d+):?(%d*)$')
   us = tonumber(us)
   if not us or us < NOW then return 0 end
   -- (a state written before the rate was kept has none: the caller's)
@@ -28,23 +28,23 @@ end
 -- Units that fit in the room left: floor((burst*period - D) / period).
 local function gcra_room(D, period, burst)
   if D >= burst * period then return 0 end
-  return math.floor((burst * period - D) / period)
+  return floor((burst * period - D) / period)
 end
 
 -- us until the debt falls to at most `to`, rounded up.
 local function gcra_until(D, rate, to)
   if D <= to then return 0 end
-  return -math.floor((to - D) / rate)
+  return -floor((to - D) / rate)
 end
 
 local function gcra_save(key, D, rate)
   if D <= 0 then
-    redis.call('DEL', key)
+    call('DEL', key)
     return
   end
   local us = idiv(D, rate)
-  redis.call('SET', key, string.format('%d:%d:%d', NOW + us, D - us * rate, rate),
-    'PX', int(math.max(1, cdiv(cdiv(D, rate), 1000))))
+  call('SET', key, format('%d:%d:%d', NOW + us, D - us * rate, rate),
+    'PX', int(max(1, cdiv(cdiv(D, rate), 1000))))
 end
 
 -- Units owed beyond a capacity of burst units (charge.lua).
@@ -59,7 +59,7 @@ end
 -- take it there.
 local function gcra_commit(key, D, rate, period, g)
   local wait = gcra_until(D, rate, 0)
-  D = math.min(D + g * period, 9007199254740991)
+  D = min(D + g * period, 9007199254740991)
   gcra_save(key, D, rate)
   return D, wait
 end
@@ -67,7 +67,7 @@ end
 -- Give g units back exactly, never below "full".
 local function gcra_refund(key, rate, period, g)
   local D = gcra_load(key, rate)
-  if D > 0 then gcra_save(key, math.max(0, D - g * period), rate) end
+  if D > 0 then gcra_save(key, max(0, D - g * period), rate) end
 end
 
 -- Give back g units granted at time `at` (us) and never used, less what the
@@ -76,8 +76,8 @@ end
 -- bucket must not come back as capacity beyond it, or a late refund would
 -- let a window admit more than burst + rate*(w + TTL).
 local function gcra_refund_aged(key, rate, period, g, at)
-  local elapsed = math.max(0, NOW - at)
+  local elapsed = max(0, NOW - at)
   if elapsed * rate >= g * period then return end
   local D = gcra_load(key, rate)
-  if D > 0 then gcra_save(key, math.max(0, D - (g * period - elapsed * rate)), rate) end
+  if D > 0 then gcra_save(key, max(0, D - (g * period - elapsed * rate)), rate) end
 end

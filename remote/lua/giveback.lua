@@ -24,7 +24,7 @@ for i = 1, #KEYS do
     -- The log: which entries were the caller's is not known; the newest go.
     -- (load trims what slid out, at most TRIM members a call.)
     ALG[2].load(KEYS[i], rate, period)
-    redis.call('ZPOPMAX', KEYS[i], int(g))
+    call('ZPOPMAX', KEYS[i], int(g))
   else
     -- Refunds of a grant made now: each algorithm's own rule and caps.
     ALG[alg].refund(KEYS[i], rate, period, burst, g, NOW)

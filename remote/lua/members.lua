@@ -17,7 +17,7 @@
 -- since it leases about once a horizon, so that one late lease (a slow
 -- reply, a pause) does not drop it and hand its share to the others for a
 -- moment; and at least a second, the heartbeat of a Leaser.
-local function member_ttl(horizon) return math.max(3 * horizon, 1000000) end
+local function member_ttl(horizon) return max(3 * horizon, 1000000) end
 
 -- The live members of the key whose members hash is mkey, seen by member
 -- (whose demand is demand) at NOW; entries past their expiry are deleted.
@@ -33,16 +33,16 @@ local function member_ttl(horizon) return math.max(3 * horizon, 1000000) end
 --   others   the other members' demand, tokens (false: not kept) and time
 --            written, three values each, in turn
 local function read_members(mkey, member, demand, ttl, wstart)
-  local raw = redis.call('HGETALL', mkey)
+  local raw = call('HGETALL', mkey)
   local ds, total, last = { demand }, demand, NOW + ttl
   local tokens, at
   local since, settled, newest = NOW, true, 0
   local others = {}
   for j = 1, #raw, 2 do
-    local e, d, tk, t, s0 = string.match(raw[j + 1], '^(%d+) (%d+) (%S+) (%d+) ?(%d*)$')
+    local e, d, tk, t, s0 = match(raw[j + 1], '^(%d+) (%d+) (%S+) (%d+) ?(%d*)$')
     e = tonumber(e)
     if not e or e <= NOW then
-      redis.call('HDEL', mkey, raw[j])
+      call('HDEL', mkey, raw[j])
     else
       local joined = tonumber(s0) or tonumber(t)
       if joined >= wstart then settled = false end
@@ -70,7 +70,7 @@ end
 -- A bucket is kept to a thousandth of a unit (see fairshare.lua, "Floats").
 local function write_member(mkey, member, demand, tokens, since, ttl, last)
   local tk = 'x'
-  if tokens then tk = string.format('%.3f', tokens) end
-  redis.call('HSET', mkey, member, string.format('%d %d %s %d %d', NOW + ttl, demand, tk, NOW, since))
-  redis.call('PEXPIRE', mkey, int(cdiv(last - NOW, 1000)))
+  if tokens then tk = format('%.3f', tokens) end
+  call('HSET', mkey, member, format('%d %d %s %d %d', NOW + ttl, demand, tk, NOW, since))
+  call('PEXPIRE', mkey, int(cdiv(last - NOW, 1000)))
 end

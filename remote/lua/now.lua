@@ -1,6 +1,9 @@
 -- now.lua: the start of every entry point: NOW, Redis TIME in us, read
 -- once; no other clock is read.
+if not call then
+  floor, ceil, max, min, format, match, tonumber, call, sort, unpack, select = globals()
+end
 do
-  local t = redis.call('TIME')
+  local t = call('TIME')
   NOW = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end

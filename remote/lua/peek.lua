@@ -25,7 +25,7 @@ HEADER = 8
 local n = #KEYS - 1
 do
   local left = blocked_for(KEYS[#KEYS])
-  if left > 0 then return { 0, NOW, 0, left, 0, left, 0, 0, 0, 1 } end
+  if left > 0 then return reply(0, NOW, 0, left, 0, left, 0, 0, 0, 1) end
 end
 local S1, S2, S3, AV = {}, {}, {}, {}
 local least = -1
@@ -41,7 +41,7 @@ if least < 1 then
   -- As acquire.lua denies: the decider is the denying limit whose wait for
   -- one unit is longest.
   local decider, retry, reset = denier(n, S1, S2, S3, AV, 1, 0)
-  return { 0, NOW, AV[decider], reset, 0, math.max(1, retry), decider - 1 }
+  return reply(0, NOW, AV[decider], reset, 0, max(1, retry), decider - 1)
 end
 
 local decider, left, reset = 1, -1, 0
@@ -52,4 +52,4 @@ for i = 1, n do
     decider, left, reset = i, AV[i], r
   end
 end
-return { 1, NOW, left, reset, 0, 0, decider - 1 }
+return reply(1, NOW, left, reset, 0, 0, decider - 1)

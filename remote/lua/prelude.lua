@@ -17,7 +17,8 @@
 -- So only what the set uses is included, state moves between functions as
 -- plain numbers (multiple returns), and the limits are read from ARGV on
 -- demand rather than copied into tables. Nothing defined here is changed
--- by a call but NOW, KEYS and ARGV: a function's calls share them.
+-- by a call but NOW, KEYS and ARGV (and, on a library's first call, the
+-- locals globals() sets): a function's calls share them.
 --
 -- Arithmetic: Lua numbers are doubles. Every value here is a whole number
 -- below 2^53 (the Go side rejects limits whose products could exceed it), so
@@ -28,33 +29,45 @@
 -- no script reads a key after writing it, and an algorithm's TTL only ever
 -- drops state that no longer matters.
 
+-- The library functions the scripts use, as locals: reading a global
+-- costs Redis about as much as the call it makes (math.floor: two table
+-- lookups). A function library cannot read them when it loads (Redis lets
+-- it see only redis.register_function then), so now.lua sets them at the
+-- start of a call, once per library (a script's, every call).
+local function globals()
+  return math.floor, math.ceil, math.max, math.min, string.format, string.match,
+    tonumber, redis.call, table.sort, unpack, select
+end
+local floor, ceil, max, min, format, match, tonumber, call, sort, unpack, select
+local HUGE = 1 / 0
+
 -- floor(a / b) and ceil(a / b) for whole a and b > 0, exact below 2^53.
-local function idiv(a, b) return math.floor(a / b) end
-local function cdiv(a, b) return -math.floor(-a / b) end
+local function idiv(a, b) return floor(a / b) end
+local function cdiv(a, b) return -floor(-a / b) end
 
 -- Numbers go to redis.call formatted by hand: the default conversion keeps
 -- only 14 significant digits and would round a microsecond timestamp.
-local function int(x) return string.format('%d', x) end
+local function int(x) return format('%d', x) end
 
 -- Expire key after us microseconds, rounded up to whole milliseconds.
 local function expire_in(key, us)
-  redis.call('PEXPIRE', key, int(math.max(1, cdiv(us, 1000))))
+  call('PEXPIRE', key, int(max(1, cdiv(us, 1000))))
 end
 
 -- Redis TIME in us, set at the start of each call (now.lua).
 local NOW
 
--- The reply of a decision (acquire.lua, exact.lua, peek.lua) is up to ten
--- integers, in this order; values left off the end are 0, so that the
--- common replies are short (Redis's time goes partly to each value):
+-- The reply of a decision (acquire.lua, exact.lua, peek.lua, charge.lua) is
+-- up to eleven integers, written as one string (reply below), in this
+-- order; values left off the end are 0, so that the common replies are
+-- short:
 --   granted      units charged to every limit; 0 means denied, nothing charged
 --   now          the Redis time of the decision, us (a refund names it)
 --   remaining    units the decider could still grant now
 --   reset_after  us until the decider is fully replenished
 --   valid_for    us the grant may be used for before it lapses (the end of a
 --                window or bucket, always > 0), or 0 for no limit of the
---                policy's own, and when denied. (Not -1: go-redis allocates to
---                box an integer reply outside 0..255, on every call.)
+--                policy's own, and when denied
 --   retry_after  us until min units could be granted; when granted, 0, or
 --                under the fair share the us until this member's own
 --                bucket holds its next batch (asking sooner is denied)
@@ -68,15 +81,27 @@ local NOW
 --   blocked      1 when denied because the key is blocked (then decider 0,
 --                remaining 0, retry_after and reset_after the block's time
 --                left, members 0), else 0
+--   debt         (charge.lua only) units the decider owes beyond its room
+
+-- reply(...) is the reply of a decision: its 4 to 11 integers as one
+-- string, in decimal, separated by spaces. Redis converts a table reply
+-- value by value, which costs more than formatting them here, and the
+-- client reads one string with fewer allocations than an array.
+local REPLY = { '%d %d %d %d', '%d %d %d %d %d', '%d %d %d %d %d %d',
+  '%d %d %d %d %d %d %d', '%d %d %d %d %d %d %d %d', '%d %d %d %d %d %d %d %d %d',
+  '%d %d %d %d %d %d %d %d %d %d', '%d %d %d %d %d %d %d %d %d %d %d' }
+local function reply(...)
+  return format(REPLY[select('#', ...) - 3], ...)
+end
 
 -- The time left (us) of a block of a key (Store.Block: a key with a PX
 -- TTL), or 0 when the key is not blocked. A block key without a TTL (not
 -- one ratelease wrote) blocks until it is deleted: 1s at a time.
 local function blocked_for(bkey)
-  local ms = redis.call('PTTL', bkey)
+  local ms = call('PTTL', bkey)
   if ms == -2 then return 0 end
   if ms < 0 then return 1000000 end
-  return math.max(1, ms) * 1000
+  return max(1, ms) * 1000
 end
 
 -- The number of ARGV values before the limits': each entry point sets it

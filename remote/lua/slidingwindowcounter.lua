@@ -10,7 +10,7 @@
 -- State: a = w (the current window), b = c, c = p, both as of now.
 local function swc_load(key, _, period)
   local w = idiv(NOW, period)
-  local v = redis.call('HMGET', key, 'w', 'c', 'p')
+  local v = call('HMGET', key, 'w', 'c', 'p')
   local sw = tonumber(v[1])
   if sw == w then return w, tonumber(v[2]) or 0, tonumber(v[3]) or 0 end
   if sw == w - 1 then return w, 0, tonumber(v[2]) or 0 end -- one window on
@@ -18,7 +18,7 @@ local function swc_load(key, _, period)
 end
 
 local function swc_save(key, w, c, p, period)
-  redis.call('HSET', key, 'w', int(w), 'c', int(c), 'p', int(p))
+  call('HSET', key, 'w', int(w), 'c', int(c), 'p', int(p))
   expire_in(key, (w + 2) * period - NOW)
 end
 
@@ -27,7 +27,7 @@ ALG[3] = {
 
   avail = function(w, c, p, rate, period)
     local e = NOW - w * period
-    return math.max(0, rate - c - cdiv(p * (period - e), period))
+    return max(0, rate - c - cdiv(p * (period - e), period))
   end,
 
   retry = function(_, w, c, p, rate, period, _, n)
@@ -37,12 +37,12 @@ ALG[3] = {
       -- The current bucket has room: wait until the previous bucket's weight
       -- falls to room, i.e. until e' >= period - floor(room * period / p)
       -- (p > 0 here, or n would fit).
-      return math.max(0, period - idiv(room * period, p)) - e
+      return max(0, period - idiv(room * period, p)) - e
     end
     -- The current bucket alone is too full: wait for the next window, where
     -- it becomes the previous bucket, then until its weight leaves room for n.
     local later = 0
-    if c > 0 then later = math.max(0, period - idiv((rate - n) * period, c)) end
+    if c > 0 then later = max(0, period - idiv((rate - n) * period, c)) end
     return (period - e) + later
   end,
 
@@ -60,7 +60,7 @@ ALG[3] = {
 
   owed = function(w, c, p, rate, period)
     local e = NOW - w * period
-    return math.max(0, c + cdiv(p * (period - e), period) - rate)
+    return max(0, c + cdiv(p * (period - e), period) - rate)
   end,
 
   -- Grants of the current window come off c, of the previous window off p.
@@ -71,9 +71,9 @@ ALG[3] = {
     local w, c, p = swc_load(key, rate, period)
     local wa = idiv(at, period)
     if wa == w and c > 0 then
-      swc_save(key, w, math.max(0, c - g), p, period)
+      swc_save(key, w, max(0, c - g), p, period)
     elseif wa == w - 1 and p > 0 then
-      swc_save(key, w, c, math.max(0, p - g), period)
+      swc_save(key, w, c, max(0, p - g), period)
     end
   end,
 }

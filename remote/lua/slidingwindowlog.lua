@@ -12,16 +12,16 @@ local function swl_add(key, seq, g)
   while g > 0 do
     if g == 1 then
       seq = seq + 1
-      g = g - redis.call('ZADD', key, 'NX', now, now .. ':' .. int(seq))
+      g = g - call('ZADD', key, 'NX', now, now .. ':' .. int(seq))
     else
       -- In chunks: Lua's unpack has a stack limit.
       local args = { 'ZADD', key, 'NX' }
-      for _ = 1, math.min(g, 500) do
+      for _ = 1, min(g, 500) do
         seq = seq + 1
         args[#args + 1] = now
         args[#args + 1] = now .. ':' .. int(seq)
       end
-      g = g - redis.call(unpack(args))
+      g = g - call(unpack(args))
     end
   end
 end
@@ -39,25 +39,25 @@ ALG[2] = {
   -- shift ranks.
   load = function(key, _, period)
     local edge = int(NOW - period)
-    local old = redis.call('ZCOUNT', key, '-inf', edge)
+    local old = call('ZCOUNT', key, '-inf', edge)
     if old > 0 then
-      redis.call('ZREMRANGEBYRANK', key, 0, math.min(old, TRIM) - 1)
-      old = old - math.min(old, TRIM)
+      call('ZREMRANGEBYRANK', key, 0, min(old, TRIM) - 1)
+      old = old - min(old, TRIM)
     end
-    local n = redis.call('ZCARD', key) - old
+    local n = call('ZCARD', key) - old
     if n == 0 then return 0, 0, old end
-    local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    local newest = call('ZRANGE', key, -1, -1, 'WITHSCORES')
     return n, tonumber(newest[2]) or NOW, old
   end,
 
-  avail = function(n, _, _, rate) return math.max(0, rate - n) end,
+  avail = function(n, _, _, rate) return max(0, rate - n) end,
 
   -- n more fit once the (n + count - rate) oldest members leave: the last of
   -- them, at rank n + count - rate - 1, leaves one period after its score.
   -- If it is gone already (the key expired meanwhile), retry at once.
   retry = function(key, count, _, old, rate, period, _, n)
     local rank = old + n + count - rate - 1
-    local r = redis.call('ZRANGE', key, rank, rank, 'WITHSCORES')
+    local r = call('ZRANGE', key, rank, rank, 'WITHSCORES')
     local s = tonumber(r[2])
     if not s then return 1 end
     return s + period - NOW
@@ -71,7 +71,7 @@ ALG[2] = {
     return n + g, NOW, old, 0
   end,
 
-  owed = function(n, _, _, rate) return math.max(0, n - rate) end,
+  owed = function(n, _, _, rate) return max(0, n - rate) end,
 
   -- Empty once the newest member slides out.
   reset = function(n, newest, _, _, period)
@@ -84,9 +84,9 @@ ALG[2] = {
   valid = function() return -1 end,
 
   refund = function(key, _, _, _, g, at)
-    local names = redis.call('ZRANGEBYSCORE', key, int(at), int(at))
+    local names = call('ZRANGEBYSCORE', key, int(at), int(at))
     local args = { 'ZREM', key }
-    for i = #names, math.max(1, #names - g + 1), -1 do args[#args + 1] = names[i] end
-    if #args > 2 then redis.call(unpack(args)) end
+    for i = #names, max(1, #names - g + 1), -1 do args[#args + 1] = names[i] end
+    if #args > 2 then call(unpack(args)) end
   end,
 }

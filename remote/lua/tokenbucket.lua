@@ -12,7 +12,7 @@
 -- the debt would reach 2^53); beyond that a waiter is denied, and the
 -- first waiter of each instance asks again at each refill.
 local function tb_queued(rate, period, burst)
-  return burst + math.min(math.max(burst, rate), math.floor(9007199254740991 / period) - burst)
+  return burst + min(max(burst, rate), floor(9007199254740991 / period) - burst)
 end
 
 ALG[0] = {
