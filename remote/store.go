@@ -694,9 +694,13 @@ func (s *Store) acquireArgs(r Request, lead int) []any {
 // back and back_at follow the limits only when units go back.
 func (s *Store) exactArgs(r Request, lead int) []any {
 	limits := s.limitArgs(r.Policy)
-	args := make([]any, lead, lead+exactHeader+len(limits)+2)
-	args = append(append(args, r.Min, r.Max, r.reserve()), limits...)
+	back := 0
 	if r.Back > 0 {
+		back = 2
+	}
+	args := make([]any, lead, lead+exactHeader+len(limits)+back)
+	args = append(append(args, r.Min, r.Max, r.reserve()), limits...)
+	if back > 0 {
 		args = append(args, r.Back, r.BackAt)
 	}
 	return args

@@ -31,8 +31,21 @@ end
 
 if n == 1 then
   local alg, rate, period, burst = limit(1)
-  local A = ALG[alg]
   local key = KEYS[1]
+  if alg == 0 and reserve == 0 then
+    -- One token bucket, not reserving: the commonest decision of all,
+    -- tokenbucket.lua's functions inlined (each call of one costs Redis
+    -- about as much as its arithmetic).
+    local D = gcra_load(key, rate)
+    local av = gcra_room(D, period, burst)
+    if av >= minimum then
+      local g = min(av, maximum)
+      D = gcra_commit(key, D, rate, period, g)
+      return reply(g, NOW, gcra_room(D, period, burst), gcra_until(D, rate, 0))
+    end
+    return reply(0, NOW, av, gcra_until(D, rate, 0), 0, max(1, gcra_until(D, rate, (burst - minimum) * period)))
+  end
+  local A = ALG[alg]
   local a, b, c = A.load(key, rate, period, burst)
   local av = A.avail(a, b, c, rate, period, burst, reserve)
   if av < minimum then

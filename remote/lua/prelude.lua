@@ -105,7 +105,7 @@ local function blocked_for(bkey)
 end
 
 -- The number of ARGV values before the limits': each entry point sets it
--- (8 in acquire.lua, refund.lua and the operator scripts, 5 in exact.lua),
+-- (8 in acquire.lua, refund.lua and the operator scripts, 3 in exact.lua),
 -- since a library's locals outlive a call.
 local HEADER
 
