@@ -32,18 +32,25 @@ end
 if n == 1 then
   local alg, rate, period, burst = limit(1)
   local key = KEYS[1]
-  if alg == 0 and reserve == 0 then
-    -- One token bucket, not reserving: the commonest decision of all,
-    -- tokenbucket.lua's functions inlined (each call of one costs Redis
-    -- about as much as its arithmetic).
+  if reserve == 0 and (alg == 0 or alg == 4) then
+    -- One bucket, token or leaky, not reserving (an Allow): the commonest
+    -- decisions, tokenbucket.lua's and leakybucket.lua's functions inlined
+    -- (each call of one costs Redis about as much as its arithmetic). A
+    -- leaky bucket admits only into an empty queue, and its retry is when
+    -- the queue has drained.
+    local leaky = alg == 4
     local D = gcra_load(key, rate)
-    local av = gcra_room(D, period, burst)
+    local av = 0
+    if not (leaky and D > 0) then av = gcra_room(D, period, burst) end
     if av >= minimum then
       local g = min(av, maximum)
       D = gcra_commit(key, D, rate, period, g)
-      return reply(g, NOW, gcra_room(D, period, burst), gcra_until(D, rate, 0))
+      if leaky then av = 0 else av = gcra_room(D, period, burst) end
+      return reply(g, NOW, av, gcra_until(D, rate, 0))
     end
-    return reply(0, NOW, av, gcra_until(D, rate, 0), 0, max(1, gcra_until(D, rate, (burst - minimum) * period)))
+    local fits = (burst - minimum) * period
+    if leaky then fits = 0 end
+    return reply(0, NOW, av, gcra_until(D, rate, 0), 0, max(1, gcra_until(D, rate, fits)))
   end
   local A = ALG[alg]
   local a, b, c = A.load(key, rate, period, burst)
