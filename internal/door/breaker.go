@@ -97,6 +97,9 @@ type breaker struct {
 	// closed is called (on its own goroutine) after each close that ends an
 	// outage.
 	closed func()
+	// combine puts together the exact decisions to the servers behind the
+	// breaker that come while others are on their way (Door.decide).
+	combine combiner
 }
 
 func newBreaker(node string, note *notifier, closed func()) *breaker {

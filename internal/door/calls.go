@@ -19,7 +19,7 @@ func (d *Door) Acquire(ctx context.Context, r remote.Request) (dec remote.Decisi
 	if cause != nil {
 		return remote.Decision{}, cause, nil
 	}
-	dec, err = d.acquire(ctx, r, pass.b.node)
+	dec, err = d.decide(ctx, r, pass)
 	cause = d.Leave(pass, err)
 	if cause != nil {
 		return dec, cause, nil

@@ -74,6 +74,9 @@ type Door struct {
 	note      *notifier // nil: nobody observes
 	recovered func(node string)
 	hook      Hook // nil: none
+	// inFlight is how many exact decisions to one server go at once
+	// before more wait to go together (see combiner).
+	inFlight int
 	// single counts the calls of Acquire, Refund and Charge, batched those
 	// of Batch.
 	single, batched counters
@@ -84,6 +87,7 @@ func New(cfg Config) *Door {
 	d := &Door{
 		store: cfg.Store, clock: cfg.Clock, base: cfg.Clock.Now(), timeout: cfg.Timeout, guard: cfg.Guard,
 		sharded: cfg.Store.Sharded(), note: newNotifier(cfg.Observer, cfg.Events), recovered: cfg.Recovered, hook: cfg.Hook,
+		inFlight: inFlight(),
 	}
 	d.breaker = d.newBreaker("")
 	return d

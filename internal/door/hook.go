@@ -11,8 +11,9 @@ type Op uint8
 
 // The kinds of round trip. The zero value is no call.
 const (
-	// OpDecide: one atomic decision (Acquire): an exact decision, a
-	// Wait's attempt or reservation, AllowAtMost.
+	// OpDecide: atomic decisions (Acquire): an exact decision, a Wait's
+	// attempt or reservation, AllowAtMost; one, or those that came while
+	// others were on their way, in one pipeline (keys: how many).
 	OpDecide Op = iota + 1
 	// OpLease: a pipeline of leases (Batch), with the refunds queued with
 	// them.

@@ -1,0 +1,171 @@
+package door
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ratelease/ratelease/remote"
+)
+
+// inFlight is how many exact decisions (Acquire) to one server may be on
+// their way at once before more wait to go together (see combiner): two a
+// core of this process, and at least four. Below it, callers never wait
+// for each other; above it, they would mostly be waiting for the cores.
+func inFlight() int { return max(4, 2*runtime.GOMAXPROCS(0)) }
+
+// combiner puts together the exact decisions to one server (the breaker's)
+// that come while Door.inFlight are on their way: they wait, and go in one
+// pipeline as soon as one of those ends, each still its own atomic call,
+// in the order they came. Under load a round trip then carries many
+// decisions, and Redis and the client pay a round trip's own work (the
+// system calls, reading a request, writing a reply) once for them all, as
+// they do for a pipeline of leases. A decision that finds fewer in flight
+// goes at once, as it would alone.
+type combiner struct {
+	mu    sync.Mutex
+	going int       // calls and pipelines on their way; requires mu
+	queue []*queued // waiting, oldest first; requires mu
+}
+
+// queued is an exact decision waiting in a combiner.
+type queued struct {
+	ctx  context.Context // the caller's
+	r    remote.Request
+	done chan struct{} // closed once d and err are set
+	d    remote.Decision
+	err  error
+	// taken is set by whichever comes first: the caller that stops
+	// waiting (its context ended), or the pipeline that answers it. A
+	// caller gone before the pipeline was sent is left out of it; one gone
+	// after has its grant refunded.
+	taken atomic.Bool
+}
+
+// decide makes r's decision on the server of pass (see combiner): at once
+// when fewer than d.inFlight are on their way there, else in the next
+// pipeline of those that waited.
+func (d *Door) decide(ctx context.Context, r remote.Request, pass Pass) (remote.Decision, error) {
+	c := &pass.b.combine
+	c.mu.Lock()
+	if pass.probe || c.going < d.inFlight {
+		// (A probe of a failing server goes alone, at once.)
+		c.going++
+		c.mu.Unlock()
+		dec, err := d.acquire(ctx, r, pass.b.node)
+		d.release(c, pass.b.node)
+		return dec, err
+	}
+	if err := ctx.Err(); err != nil {
+		c.mu.Unlock()
+		return remote.Decision{}, err
+	}
+	q := &queued{ctx: ctx, r: r, done: make(chan struct{})}
+	c.queue = append(c.queue, q)
+	c.mu.Unlock()
+	select {
+	case <-q.done:
+	case <-ctx.Done():
+		if q.taken.CompareAndSwap(false, true) {
+			return remote.Decision{}, ctx.Err()
+		}
+		<-q.done // answered just now
+	}
+	return q.d, q.err
+}
+
+// release ends a call or pipeline of c: the decisions waiting, if any, go
+// now, in one pipeline, on a goroutine of their own that keeps the slot and
+// sends those that come meanwhile in turn.
+func (d *Door) release(c *combiner, node string) {
+	c.mu.Lock()
+	if len(c.queue) == 0 {
+		c.going--
+		c.mu.Unlock()
+		return
+	}
+	waiting := c.queue
+	c.queue = nil
+	c.mu.Unlock()
+	if !d.guards.Go(func() {
+		for waiting != nil {
+			d.sendQueued(waiting, node)
+			c.mu.Lock()
+			waiting, c.queue = c.queue, nil
+			if len(waiting) == 0 {
+				waiting = nil
+				c.going--
+			}
+			c.mu.Unlock()
+		}
+	}) {
+		// Closing: nothing goes out any more.
+		for _, q := range waiting {
+			q.answer(remote.Decision{}, ErrClosed)
+		}
+		c.mu.Lock()
+		c.going--
+		c.mu.Unlock()
+	}
+}
+
+// sendQueued makes the decisions of waiting whose callers still wait, in
+// one pipeline, bounded by the timeout (no caller's context: a caller that
+// leaves takes only itself out), and answers each; the grants of callers
+// gone meanwhile are refunded.
+func (d *Door) sendQueued(waiting []*queued, node string) {
+	live := waiting[:0]
+	for _, q := range waiting {
+		if !q.taken.Load() {
+			live = append(live, q)
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	rs := make([]remote.Request, len(live))
+	for i, q := range live {
+		rs[i] = q.r
+	}
+	// The hook sees the round trip as made for the oldest caller (its
+	// values, a trace's span), never ended by it.
+	ctx, end := d.start(context.WithoutCancel(live[0].ctx), OpDecide, len(rs))
+	rctx := d.begin(ctx, node)
+	d.batched.roundTrips.Add(1)
+	ds, errs, _ := d.batch(rctx, rs, nil)
+	for i, err := range errs {
+		errs[i] = Classify(live[i].ctx, rctx.dialed(err))
+	}
+	rctx.end()
+	if end != nil {
+		end(outcome(ds, errs, nil))
+	}
+	d.batched.failed(errs)
+	var gone []int
+	for i, q := range live {
+		if !q.answer(ds[i], errs[i]) {
+			gone = append(gone, i)
+		}
+	}
+	if len(gone) > 0 {
+		late := make([]remote.Request, len(gone))
+		lateDs := make([]remote.Decision, len(gone))
+		lateErrs := make([]error, len(gone))
+		for j, i := range gone {
+			late[j], lateDs[j], lateErrs[j] = rs[i], ds[i], errs[i]
+		}
+		d.refundLate(late, lateDs, lateErrs)
+	}
+}
+
+// answer gives q its decision, unless its caller has stopped waiting: it
+// reports whether the caller gets it.
+func (q *queued) answer(dec remote.Decision, err error) bool {
+	if !q.taken.CompareAndSwap(false, true) {
+		return false
+	}
+	q.d, q.err = dec, err
+	close(q.done)
+	return true
+}
