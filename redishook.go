@@ -13,9 +13,11 @@ type RedisOp uint8
 // The kinds of Redis round trip. The zero value is no call. (They are the
 // door's numbers: redishook_internal_test.go holds them to it.)
 const (
-	// RedisDecide: one atomic decision: an exact decision (WithExact, or a
+	// RedisDecide: atomic decisions: an exact decision (WithExact, or a
 	// policy that does not lease), each attempt of such a Wait,
-	// AllowAtMost, and a permit's acquire or Extend.
+	// AllowAtMost, and a permit's acquire or Extend. One, or, when more
+	// came to the server while several were on their way, those in one
+	// pipeline (Keys says how many), each still its own atomic call.
 	RedisDecide RedisOp = 1
 	// RedisLease: one pipeline of leases (with the refunds queued
 	// meanwhile), made in the background for any number of callers.
@@ -77,8 +79,8 @@ type RedisCall struct {
 	// Op says what it does.
 	Op RedisOp
 	// Keys is the number of calls it carries, each about one key: 1, or
-	// the length of a pipeline (RedisLease, RedisRefund, RedisCharge); 0
-	// for RedisPing and RedisConfig.
+	// the length of a pipeline (RedisDecide, RedisLease, RedisRefund,
+	// RedisCharge); 0 for RedisPing and RedisConfig.
 	Keys int
 }
 
@@ -93,7 +95,7 @@ type RedisOutcome struct {
 	Failed int
 	// Granted is the units that Redis granted to the round trip's
 	// acquiring calls (RedisDecide, RedisLease, RedisCharge); 0 for the
-	// others. A RedisDecide that granted 0 was a denial.
+	// others. A RedisDecide of one call that granted 0 was a denial.
 	Granted int64
 }
 

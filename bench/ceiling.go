@@ -46,8 +46,8 @@ func (r CeilingResult) PerRedisSecond() float64 { return float64(r.Decisions) / 
 // not Redis's ceiling.
 func (r CeilingResult) PerSecond() float64 { return float64(r.Decisions) / r.Seconds }
 
-// Ceiling runs the ceiling workload for peer p, one decision per round
-// trip through its Allow, on the Redis at addr.
+// Ceiling runs the ceiling workload for peer p, each decision through its
+// Allow, on the Redis at addr.
 func Ceiling(p Peer, addr string, cfg CeilingConfig) (CeilingResult, error) {
 	c, _ := newClient(addr, cfg.Goroutines)
 	defer c.Close()
@@ -60,7 +60,7 @@ func Ceiling(p Peer, addr string, cfg CeilingConfig) (CeilingResult, error) {
 }
 
 // CeilingCluster runs the ceiling workload for peer p on the Redis Cluster
-// whose masters are at addrs, one decision per round trip, with a cluster
+// whose masters are at addrs, each decision through its Allow, with a cluster
 // client: its keys spread over the masters by their slots. RedisSeconds
 // is the masters' CPU time, summed.
 func CeilingCluster(p Peer, addrs []string, cfg CeilingConfig) (CeilingResult, error) {

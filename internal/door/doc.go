@@ -17,6 +17,11 @@
 //     Redis Cluster one in front of each master, asked before a call
 //     (Enter, Ready) and told its outcome (Leave); when one closes after an
 //     outage, the Door tells its owner (Config.Recovered);
+//   - exact decisions that come together (combine.go): when two a core
+//     of the process are on their way to a server, more wait in that
+//     server's breaker and go together in one pipeline as soon as one of
+//     those ends, each its own atomic call; a caller that leaves takes only
+//     itself out, and a grant it leaves behind is refunded;
 //   - the counters of round trips and errors (Stats);
 //   - the events told to its owner's observers (events.go): each change of
 //     a breaker and the first failure of a run, with their causes, and a
@@ -28,7 +33,7 @@
 //     starts and ends: what it does, its calls, its outcome.
 //
 // Files: door.go (the type, New, Bound, Classify, Stats, Close), calls.go
-// (Acquire, Refund, Charge, Batch), breaker.go, events.go (Event, the
+// (Acquire, Refund, Charge, Batch), combine.go, breaker.go, events.go (Event, the
 // notifier, the eviction check), operator.go (Peek, GiveBack, Reset, Block,
 // Unblock: the operators' calls, whose caller waits for the outcome),
 // hook.go (Hook, Op, Outcome).

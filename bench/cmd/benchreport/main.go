@@ -326,7 +326,7 @@ func ceilings(peers []bench.Peer, addr string, runs int) ([]ceilingRow, error) {
 	}
 	rows := make([]ceilingRow, len(ps)+1)
 	for i, p := range ps {
-		rows[i] = ceilingRow{impl: p.Name, how: "one a round trip"}
+		rows[i] = ceilingRow{impl: p.Name, how: "each through Allow"}
 	}
 	rows[len(ps)] = ceilingRow{impl: "ratelease-exact", how: fmt.Sprintf("%d a round trip (remote.Store.AcquireBatch)", bench.DefaultCeiling.Batch)}
 	for range runs {
