@@ -187,7 +187,6 @@ func (d *Door) Batch(ctx context.Context, rs []remote.Request, gs []remote.Grant
 	if len(rs) == 0 {
 		op = OpRefund
 	}
-	ctx, end := d.start(ctx, op, len(rs)+len(gs))
 	node := ""
 	switch {
 	case len(rs) > 0:
@@ -195,12 +194,24 @@ func (d *Door) Batch(ctx context.Context, rs []remote.Request, gs []remote.Grant
 	case len(gs) > 0:
 		node = d.node(gs[0].Policy, gs[0].Key)
 	}
+	return d.pipeline(ctx, op, node, rs, gs, nil)
+}
+
+// pipeline is Batch as op to the server named node: one round trip, told
+// to the hook and counted. classify, when not nil, gives each acquire
+// call's error as its caller sees it, before the hook and the counters do.
+func (d *Door) pipeline(ctx context.Context, op Op, node string, rs []remote.Request, gs []remote.Grant,
+	classify func(i int, err error) error) ([]remote.Decision, []error, []error) {
+	ctx, end := d.start(ctx, op, len(rs)+len(gs))
 	rctx := d.begin(ctx, node)
 	defer rctx.end()
 	d.batched.roundTrips.Add(1)
 	ds, errs, gerrs := d.batch(rctx, rs, gs)
 	for i, err := range errs {
 		errs[i] = rctx.dialed(err)
+		if classify != nil {
+			errs[i] = classify(i, errs[i])
+		}
 	}
 	for i, err := range gerrs {
 		gerrs[i] = rctx.dialed(err)

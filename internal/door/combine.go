@@ -130,33 +130,16 @@ func (d *Door) sendQueued(waiting []*queued, node string) {
 	}
 	// The hook sees the round trip as made for the oldest caller (its
 	// values, a trace's span), never ended by it.
-	ctx, end := d.start(context.WithoutCancel(live[0].ctx), OpDecide, len(rs))
-	rctx := d.begin(ctx, node)
-	d.batched.roundTrips.Add(1)
-	ds, errs, _ := d.batch(rctx, rs, nil)
-	for i, err := range errs {
-		errs[i] = Classify(live[i].ctx, rctx.dialed(err))
-	}
-	rctx.end()
-	if end != nil {
-		end(outcome(ds, errs, nil))
-	}
-	d.batched.failed(errs)
-	var gone []int
+	ds, errs, _ := d.pipeline(context.WithoutCancel(live[0].ctx), OpDecide, node, rs, nil,
+		func(i int, err error) error { return Classify(live[i].ctx, err) })
+	// The grants of callers gone meanwhile go back: refundLate refunds
+	// what is left granted.
 	for i, q := range live {
-		if !q.answer(ds[i], errs[i]) {
-			gone = append(gone, i)
+		if q.answer(ds[i], errs[i]) {
+			ds[i] = remote.Decision{}
 		}
 	}
-	if len(gone) > 0 {
-		late := make([]remote.Request, len(gone))
-		lateDs := make([]remote.Decision, len(gone))
-		lateErrs := make([]error, len(gone))
-		for j, i := range gone {
-			late[j], lateDs[j], lateErrs[j] = rs[i], ds[i], errs[i]
-		}
-		d.refundLate(late, lateDs, lateErrs)
-	}
+	d.refundLate(rs, ds, errs)
 }
 
 // answer gives q its decision, unless its caller has stopped waiting: it
