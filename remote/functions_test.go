@@ -14,18 +14,19 @@ import (
 	"github.com/ratelease/ratelease/internal/redistest"
 )
 
-// TestExactAgreesWithAcquire: exact.lua is acquire.lua for a call that
-// names no member. Random policies (one to three limits of every
-// algorithm) and random calls (min, max, reserve, units given back), the
-// same on two keys at the same Redis time, one decided by each script:
-// every Decision must be the same.
+// TestExactAgreesWithAcquire: exact.lua, and bucket.lua for a policy of
+// one bucket, are acquire.lua for a call that names no member. Random
+// policies (one to three limits of every algorithm) and random calls (min,
+// max, reserve, units given back, blocks), the same on two keys at the
+// same Redis time, one decided by each script: every Decision must be the
+// same.
 func TestExactAgreesWithAcquire(t *testing.T) {
 	ctx := context.Background()
 	m := redistest.StartMini(t)
 	s := NewStore(m.Client(t), "agree")
 	rng := rand.New(rand.NewPCG(7, 11))
 	periods := []time.Duration{time.Second, 10 * time.Second, time.Minute}
-	var trials, grants, denials int
+	var trials, grants, denials, buckets, blocked int
 	for trial := 0; trial < 60; trial++ {
 		var limits []Limit
 		var longest time.Duration
@@ -51,8 +52,19 @@ func TestExactAgreesWithAcquire(t *testing.T) {
 			if lastAt > 0 && rng.IntN(5) == 0 {
 				r.Back, r.BackAt = 1+rng.Int64N(3), lastAt
 			}
+			if rng.IntN(12) == 0 {
+				d := time.Millisecond * time.Duration(1+rng.Int64N(int64(longest/8/time.Millisecond)))
+				for _, k := range []string{"exact", "acquire"} {
+					if err := s.Block(ctx, p, k, d); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if r.bucket() {
+				buckets++
+			}
 			r.Key = "exact"
-			got, err := s.Acquire(ctx, r) // no member: exact.lua
+			got, err := s.Acquire(ctx, r) // no member: exact.lua or bucket.lua
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -72,16 +84,19 @@ func TestExactAgreesWithAcquire(t *testing.T) {
 			if got.Granted > 0 {
 				lastAt = got.At
 				grants++
+			} else if got.Blocked {
+				blocked++
 			} else {
 				denials++
 			}
 			m.Advance(time.Duration(rng.Int64N(int64(longest / 8))))
 		}
 	}
-	if trials < 30 || grants < 300 || denials < 300 {
-		t.Errorf("%d policies, %d grants, %d denials: too few of one to compare the scripts", trials, grants, denials)
+	if trials < 30 || grants < 300 || denials < 300 || buckets < 100 || blocked < 50 {
+		t.Errorf("%d policies, %d grants, %d denials, %d blocked, %d calls of bucket.lua: too few of one to compare the scripts",
+			trials, grants, denials, blocked, buckets)
 	}
-	t.Logf("%d policies, %d grants, %d denials", trials, grants, denials)
+	t.Logf("%d policies, %d grants, %d denials, %d blocked, %d calls of bucket.lua", trials, grants, denials, blocked, buckets)
 }
 
 // TestFunctions: on a server with functions (Redis 7), the entry points

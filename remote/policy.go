@@ -47,6 +47,8 @@ type Policy struct {
 	uses uint8
 	// scripts are assembled for exactly the algorithms the policy uses.
 	scripts *scripts
+	// oneBucket: the policy is one token or leaky bucket (bucket.lua).
+	oneBucket bool
 	// id is the policy's number (see ID).
 	id int
 	// slot is where the last user of the policy to record one keeps its
@@ -149,6 +151,7 @@ func NewPolicy(name string, limits []Limit) (*Policy, error) {
 	slices.Sort(sigs)
 	p.limitsSig = strings.Join(sigs, "; ")
 	p.uses = mask
+	p.oneBucket = len(p.limits) == 1 && (mask == 1<<TokenBucket || mask == 1<<LeakyBucket)
 	p.scripts = scriptsFor(mask)
 	p.id = int(policies.Add(1) - 1)
 	return p, nil

@@ -28,9 +28,10 @@ var algorithmFiles = [numAlgorithms]string{"tokenbucket.lua", "fixedwindow.lua",
 
 // scripts are the entry points for one set of algorithms: acquire (with
 // the members and their fair share), exact (acquire for a call that names
-// no member: every exact decision), refund.
+// no member: every exact decision), refund, and, for a set of buckets
+// only, bucket (exact for one bucket without reserve).
 type scripts struct {
-	acquire, exact, refund program
+	acquire, exact, refund, bucket program
 }
 
 // program is an entry point of a set's scripts, runnable two ways (see
@@ -55,15 +56,21 @@ type library struct{ name, code string }
 var scriptCache [1 << numAlgorithms]atomic.Pointer[scripts]
 
 // The entry points of a set's library: the files each one's definitions
-// need beyond the set's (helpers), and its body (main).
+// need beyond the set's (helpers), its body (main), and the algorithms it
+// can serve (0 for any set; else only a set within them has it).
 var entries = []struct {
 	name, main string
 	helpers    []string
+	within     uint8
 }{
-	{"acquire", "acquire.lua", []string{"members.lua", "fairshare.lua"}},
-	{"exact", "exact.lua", nil},
-	{"refund", "refund.lua", nil},
+	{"acquire", "acquire.lua", []string{"members.lua", "fairshare.lua"}, 0},
+	{"exact", "exact.lua", nil, 0},
+	{"refund", "refund.lua", nil, 0},
+	{"bucket", "bucket.lua", nil, 1<<TokenBucket | 1<<LeakyBucket},
 }
+
+// has reports whether the library of the set mask has entry point e.
+func has(mask, within uint8) bool { return within == 0 || mask&^within == 0 }
 
 // scriptsFor returns the scripts for the algorithms in mask, assembling
 // them on first use.
@@ -78,9 +85,14 @@ func scriptsFor(mask uint8) *scripts {
 	const placeholder = "ratelease_LIBRARY"
 	code := "#!lua name=" + placeholder + "\nlocal KEYS, ARGV\n" + definitions(mask)
 	for _, e := range entries {
-		code += read(e.helpers...)
+		if has(mask, e.within) {
+			code += read(e.helpers...)
+		}
 	}
 	for _, e := range entries {
+		if !has(mask, e.within) {
+			continue
+		}
 		code += "redis.register_function('" + placeholder + "_" + e.name + "', function(keys, args)\nKEYS, ARGV = keys, args\n" +
 			read("now.lua", e.main) + "end)\n"
 	}
@@ -89,10 +101,12 @@ func scriptsFor(mask uint8) *scripts {
 	lib.code = strings.ReplaceAll(code, placeholder, lib.name)
 	progs := make([]program, len(entries))
 	for i, e := range entries {
-		fn := lib.name + "_" + e.name
-		progs[i] = program{script: redis.NewScript(assemble(mask, append(e.helpers, e.main)...)), fn: fn, fnArg: fn, lib: lib}
+		if has(mask, e.within) {
+			fn := lib.name + "_" + e.name
+			progs[i] = program{script: redis.NewScript(assemble(mask, append(e.helpers, e.main)...)), fn: fn, fnArg: fn, lib: lib}
+		}
 	}
-	s := &scripts{acquire: progs[0], exact: progs[1], refund: progs[2]}
+	s := &scripts{acquire: progs[0], exact: progs[1], refund: progs[2], bucket: progs[3]}
 	scriptCache[mask].CompareAndSwap(nil, s)
 	return scriptCache[mask].Load()
 }
@@ -650,13 +664,20 @@ func (s *Store) acquireKeys(r Request) []string {
 }
 
 // program is the entry point that decides r: exact.lua's when r names no
-// member, which has no members or fair share to read.
+// member, which has no members or fair share to read, and bucket.lua's
+// when, besides, r's policy is one bucket and r does not reserve.
 func (r Request) program() *program {
-	if r.member() == "" {
-		return &r.Policy.scripts.exact
+	switch {
+	case r.member() != "":
+		return &r.Policy.scripts.acquire
+	case r.bucket():
+		return &r.Policy.scripts.bucket
 	}
-	return &r.Policy.scripts.acquire
+	return &r.Policy.scripts.exact
 }
+
+// bucket reports whether bucket.lua decides r.
+func (r Request) bucket() bool { return r.Policy.oneBucket && !r.Reserve && r.member() == "" }
 
 // member is the member r names to the script: none without a demand.
 func (r Request) member() string {
@@ -667,10 +688,12 @@ func (r Request) member() string {
 }
 
 // header is the number of ARGV values before the limits (acquire.lua,
-// refund.lua); exactHeader, exact.lua's, which has no member's values.
+// refund.lua); exactHeader, exact.lua's, which has no member's values;
+// bucketHeader, bucket.lua's, which has no reserve either.
 const (
-	header      = 8
-	exactHeader = 3
+	header       = 8
+	exactHeader  = 3
+	bucketHeader = 2
 )
 
 // args returns the ARGV of r's program, after lead values left free (see
@@ -690,8 +713,9 @@ func (s *Store) acquireArgs(r Request, lead int) []any {
 	return append(args, limits...)
 }
 
-// exactArgs returns exact.lua's ARGV for r, after lead values left free:
-// back and back_at follow the limits only when units go back.
+// exactArgs returns exact.lua's (or bucket.lua's) ARGV for r, after lead
+// values left free: back and back_at follow the limits only when units go
+// back.
 func (s *Store) exactArgs(r Request, lead int) []any {
 	limits := s.limitArgs(r.Policy)
 	back := 0
@@ -699,7 +723,11 @@ func (s *Store) exactArgs(r Request, lead int) []any {
 		back = 2
 	}
 	args := make([]any, lead, lead+exactHeader+len(limits)+back)
-	args = append(append(args, r.Min, r.Max, r.reserve()), limits...)
+	args = append(args, r.Min, r.Max)
+	if !r.bucket() {
+		args = append(args, r.reserve())
+	}
+	args = append(args, limits...)
 	if back > 0 {
 		args = append(args, r.Back, r.BackAt)
 	}

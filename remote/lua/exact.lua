@@ -14,7 +14,8 @@
 -- It is the script of every exact decision, so it is kept lean: every
 -- argument costs Redis a string to make and a number to read, and a table
 -- costs more than the arithmetic of a decision (see prelude.lua). A policy
--- of one limit, the common case, is decided with no table.
+-- of one limit, the common case, is decided with no table; one of one
+-- token or leaky bucket without reserve goes to bucket.lua instead.
 HEADER = 3
 local minimum, maximum, reserve = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local n = #KEYS - 1
@@ -32,26 +33,6 @@ end
 if n == 1 then
   local alg, rate, period, burst = limit(1)
   local key = KEYS[1]
-  if reserve == 0 and (alg == 0 or alg == 4) then
-    -- One bucket, token or leaky, not reserving (an Allow): the commonest
-    -- decisions, tokenbucket.lua's and leakybucket.lua's functions inlined
-    -- (each call of one costs Redis about as much as its arithmetic). A
-    -- leaky bucket admits only into an empty queue, and its retry is when
-    -- the queue has drained.
-    local leaky = alg == 4
-    local D = gcra_load(key, rate)
-    local av = 0
-    if not (leaky and D > 0) then av = gcra_room(D, period, burst) end
-    if av >= minimum then
-      local g = min(av, maximum)
-      D = gcra_commit(key, D, rate, period, g)
-      if leaky then av = 0 else av = gcra_room(D, period, burst) end
-      return reply(g, NOW, av, gcra_until(D, rate, 0))
-    end
-    local fits = (burst - minimum) * period
-    if leaky then fits = 0 end
-    return reply(0, NOW, av, gcra_until(D, rate, 0), 0, max(1, gcra_until(D, rate, fits)))
-  end
   local A = ALG[alg]
   local a, b, c = A.load(key, rate, period, burst)
   local av = A.avail(a, b, c, rate, period, burst, reserve)

@@ -95,18 +95,19 @@ local function reply(...)
 end
 
 -- The time left (us) of a block of a key (Store.Block: a key with a PX
--- TTL), or 0 when the key is not blocked. A block key without a TTL (not
--- one ratelease wrote) blocks until it is deleted: 1s at a time.
-local function blocked_for(bkey)
-  local ms = call('PTTL', bkey)
+-- TTL), or 0 when the key is not blocked; block_left, the same from the
+-- block key's PTTL. A block key without a TTL (not one ratelease wrote)
+-- blocks until it is deleted: 1s at a time.
+local function block_left(ms)
   if ms == -2 then return 0 end
   if ms < 0 then return 1000000 end
   return max(1, ms) * 1000
 end
+local function blocked_for(bkey) return block_left(call('PTTL', bkey)) end
 
 -- The number of ARGV values before the limits': each entry point sets it
--- (8 in acquire.lua, refund.lua and the operator scripts, 3 in exact.lua),
--- since a library's locals outlive a call.
+-- (8 in acquire.lua, refund.lua and the operator scripts, 3 in exact.lua,
+-- 2 in bucket.lua), since a library's locals outlive a call.
 local HEADER
 
 -- The parameters of limit i (1-based), four ARGV values from
