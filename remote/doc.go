@@ -4,11 +4,14 @@
 // It owns:
 //
 //   - one embedded, commented Lua file per algorithm (lua/), assembled with a
-//     shared prelude into two scripts: acquire (grant at least min and at most
-//     max units to every limit of a key, or none; acquire.lua admits, within
-//     the fair share among the key's members that fairshare.lua computes
-//     from the membership members.lua keeps) and refund (give unused
-//     units back, never above capacity); and, for the operators of a
+//     shared prelude into the entry points: acquire (grant at least min and
+//     at most max units to every limit of a key, or none; acquire.lua
+//     admits, within the fair share among the key's members that
+//     fairshare.lua computes from the membership members.lua keeps), exact
+//     (acquire for a call that names no member: exact mode, a cold lease;
+//     bucket.lua, the same written out for one token or leaky bucket
+//     without reserve) and refund (give unused units back, never above
+//     capacity); and, for the operators of a
 //     Limiter, peek (what one unit would meet, charging nothing),
 //     giveback (units given back as granted now, never above capacity) and
 //     charge (units charged whatever the limits have left, which then owe

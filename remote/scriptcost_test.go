@@ -100,7 +100,7 @@ func TestScriptCost(t *testing.T) {
 		parts = append(parts, part{"acquire.lua, a lease with a member, " + st.how, func(i int) error {
 			_, err := st.s.Acquire(ctx, Request{Policy: p, Key: key(i), Min: 1, Max: 1, Member: "m", Demand: 1, Horizon: time.Second})
 			return err
-		}}, part{"exact.lua, an exact decision, " + st.how, func(i int) error {
+		}}, part{"bucket.lua, an exact decision, " + st.how, func(i int) error {
 			_, err := st.s.Acquire(ctx, Request{Policy: p, Key: key(i), Min: 1, Max: 1})
 			return err
 		}})
