@@ -69,7 +69,8 @@ var entries = []struct {
 	{"bucket", "bucket.lua", nil, 1<<TokenBucket | 1<<LeakyBucket},
 }
 
-// has reports whether the library of the set mask has entry point e.
+// has reports whether the library of the set mask has an entry point that
+// serves the algorithms within (see entries).
 func has(mask, within uint8) bool { return within == 0 || mask&^within == 0 }
 
 // scriptsFor returns the scripts for the algorithms in mask, assembling
@@ -688,12 +689,11 @@ func (r Request) member() string {
 }
 
 // header is the number of ARGV values before the limits (acquire.lua,
-// refund.lua); exactHeader, exact.lua's, which has no member's values;
-// bucketHeader, bucket.lua's, which has no reserve either.
+// refund.lua); exactHeader, exact.lua's, which has no member's values
+// (bucket.lua's is one fewer: no reserve).
 const (
-	header       = 8
-	exactHeader  = 3
-	bucketHeader = 2
+	header      = 8
+	exactHeader = 3
 )
 
 // args returns the ARGV of r's program, after lead values left free (see
