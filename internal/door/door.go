@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -172,19 +173,33 @@ func (c *callCtx) dialed(err error) error {
 
 // Classify returns what err, the error of a Redis call made for a caller
 // whose context is ctx, means to that caller: nil stays nil, ErrClosed
-// stays itself, ctx's own error comes back unwrapped once ctx has ended,
-// and anything else is Redis failing: an error wrapping ErrUnavailable and
-// err.
+// stays itself, ctx's own error comes back unwrapped once ctx has ended
+// (a timeout at ctx's own deadline, once past, too: see atDeadline), and
+// anything else is Redis failing: an error wrapping ErrUnavailable and
+// err. Only the last counts against Redis's health (Leave).
 func Classify(ctx context.Context, err error) error {
 	switch {
 	case err == nil, errors.Is(err, ErrClosed):
 		return err
 	case ctx.Err() != nil:
 		return ctx.Err()
+	case atDeadline(ctx, err):
+		return context.DeadlineExceeded
 	case errors.Is(err, ErrUnavailable):
 		return err // classified already: say it once
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// atDeadline reports whether err is a timeout and ctx's deadline has
+// passed. go-redis gives a connection ctx's deadline, and a dial ctx's:
+// they can fire a little before ctx's own timer marks ctx done, and a
+// caller's own short deadline would read as Redis failing, and count
+// against its breaker.
+func atDeadline(ctx context.Context, err error) bool {
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl) &&
+		(errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded))
 }
 
 // Node names the server that holds key's state under p (see

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -65,11 +67,21 @@ func TestErrorsSayItOnce(t *testing.T) {
 	}
 }
 
+// lagging is a context whose deadline has passed while its timer has not
+// yet marked it done.
+type lagging struct{ context.Context }
+
+func (lagging) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+
 func TestClassify(t *testing.T) {
 	live := context.Background()
 	done, cancel := context.WithCancel(context.Background())
 	cancel()
 	boom := errors.New("boom")
+	ioTimeout := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	late := lagging{live}
+	later, cancelLater := context.WithTimeout(live, time.Hour)
+	defer cancelLater()
 	for _, c := range []struct {
 		ctx      context.Context
 		err      error
@@ -82,12 +94,20 @@ func TestClassify(t *testing.T) {
 		{done, door.ErrClosed, door.ErrClosed, false},
 		{done, boom, context.Canceled, false},
 		{live, boom, door.ErrUnavailable, true},
+		// A timeout at the caller's own deadline is the caller's, even
+		// before its context's timer has fired; any other error, or a
+		// timeout before that deadline (the Redis timeout's), is Redis's.
+		{late, ioTimeout, context.DeadlineExceeded, false},
+		{late, fmt.Errorf("dial: %w", context.DeadlineExceeded), context.DeadlineExceeded, false},
+		{late, boom, door.ErrUnavailable, true},
+		{later, ioTimeout, door.ErrUnavailable, false},
+		{live, ioTimeout, door.ErrUnavailable, false},
 	} {
 		got := door.Classify(c.ctx, c.err)
 		if !errors.Is(got, c.want) || c.wrapsErr != errors.Is(got, boom) || (c.want == nil) != (got == nil) {
 			t.Errorf("Classify(%v, %v) = %v, want %v", c.ctx.Err(), c.err, got, c.want)
 		}
-		if c.want == context.Canceled && got != context.Canceled {
+		if (c.want == context.Canceled || c.want == context.DeadlineExceeded) && got != c.want {
 			t.Errorf("Classify wrapped the caller's context error: %v", got)
 		}
 	}
