@@ -29,11 +29,14 @@ type combiner struct {
 	queue []*queued // waiting, oldest first; requires mu
 }
 
-// queued is an exact decision waiting in a combiner.
+// queued is an exact decision waiting in a combiner. A caller that gets
+// its answer puts its queued back in queuedPool for the next one (with
+// done empty again); one that leaves first does not, since the pipeline
+// that holds it may still look at it.
 type queued struct {
 	ctx  context.Context // the caller's
 	r    remote.Request
-	done chan struct{} // closed once d and err are set
+	done chan struct{} // given a value (cap 1) once d and err are set
 	d    remote.Decision
 	err  error
 	// taken is set by whichever comes first: the caller that stops
@@ -61,7 +64,8 @@ func (d *Door) decide(ctx context.Context, r remote.Request, pass Pass) (remote.
 		c.mu.Unlock()
 		return remote.Decision{}, err
 	}
-	q := &queued{ctx: ctx, r: r, done: make(chan struct{})}
+	q := queuedPool.Get().(*queued)
+	q.ctx, q.r = ctx, r
 	c.queue = append(c.queue, q)
 	c.mu.Unlock()
 	select {
@@ -72,8 +76,14 @@ func (d *Door) decide(ctx context.Context, r remote.Request, pass Pass) (remote.
 		}
 		<-q.done // answered just now
 	}
-	return q.d, q.err
+	dec, err := q.d, q.err
+	*q = queued{done: q.done}
+	queuedPool.Put(q)
+	return dec, err
 }
+
+// queuedPool holds the queued of callers that got their answer.
+var queuedPool = sync.Pool{New: func() any { return &queued{done: make(chan struct{}, 1)} }}
 
 // release ends a call or pipeline of c: the decisions waiting, if any, go
 // now, in one pipeline, on a goroutine of their own that keeps the slot and
@@ -149,6 +159,6 @@ func (q *queued) answer(dec remote.Decision, err error) bool {
 		return false
 	}
 	q.d, q.err = dec, err
-	close(q.done)
+	q.done <- struct{}{}
 	return true
 }

@@ -187,3 +187,72 @@ func TestQueuedCallerLeaves(t *testing.T) {
 	// The first decision, those on their way, and the one that waited.
 	s.left(t, 1000-int64(k)-2)
 }
+
+// Many callers at once, each asking for a number of units of its own,
+// some leaving while they wait or while their call is on its way, again
+// and again (a waiting caller's record is used again once it has its
+// answer): each answered caller gets its own decision, a caller's own
+// deadline reads as its context's error, never as Redis failing, and Redis
+// holds the units answered, plus at most those of callers that left while
+// their own call (not a pipeline, whose late grants are refunded) was on
+// its way: Redis may have decided it, its reply cut off.
+func TestCombinerUnderChurn(t *testing.T) {
+	s := newSlowDoor(t)
+	s.proxy.SetDelay(2 * time.Millisecond)
+	callers, rounds := 4*s.d.InFlight(), 12
+	if most := int64(callers * rounds * 3); most > 999 {
+		t.Fatalf("%d callers × %d rounds may take %d units, more than the 999 left", callers, rounds, most)
+	}
+	var granted, answered, left, uncertain atomic.Int64
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			want := int64(1 + i%3)
+			for j := range rounds {
+				// Every third call has a deadline that may end it while it
+				// waits or while it is on its way.
+				ctx, cancel := context.Background(), context.CancelFunc(func() {})
+				if j%3 == i%3 {
+					ctx, cancel = context.WithTimeout(ctx, time.Duration(1+(i+j)%6)*time.Millisecond)
+				}
+				dec, cause, err := s.d.Acquire(ctx, remote.Request{Policy: s.p, Key: "k", Min: want, Max: want})
+				cancel()
+				switch {
+				case err == nil && cause == nil:
+					if dec.Granted != want {
+						t.Errorf("caller %d asked for %d units, got a decision of %d", i, want, dec.Granted)
+					}
+					granted.Add(dec.Granted)
+					answered.Add(1)
+				case cause == nil && errors.Is(err, context.DeadlineExceeded):
+					left.Add(1)
+					uncertain.Add(want)
+				default:
+					t.Errorf("caller %d: %v, %v", i, cause, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	s.proxy.SetDelay(0)
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, b := s.d.Stats(); b.LateGranted == b.LateRefunded {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("a late grant not refunded")
+		}
+	}
+	t.Logf("%d answered (%d units), %d left before their answer, %d round trips for %d decisions",
+		answered.Load(), granted.Load(), left.Load(), s.trips.Load(), s.decided.Load())
+	if left.Load() == 0 || s.trips.Load() >= s.decided.Load() {
+		t.Errorf("no caller left, or no decisions went together: the test did not churn")
+	}
+	most := 999 - granted.Load()
+	rest, err := s.direct.Acquire(context.Background(), remote.Request{Policy: s.p, Key: "k", Min: 1, Max: most + 1})
+	if err != nil || rest.Granted > most || rest.Granted < most-uncertain.Load() {
+		t.Fatalf("Redis had %d units left (%v), want %d less at most %d of callers that left", rest.Granted, err, most, uncertain.Load())
+	}
+}
