@@ -2,10 +2,12 @@ package remote
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -352,5 +354,69 @@ func TestLoneMemberTakesWhatAWindowHasLeft(t *testing.T) {
 		if err != nil || d.Granted != 4 {
 			t.Fatalf("a lease of 1..8 with 4 left, alone: %+v, %v; want the 4", d, err)
 		}
+	}
+}
+
+// failFirstLoad is a go-redis hook that fails the first FUNCTION LOAD it
+// sees without sending it, as a master whose load fails for a moment.
+type failFirstLoad struct{ failed atomic.Bool }
+
+func (*failFirstLoad) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *failFirstLoad) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); len(args) > 1 && strings.EqualFold(fmt.Sprint(args[0]), "function") &&
+			strings.EqualFold(fmt.Sprint(args[1]), "load") && h.failed.CompareAndSwap(false, true) {
+			cmd.SetErr(errors.New("ERR a load that failed for a moment"))
+			return cmd.Err()
+		}
+		return next(ctx, cmd)
+	}
+}
+func (*failFirstLoad) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestFunctionLoadedTwice: a call that finds its library missing loads it
+// and calls again, and does so once more when the load reached no server
+// (or missed the call's master, whose load failed): the call then works.
+func TestFunctionLoadedTwice(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	h := &failFirstLoad{}
+	c.AddHook(h)
+	p, err := NewPolicy("twice", []Limit{{Algorithm: TokenBucket, Rate: 10, Period: time.Minute, Burst: 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewStore(c, "twice")
+	if d, err := s.Acquire(ctx, Request{Policy: p, Key: "k", Min: 1, Max: 1}); err != nil || d.Granted != 1 {
+		t.Fatalf("Acquire with the first load failing: %+v, %v; want a grant", d, err)
+	}
+	if !h.failed.Load() || s.scripts() {
+		t.Fatalf("the first load failed: %v; scripts only: %v", h.failed.Load(), s.scripts())
+	}
+}
+
+// TestFunctionLoadedTwiceInAPipeline: the same for a pipeline of calls.
+func TestFunctionLoadedTwiceInAPipeline(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	h := &failFirstLoad{}
+	c.AddHook(h)
+	p, err := NewPolicy("twice", []Limit{{Algorithm: TokenBucket, Rate: 10, Period: time.Minute, Burst: 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewStore(c, "twice")
+	ds, errs := s.AcquireBatch(ctx, []Request{{Policy: p, Key: "a", Min: 1, Max: 1}, {Policy: p, Key: "b", Min: 1, Max: 1}})
+	if errs[0] != nil || errs[1] != nil || ds[0].Granted != 1 || ds[1].Granted != 1 {
+		t.Fatalf("AcquireBatch with the first load failing: %+v, %v; want two grants", ds, errs)
+	}
+	if !h.failed.Load() || s.scripts() {
+		t.Fatalf("the first load failed: %v; scripts only: %v", h.failed.Load(), s.scripts())
 	}
 }

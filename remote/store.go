@@ -383,14 +383,24 @@ func (s *Store) run(ctx context.Context, pr *program, keys []string, args []any)
 			s.fnWorked.Store(true)
 			return c
 		case notLoaded(err):
-			lerr := s.load(ctx, pr.lib)
+			// Loaded, then called again, even if the load failed somewhere
+			// (a Cluster master down): this call's master may have it now.
+			// Twice: a load reports success once any master took it, and a
+			// master it missed (its load failed for a moment, or the
+			// client's view of the masters was short of it) gets another.
+			var lerr error
+			for range 2 {
+				if lerr = s.load(ctx, pr.lib); noFunctions(lerr) {
+					break
+				}
+				if c = fcall(ctx, s.client, pr, keys, args); !notLoaded(c.Err()) {
+					break
+				}
+			}
 			if noFunctions(lerr) {
 				s.noFunctionsSaid()
 				break
 			}
-			// Called again even if the load failed somewhere (a Cluster
-			// master down): this call's master may have it now.
-			c = fcall(ctx, s.client, pr, keys, args)
 			switch err := c.Err(); {
 			case err == nil:
 				s.fnWorked.Store(true)
@@ -478,31 +488,41 @@ func (s *Store) pipeline(ctx context.Context, n int, call func(i int) (*program,
 	if len(scripts) > 0 && fns {
 		s.noFunctionsSaid()
 	}
-	for lib := range libs {
-		libs[lib] = s.load(ctx, lib)
-	}
-	// Called again even where a load failed somewhere (a Cluster master
-	// down): their masters may have it now. Where a server said it has
-	// no functions, as scripts.
-	var fnAgain []int
-	for _, i := range again {
-		if noFunctions(libs[progs[i].lib]) {
-			s.noFunctionsSaid()
-			scripts = append(scripts, i)
-		} else {
-			fnAgain = append(fnAgain, i)
+	// Loaded, then called again even where a load failed somewhere (a
+	// Cluster master down): their masters may have it now; twice, as run
+	// does. Where a server said it has no functions, as scripts.
+	for round := 0; round < 2 && len(again) > 0; round++ {
+		for lib := range libs {
+			libs[lib] = s.load(ctx, lib)
 		}
-	}
-	s.send(ctx, cmds, fnAgain, call, func(p redis.Pipeliner, pr *program, keys []string, args []any) *redis.Cmd {
-		return fcall(ctx, p, pr, keys, args)
-	})
-	for _, i := range fnAgain {
-		lerr, err := libs[progs[i].lib], cmds[i].Err()
-		switch {
-		case err == nil:
-			s.fnWorked.Store(true)
-		case lerr != nil && notLoaded(err):
-			cmds[i].SetErr(lerr)
+		var fnAgain []int
+		for _, i := range again {
+			if noFunctions(libs[progs[i].lib]) {
+				s.noFunctionsSaid()
+				scripts = append(scripts, i)
+			} else {
+				fnAgain = append(fnAgain, i)
+			}
+		}
+		s.send(ctx, cmds, fnAgain, call, func(p redis.Pipeliner, pr *program, keys []string, args []any) *redis.Cmd {
+			return fcall(ctx, p, pr, keys, args)
+		})
+		again = again[:0]
+		for _, i := range fnAgain {
+			lerr, err := libs[progs[i].lib], cmds[i].Err()
+			switch {
+			case err == nil:
+				s.fnWorked.Store(true)
+			case !notLoaded(err):
+			case round == 0:
+				again = append(again, i)
+			case lerr != nil:
+				cmds[i].SetErr(lerr)
+			}
+		}
+		clear(libs) // the next round loads only what is still missing
+		for _, i := range again {
+			libs[progs[i].lib] = nil
 		}
 	}
 	s.send(ctx, cmds, scripts, call, func(p redis.Pipeliner, pr *program, keys []string, args []any) *redis.Cmd {
