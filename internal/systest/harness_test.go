@@ -237,10 +237,11 @@ func windows(rate float64) bound {
 	return func(s span) float64 { return rate * float64(s.end/1e6-s.start/1e6+1) }
 }
 
-// windowsOpenFor is Rate per one-second window that opened at least open µs
-// before the span's end.
+// windowsOpenFor is Rate per one-second window that is open for at least
+// open µs (less than a window) of the span: one that opened that long
+// before the span's end, and that ends that long after its start.
 func windowsOpenFor(rate float64, open int64) bound {
-	return func(s span) float64 { return rate * float64((s.end-open)/1e6-s.start/1e6+1) }
+	return func(s span) float64 { return rate * float64(max(0, (s.end-open)/1e6-(s.start+open)/1e6+1)) }
 }
 
 // rateTimes is Rate·T: what a limit that spreads its units evenly admits.
