@@ -378,45 +378,48 @@ func (*failFirstLoad) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 
 // TestFunctionLoadedTwice: a call that finds its library missing loads it
 // and calls again, and does so once more when the load reached no server
-// (or missed the call's master, whose load failed): the call then works.
+// (or missed the call's master, whose load failed): the call then works,
+// alone and in a pipeline.
 func TestFunctionLoadedTwice(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer c.Close()
-	h := &failFirstLoad{}
-	c.AddHook(h)
 	p, err := NewPolicy("twice", []Limit{{Algorithm: TokenBucket, Rate: 10, Period: time.Minute, Burst: 10}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := NewStore(c, "twice")
-	if d, err := s.Acquire(ctx, Request{Policy: p, Key: "k", Min: 1, Max: 1}); err != nil || d.Granted != 1 {
-		t.Fatalf("Acquire with the first load failing: %+v, %v; want a grant", d, err)
-	}
-	if !h.failed.Load() || s.scripts() {
-		t.Fatalf("the first load failed: %v; scripts only: %v", h.failed.Load(), s.scripts())
-	}
-}
-
-// TestFunctionLoadedTwiceInAPipeline: the same for a pipeline of calls.
-func TestFunctionLoadedTwiceInAPipeline(t *testing.T) {
-	ctx := context.Background()
-	srv := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer c.Close()
-	h := &failFirstLoad{}
-	c.AddHook(h)
-	p, err := NewPolicy("twice", []Limit{{Algorithm: TokenBucket, Rate: 10, Period: time.Minute, Burst: 10}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := NewStore(c, "twice")
-	ds, errs := s.AcquireBatch(ctx, []Request{{Policy: p, Key: "a", Min: 1, Max: 1}, {Policy: p, Key: "b", Min: 1, Max: 1}})
-	if errs[0] != nil || errs[1] != nil || ds[0].Granted != 1 || ds[1].Granted != 1 {
-		t.Fatalf("AcquireBatch with the first load failing: %+v, %v; want two grants", ds, errs)
-	}
-	if !h.failed.Load() || s.scripts() {
-		t.Fatalf("the first load failed: %v; scripts only: %v", h.failed.Load(), s.scripts())
+	for _, c := range []struct {
+		name string
+		call func(s *Store) error
+	}{
+		{"alone", func(s *Store) error {
+			if d, err := s.Acquire(ctx, Request{Policy: p, Key: "k", Min: 1, Max: 1}); err != nil || d.Granted != 1 {
+				return fmt.Errorf("Acquire: %+v, %v; want a grant", d, err)
+			}
+			return nil
+		}},
+		{"in a pipeline", func(s *Store) error {
+			ds, errs := s.AcquireBatch(ctx, []Request{{Policy: p, Key: "a", Min: 1, Max: 1}, {Policy: p, Key: "b", Min: 1, Max: 1}})
+			if errs[0] != nil || errs[1] != nil || ds[0].Granted != 1 || ds[1].Granted != 1 {
+				return fmt.Errorf("AcquireBatch: %+v, %v; want two grants", ds, errs)
+			}
+			return nil
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
+			defer rc.Close()
+			if err := rc.FunctionFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			h := &failFirstLoad{}
+			rc.AddHook(h)
+			s := NewStore(rc, "twice")
+			if err := c.call(s); err != nil {
+				t.Fatalf("with the first load failing: %v", err)
+			}
+			if !h.failed.Load() || s.scripts() {
+				t.Fatalf("the first load failed: %v; scripts only: %v", h.failed.Load(), s.scripts())
+			}
+		})
 	}
 }
