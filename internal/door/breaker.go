@@ -92,8 +92,11 @@ type breaker struct {
 	node    string        // the server's name (see remote.Store.Node)
 	note    *notifier     // nil: nobody observes
 	// checked is set once the servers behind the breaker have been read
-	// for their eviction policy (checkEviction), or need not be.
+	// for their eviction policy (checkEviction), or need not be; checks,
+	// the readings that failed (they are tried again, up to
+	// evictionTries in all).
 	checked atomic.Bool
+	checks  atomic.Int32
 	// closed is called (on its own goroutine) after each close that ends an
 	// outage.
 	closed func()

@@ -142,8 +142,13 @@ func (n *notifier) run(q []Event) {
 // The reading is a round trip like the others: counted, and told to the
 // hook (OpConfig).
 // It runs after a call through b succeeded (Leave): the first time the
-// Door reaches a server, off the caller's path. Only when events are
-// observed (else b is marked checked at birth).
+// Door reaches a server, off the caller's path; a reading that fails is
+// made again after a later success, up to evictionTries readings. Only
+// when events are observed (else b is marked checked at birth).
+// evictionTries is how many times a breaker's servers are read for their
+// eviction policy when the readings fail.
+const evictionTries = 3
+
 func (d *Door) checkEviction(b *breaker) {
 	if !b.checked.CompareAndSwap(false, true) {
 		return
@@ -159,8 +164,12 @@ func (d *Door) checkEviction(b *breaker) {
 		d.single.roundTrips.Add(1)
 		if err != nil && !remote.Refused(err) {
 			// Not a refusal of CONFIG (silent: an ACL without it, a managed
-			// Redis), but a failure: counted, not retried.
+			// Redis), but a failure (a timeout under load): counted, and
+			// read again after a later call succeeds, a few times at most.
 			d.single.errors.Add(1)
+			if b.checks.Add(1) < evictionTries {
+				b.checked.Store(false)
+			}
 		}
 		posted := false
 		for _, addr := range slices.Sorted(maps.Keys(policies)) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -265,5 +266,53 @@ func TestEventKindJSON(t *testing.T) {
 	b, err := json.Marshal([]door.EventKind{door.FirstFailure, door.BreakerChange, door.Warning, 0})
 	if err != nil || string(b) != `["first-failure","breaker","warning","unknown"]` {
 		t.Fatalf("%s, %v", b, err)
+	}
+}
+
+// failFirstConfig fails the first CONFIG a client makes, without sending
+// it, as a reading that timed out under load.
+type failFirstConfig struct{ failed atomic.Bool }
+
+func (*failFirstConfig) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *failFirstConfig) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if strings.EqualFold(cmd.Name(), "config") && h.failed.CompareAndSwap(false, true) {
+			cmd.SetErr(context.DeadlineExceeded)
+			return cmd.Err()
+		}
+		return next(ctx, cmd)
+	}
+}
+func (*failFirstConfig) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A reading of the eviction policy that fails is made again after a later
+// call succeeds: the warning still comes.
+func TestWarningOfEvictionAfterAFailedReading(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	if err := srv.Client(t).ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	h := &failFirstConfig{}
+	c.AddHook(h)
+	rec := &recorder{}
+	d := door.New(door.Config{Store: remote.NewStore(c, "t"), Clock: clock.System{}, Timeout: 2 * time.Second, Events: rec.event})
+	p := perHour(t, 1000)
+	var evs []door.Event
+	for i := 0; i < 100 && len(evs) == 0; i++ {
+		if _, cause, err := d.Acquire(ctx, remote.Request{Policy: p, Key: "k", Min: 1, Max: 1}); cause != nil || err != nil {
+			t.Fatal(cause, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+		evs = append(evs, rec.take()...)
+	}
+	closeDoor(d)
+	evs = append(evs, rec.take()...)
+	if !h.failed.Load() || len(evs) != 1 || !errors.Is(evs[0].Err, door.ErrEvictionPolicy) {
+		t.Fatalf("first reading failed: %v; events %q; want one eviction warning", h.failed.Load(), describe(evs))
 	}
 }
