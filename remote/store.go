@@ -389,7 +389,7 @@ func (s *Store) run(ctx context.Context, pr *program, keys []string, args []any)
 			// master it missed (its load failed for a moment, or the
 			// client's view of the masters was short of it) gets another.
 			var lerr error
-			for range 2 {
+			for range loadRounds {
 				if lerr = s.load(ctx, pr.lib); noFunctions(lerr) {
 					break
 				}
@@ -417,6 +417,11 @@ func (s *Store) run(ctx context.Context, pr *program, keys []string, args []any)
 	}
 	return pr.script.Run(ctx, s.client, keys, args[room(keys):]...)
 }
+
+// loadRounds is how many times a call that finds its library missing
+// loads it and calls again (run, pipeline): a load reports success once
+// any master took it, and a master it missed gets another.
+const loadRounds = 2
 
 // room is the number of FCALL's own arguments ahead of a call's with
 // keys: the command, the function, the number of keys, the keys. A call's
@@ -491,7 +496,7 @@ func (s *Store) pipeline(ctx context.Context, n int, call func(i int) (*program,
 	// Loaded, then called again even where a load failed somewhere (a
 	// Cluster master down): their masters may have it now; twice, as run
 	// does. Where a server said it has no functions, as scripts.
-	for round := 0; round < 2 && len(again) > 0; round++ {
+	for round := 0; round < loadRounds && len(again) > 0; round++ {
 		for lib := range libs {
 			libs[lib] = s.load(ctx, lib)
 		}
@@ -514,7 +519,7 @@ func (s *Store) pipeline(ctx context.Context, n int, call func(i int) (*program,
 			case err == nil:
 				s.fnWorked.Store(true)
 			case !notLoaded(err):
-			case round == 0:
+			case round < loadRounds-1:
 				again = append(again, i)
 			case lerr != nil:
 				cmds[i].SetErr(lerr)
