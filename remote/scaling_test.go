@@ -3,10 +3,14 @@ package remote_test
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelease/ratelease/internal/redistest"
 	"github.com/ratelease/ratelease/remote"
@@ -54,4 +58,88 @@ func TestRedisCPUPerLease(t *testing.T) {
 	n := float64(calls.Load())
 	t.Logf("%0.f lease calls in %v (pipelines of %d from %d goroutines): %.1f µs of Redis CPU each, %.0f calls per Redis CPU-second",
 		n, runFor, batch, goroutines, used/n*1e6, n/used)
+}
+
+// BenchmarkLeaseCallByMembers times one lease call (the acquire script, a
+// token bucket under the fair share: the members want ten times the rate)
+// on a key whose members hash holds 10 to 10,000 members, for the sizes of
+// fleet one machine cannot drive (docs/scaling.md). Each call is made by
+// the next member in turn; redis-µs/call is the script's usec_per_call
+// from INFO commandstats over the timed calls, the figure to compare
+// (ns/op adds the loopback round trip). Run it with
+//
+//	go test -run '^$' -bench LeaseCallByMembers -benchmem -count 6 ./remote
+func BenchmarkLeaseCallByMembers(b *testing.B) {
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: redistest.BenchAddr(b)})
+	defer c.Close()
+	for _, members := range []int{10, 100, 1000, 10000} {
+		b.Run(fmt.Sprintf("members=%d", members), func(b *testing.B) {
+			store := remote.NewStore(c, fmt.Sprintf("bm%d", members))
+			p := mustPolicy(b, "p", tb(3000, 3000, time.Second))
+			const demand = 30000 // each member: ten times the key's rate
+			req := func(i int) remote.Request {
+				// A long horizon, so that no member lapses while the hash fills.
+				return remote.Request{Policy: p, Key: "k", Min: 1, Max: 100,
+					Member: fmt.Sprintf("m%05d", i%members), Demand: demand, Horizon: 20 * time.Second}
+			}
+			// Fill the hash: every member leases once, 100 calls a pipeline.
+			for i := 0; i < members; i += 100 {
+				rs := make([]remote.Request, 0, 100)
+				for j := i; j < min(i+100, members); j++ {
+					rs = append(rs, req(j))
+				}
+				if _, errs := store.AcquireBatch(ctx, rs); errs != nil {
+					for _, err := range errs {
+						if err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+			}
+			if err := c.ConfigResetStat(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				if _, err := store.Acquire(ctx, req(i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			usec, calls := scriptStats(b, c)
+			b.ReportMetric(usec/calls, "redis-µs/call")
+		})
+	}
+}
+
+// scriptStats returns the usec and calls of the scripts run through c
+// (EVALSHA and FCALL) in INFO commandstats.
+func scriptStats(tb testing.TB, c *redis.Client) (usec, calls float64) {
+	tb.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		name, stats, ok := strings.Cut(line, ":")
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_fcall") {
+			continue
+		}
+		for _, kv := range strings.Split(stats, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil && (k == "usec" || k == "calls") {
+				tb.Fatal(err)
+			}
+			switch k {
+			case "usec":
+				usec += f
+			case "calls":
+				calls += f
+			}
+		}
+	}
+	return usec, calls
 }
