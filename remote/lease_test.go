@@ -40,17 +40,78 @@ func TestMembersPerKey(t *testing.T) {
 	if d := acquire(t, f.s, p, "k", 1, 1, false); d.Members != 0 {
 		t.Fatalf("exact: %d", d.Members)
 	}
+	// A member counts for its TTL (here 1s) after its last lease, and at
+	// most a third longer.
 	f.Advance(600 * ms)
 	if d := lease(t, f, p, "b", 10, 1, 1); d.Members != 2 {
 		t.Fatalf("a still counts: %d", d.Members)
 	}
-	f.Advance(600 * ms) // a's last lease was 1.2s ago
+	f.Advance(390 * ms) // a's last lease was 990ms ago
+	if d := lease(t, f, p, "b", 10, 1, 1); d.Members != 2 {
+		t.Fatalf("a still counts within its TTL: %d", d.Members)
+	}
+	f.Advance(350 * ms) // 1.34s
 	if d := lease(t, f, p, "b", 10, 1, 1); d.Members != 1 {
 		t.Fatalf("a lapsed: %d", d.Members)
 	}
-	f.Advance(1100 * ms)
+	f.Advance(1350 * ms)
 	if f.Exists("test:{p:k}:m") {
 		t.Fatal("the members hash outlived its members")
+	}
+}
+
+// A member that leaves (a refund naming it: Close, an evicted key) no
+// longer counts, at once; the hash goes with the last one.
+func TestMemberLeaves(t *testing.T) {
+	f := newFake(t)
+	ctx := context.Background()
+	p := mustPolicy(t, "p", tb(1000, 1000, time.Second))
+	for _, m := range []string{"a", "b", "c"} {
+		lease(t, f, p, m, 400, 1, 1)
+	}
+	for i, m := range []string{"a", "b"} {
+		if errs := f.s.RefundBatch(ctx, []remote.Grant{{Policy: p, Key: "k", Member: m}}); errs[0] != nil {
+			t.Fatal(errs[0])
+		}
+		if d := lease(t, f, p, "c", 400, 1, 1); d.Members != int64(2-i) {
+			t.Fatalf("after %s left: %d members", m, d.Members)
+		}
+	}
+	// c, alone, wants 400 of 1000: no share holds it.
+	if d := lease(t, f, p, "c", 400, 1, 900); d.Granted != 900 {
+		t.Fatalf("c alone: %+v", d)
+	}
+	if errs := f.s.RefundBatch(ctx, []remote.Grant{{Policy: p, Key: "k", Member: "c"}}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	if f.Exists("test:{p:k}:m") {
+		t.Fatal("the members hash outlived its last member")
+	}
+}
+
+// The entries of members that lapsed are swept a few at a time, while
+// they outnumber the live: a fleet that turns over (deploys) leaves no
+// hash that grows without bound.
+func TestLapsedMembersAreSwept(t *testing.T) {
+	f := newFake(t)
+	p := mustPolicy(t, "p", tb(1000, 1000, time.Second))
+	for i := range 200 {
+		lease(t, f, p, fmt.Sprintf("old%d", i), 10, 1, 1)
+	}
+	// The new member keeps the hash alive while every old one lapses.
+	for range 14 {
+		f.Advance(100 * ms)
+		lease(t, f, p, "new", 10, 1, 1)
+	}
+	for i := range 100 {
+		if d := lease(t, f, p, "new", 10, 1, 1); d.Members != 1 {
+			t.Fatalf("call %d: %d members, want the new one alone", i, d.Members)
+		}
+		f.Advance(ms)
+	}
+	if keys, _ := f.HKeys("test:{p:k}:m"); len(keys) > 2+2+16 {
+		n := len(keys)
+		t.Fatalf("%d fields left in the members hash, want the live member's and the aggregates' (and the sweep's slack)", n)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,7 +66,7 @@ var entries = []struct {
 }{
 	{"acquire", "acquire.lua", []string{"members.lua", "fairshare.lua"}, 0},
 	{"exact", "exact.lua", nil, 0},
-	{"refund", "refund.lua", nil, 0},
+	{"refund", "refund.lua", []string{"members.lua"}, 0},
 	{"bucket", "bucket.lua", nil, 1<<TokenBucket | 1<<LeakyBucket},
 }
 
@@ -85,11 +86,18 @@ func scriptsFor(mask uint8) *scripts {
 	// for it): a release whose code differs in any way loads its own.
 	const placeholder = "ratelease_LIBRARY"
 	code := "#!lua name=" + placeholder + "\nlocal KEYS, ARGV\n" + definitions(mask)
+	// (Each helper once: a file two entry points need is read once.)
+	var helpers []string
 	for _, e := range entries {
 		if has(mask, e.within) {
-			code += read(e.helpers...)
+			for _, h := range e.helpers {
+				if !slices.Contains(helpers, h) {
+					helpers = append(helpers, h)
+				}
+			}
 		}
 	}
+	code += read(helpers...)
 	for _, e := range entries {
 		if !has(mask, e.within) {
 			continue

@@ -107,18 +107,23 @@ local spare = 0 -- room no member's bucket claims
 local room, room_rate = 0, 0 -- room beyond the others' buckets, and how fast it grows (units/s)
 local paced, pace_len -- a whole window's room made so far, when it is paced (below), and over how long (us) it is made
 local debt = false -- a grant is charged to the bucket in full, into debt
-local ttl, last, since = 0, 0, NOW -- this member's entry (members.lua)
+local M -- the key's members (members.lua), when the call names one
+local fair, size = demand, 0 -- this member's fair rate and its bucket's size, for its entry
+local uw = 0 -- the start of the window whose part this member's bucket holds, or 0
 if mkey then
-  ttl = member_ttl(horizon)
-  local ds, total, at, settled, others, newest
-  ds, total, last, tokens, at, since, settled, others, newest = read_members(mkey, member, demand, ttl, wstart)
+  M = read_members(mkey, member, demand, member_ttl(horizon))
+  local total, at, newest = M.D, M.at, M.newest
+  tokens = M.tokens
+  local settled = newest < wstart
   -- A window is shared out by parts only among members that all knew of
   -- each other as it opened: in a window where a member joins (the first
   -- of a run, a fleet's restart), the parts of the members already there
   -- would be of a share too large, taken before the newcomer asks. There,
   -- the members' buckets refill as a bucket's, as for any other limit.
   windowed = windowed and settled
-  members = #ds
+  members = M.n
+  local h = horizon
+  if valid >= 0 and valid < h then h = valid end
   -- A member alone on a key whose room comes whole (a fixed window) has
   -- nobody to keep it for, and the window makes no more before it ends:
   -- it takes what it asks for, as when its demand fits. (From a limit
@@ -153,16 +158,17 @@ if mkey then
         if paced < least then least = paced end
       end
     end
-    local L = water_level(ds, R)
+    local cs = classes(M)
+    local L = water_level(cs, R)
     local f = min(demand, L) -- this member's fair rate
-    local h = horizon
-    if valid >= 0 and valid < h then h = valid end
+    fair = f
     -- A member's bucket holds a batch (at least min): what the buckets
     -- hold is kept from the others, so it is room that waits unused, a
     -- tenth of what the key makes in a horizon in all, little more than
     -- its capacity. (A window that will not have a batch before it ends
     -- gives what it has left: see below.)
-    local batch, size = batch_size(demand, f, minimum, h, valid, R, C)
+    local batch
+    batch, size = batch_size(demand, f, minimum, h, valid, R, C)
     -- A window's room comes whole, when the window opens: a bucket that
     -- refills over the window would spread it out, and the member that
     -- asks fastest would take what the buckets leave. So when the key's
@@ -174,6 +180,7 @@ if mkey then
     -- a run is still taken at once, each member taking its part.
     if windowed then
       size = allot(f, wlen)
+      uw = wstart
       if not tokens or at < wstart then tokens = size else tokens = min(size, tokens) end
     elseif not tokens then tokens = size else
       tokens = min(size, tokens + f * (NOW - at) / 1000000)
@@ -184,7 +191,7 @@ if mkey then
     -- to its bucket. So a member that asks less often than the others
     -- still finds its share, and room that a member leaves unused goes to
     -- those who want it rather than overflow the limit's capacity.
-    local claims, growth = claims_of(others, L, windowed and wlen or 0, wstart, released, h, valid, R, C)
+    local claims, growth = claims_of(M, cs, L, f, windowed and wlen or 0, wstart, released, h, valid, R, C)
     local avail = paced or AV[tight]
     room = floor(max(0, avail - claims))
     -- The room beyond the others' buckets grows as fast as the limit
@@ -212,6 +219,9 @@ if mkey then
     end
   else
     tokens = nil -- the demand fits: no bucket of its own
+    -- (It counts as a full bucket of its demand's batch to the others.)
+    local _, s = batch_size(demand, demand, 1, h, valid, R, C)
+    size = s
   end
 end
 
@@ -221,7 +231,7 @@ end
 -- or wholly when it is taken in debt (a member in debt pays for spare too:
 -- it took its part before); a bucket is never kept below -C.
 local function save(g)
-  if not mkey then return end
+  if not M then return end
   local kept
   if tokens then
     local charged = min(g, max(0, tokens))
@@ -230,7 +240,11 @@ local function save(g)
     tokens = tokens - charged
     spare = spare - (g - charged)
   end
-  write_member(mkey, member, demand, kept, since, ttl, last)
+  local u = 0
+  if uw > 0 then u = max(0, size - (kept or size)) end
+  -- (Not a bucket's sizes for a window's part: the others read the parts
+  -- from U.)
+  if uw > 0 then write_member(M, kept, 0, 0, u, uw) else write_member(M, kept, fair, size, u, uw) end
 end
 
 -- Under the fair share, the us until this member may have need units: when

@@ -58,17 +58,30 @@ local RELEASE = 2
 -- than the rate by a 1/EXCESS part.)
 local EXCESS = 4
 
--- The level L of the water-filling of demands ds (sorted in place) to R: the
--- smallest demands are met in full, the rest share what is left equally.
-local function water_level(ds, R)
-  sort(ds)
-  local left, L = R, R
-  for j = 1, #ds do
-    L = left / (#ds - j + 1)
-    if ds[j] >= L then break end
-    left = left - ds[j]
+-- The level L of the water-filling of the members' demands to R (their
+-- classes, members.lua's classes(M)): the smallest demands are met in full,
+-- the rest share what is left equally. A class counts as members of its
+-- mean demand: within a factor 2^(1/16) of each one's own.
+local function water_level(cs, R)
+  sort(cs, function(x, y) return x[1] < y[1] end)
+  local left, k, L = R, 0, R
+  for j = 1, #cs do k = k + cs[j][2] end
+  for j = 1, #cs do
+    L = left / k
+    if cs[j][1] >= L then break end
+    left, k = left - cs[j][3], k - cs[j][2]
   end
   return L
+end
+
+-- The sum of every member's fair rate, min(demand, L), from the classes.
+local function fair_sum(cs, L)
+  local sum = 0
+  for j = 1, #cs do
+    local c = cs[j]
+    if c[1] <= L then sum = sum + c[3] else sum = sum + c[2] * L end
+  end
+  return sum
 end
 
 -- The batch worth waiting for at the fair rate fx by a member whose demand
@@ -94,26 +107,31 @@ end
 -- units (R * wlen / 1e6 of them).
 local function allot(fx, wlen) return fx * wlen / 1000000 end
 
--- What the other members' buckets hold now (whole units), at the level L:
--- kept from this member. others as read_members returns it. For a window
--- (wlen > 0) a bucket holds what is left of the member's part of the window
--- that started at wstart, nothing once released; otherwise it refilled at
--- its fair rate since written, up to its size.
-local function claims_of(others, L, wlen, wstart, released, h, valid, R, C)
-  local claims, growth = 0, 0
-  for j = 1, #others, 3 do
-    local fj = min(others[j], L)
-    local tk = others[j + 1]
-    if wlen > 0 then
-      local aj = allot(fj, wlen)
-      if tk and others[j + 2] >= wstart then tk = min(aj, tk) else tk = aj end
-      if released then tk = 0 end
-    else
-      local _, sj = batch_size(fj, fj, 1, h, valid, R, C)
-      if tk then tk = min(sj, tk + fj * (NOW - others[j + 2]) / 1000000) else tk = sj end
-      if tk < sj then growth = growth + fj end
-    end
-    claims = claims + max(0, floor(tk))
+-- What the other members' buckets hold now (whole units), at the level L,
+-- f this member's fair rate: kept from this member. For a window (wlen >
+-- 0), each holds what is left of its part of the window that started at
+-- wstart (its allotment at the level L, less what it took of it), nothing
+-- once released. Otherwise each refilled at its fair rate since written,
+-- up to its size: read from the generations' sums (members.lua), which
+-- count a generation's buckets as one (a full one makes up for an empty
+-- one's room), and never more than the buckets' sizes at the level L
+-- (a bucket's size is proportional to its fair rate: batch_size). Returns
+-- also how fast the buckets not yet full refill (units/s).
+local function claims_of(M, cs, L, f, wlen, wstart, released, h, valid, R, C)
+  local others = fair_sum(cs, L) - f
+  if wlen > 0 then
+    if released then return 0, 0 end
+    local used = 0
+    if M.uw == wstart then used = M.U end
+    return max(0, floor(allot(others, wlen) - used)), 0
   end
-  return claims, growth
+  local claims, growth = 0, 0
+  for k = 1, #M.gens do
+    local g = M.gens[k]
+    local fill = g.T + g.F * (NOW - g.start) / 1000000 - g.FT
+    if fill < g.Z then growth = growth + max(0, g.F) else fill = g.Z end
+    claims = claims + max(0, fill)
+  end
+  local _, per_rate = batch_size(1, 1, 0, h, valid, R, C)
+  return floor(min(claims, per_rate * others)), min(growth, others)
 end

@@ -1,76 +1,249 @@
--- members.lua: the instances that lease a key, for acquire.lua's fair share.
+-- members.lua: the instances that lease a key, for acquire.lua's fair share,
+-- kept so that a lease call costs Redis the same with 10 members or 10,000:
+-- a call reads its own entry and the key's aggregates, never the others'
+-- entries.
 --
--- A key leased by several instances keeps a hash of them next to its state,
--- member id -> "expires demand tokens at since":
---   expires  us; the member counts until then
+-- A key leased by several instances keeps a hash of them next to its state.
+-- Each member id -> its entry, "gen demand tk at since f size u uw":
+--   gen      us, the start of the generation it last leased in (below)
 --   demand   units per second it said it wants
 --   tokens   its bucket under the fair share (fairshare.lua), in units, or
 --            'x' for a bucket not kept (the demand fitted), which counts
 --            as full
 --   at       us, when the entry was last written
---   since    us, when it joined (missing from an entry an older release
---            wrote: it counts as joined at `at`)
--- The hash expires with its last member. Instances that never lease the key
--- cost it nothing; exact mode never names a member.
+--   since    us, when it joined
+--   f, size  its fair rate (units/s) and its bucket's size when written
+--   u, uw    what it had taken of its part of the window that started at
+--            uw (us), or 0 0
+-- and the field '#' (no member id starts with '#'), the key's aggregates:
+--   "newest cursor U uw" then, for each live generation,
+--   ";start P T F FT Z" and " idx count sum" for each demand class
+-- where
+--   newest   us, when the member that joined last joined
+--   cursor   where the sweep of dead entries goes on (HSCAN)
+--   U, uw    what the members together had taken of their parts of the
+--            window that started at uw
+--   start, P the generation's start and length (us)
+--   T, F, FT, Z  the sums, over the generation's members, of their
+--            buckets (units, never below 0), their fair rates (units/s),
+--            f * (at - start) / 1e6 (units) and their buckets' sizes: the
+--            buckets together, sum(min(size, tk + f * (now - at))), are
+--            read as min(Z, T + F * (now - start) / 1e6 - FT)
+--   idx count sum  a class of demands (those within a factor 2^(1/16)):
+--            how many members, and their demands' sum
+-- A member's contribution to the sums is in its entry, so a lease takes it
+-- out and puts the new one in, in constant time.
+--
+-- Generations. A member counts from each lease until GENS - 1 to GENS
+-- generations later: a member's contribution goes to the newest
+-- generation, which begins with the first call past the last one's end
+-- (start + P), and a generation is dropped with all its members once
+-- GENS generation lengths have passed since its start. So nothing walks the
+-- members to find who lapsed. A dead member's entry stays in the hash,
+-- counting for nothing, until the sweep (HSCAN, a few fields a call, only
+-- while dead entries outnumber the live) deletes it, or the hash expires
+-- with its last generation. Instances that never lease the key cost it
+-- nothing; exact mode never names a member.
 
--- How long a member counts after its last lease: three of its horizons,
--- since it leases about once a horizon, so that one late lease (a slow
--- reply, a pause) does not drop it and hand its share to the others for a
--- moment; and at least a second, the heartbeat of a Leaser.
+-- How long a member counts after its last lease, at least: three of its
+-- horizons, since it leases about once a horizon, so that one late lease
+-- (a slow reply, a pause) does not drop it and hand its share to the
+-- others for a moment; and at least a second, the heartbeat of a Leaser.
+-- It counts at most a third longer (GENS).
 local function member_ttl(horizon) return max(3 * horizon, 1000000) end
+local GENS = 4
+-- 16 / ln 2: a demand d is in class floor(log(d) * CLASS), within a factor
+-- 2^(1/16) of the others of its class.
+local CLASS = 23.083120654223414
+-- The sweep looks at SWEEP fields a call.
+local SWEEP = 16
 
--- The live members of the key whose members hash is mkey, seen by member
--- (whose demand is demand) at NOW; entries past their expiry are deleted.
--- wstart is the start (us) of the window whose start settles the members
--- (see acquire.lua), or 0. Returns
---   ds       every live member's demand, this member's first
---   total    their sum
---   last     the latest expiry of a member, this one's (NOW + ttl) included
---   tokens   this member's bucket (nil: not kept) and at, when written
---   since    when this member joined (NOW if it is new)
---   settled  every member, this one included, joined before wstart
---   newest   when the member that joined last joined (this one included)
---   others   the other members' demand, tokens (false: not kept) and time
---            written, three values each, in turn
-local function read_members(mkey, member, demand, ttl, wstart)
-  local raw = call('HGETALL', mkey)
-  local ds, total, last = { demand }, demand, NOW + ttl
-  local tokens, at
-  local since, settled, newest = NOW, true, 0
-  local others = {}
-  for j = 1, #raw, 2 do
-    local e, d, tk, t, s0 = match(raw[j + 1], '^(%d+) (%d+) (%S+) (%d+) ?(%d*)$')
-    e = tonumber(e)
-    if not e or e <= NOW then
-      call('HDEL', mkey, raw[j])
-    else
-      local joined = tonumber(s0) or tonumber(t)
-      if joined >= wstart then settled = false end
-      if joined > newest then newest = joined end
-      if raw[j] == member then
-        since = joined
-        if tk ~= 'x' then tokens, at = tonumber(tk), tonumber(t) end
-      else
-        d = tonumber(d)
-        ds[#ds + 1], total = d, total + d
-        local k = #others
-        -- (false, not nil, for a bucket not kept: nil would end the list)
-        others[k + 1], others[k + 2], others[k + 3] = d, tonumber(tk) or false, tonumber(t)
-        if e > last then last = e end
+local function class_of(d) return floor(log(d) * CLASS) end
+
+-- A generation's sums with a member's contribution added (s = 1) or taken
+-- out (s = -1): demand d, bucket tk (>= 0), fair rate f, written at, size.
+local function contribute(g, s, d, tk, f, at, size)
+  local i = class_of(d)
+  local c = g.h[i]
+  if not c then
+    c = { 0, 0 }
+    g.h[i] = c
+  end
+  c[1], c[2] = c[1] + s, c[2] + s * d
+  if c[1] <= 0 then g.h[i] = nil end
+  g.n, g.D = g.n + s, g.D + s * d
+  g.T, g.F, g.FT, g.Z = g.T + s * tk, g.F + s * f, g.FT + s * f * (at - g.start) / 1000000, g.Z + s * size
+end
+
+-- The entry of a member, parsed: nil for none.
+local function parse_entry(v)
+  if not v then return nil end
+  local gen, d, tk, at, since, f, size, u, uw =
+    match(v, '^(%d+) (%d+) (%S+) (%d+) (%d+) (%S+) (%S+) (%S+) (%d+)$')
+  if not gen then return nil end -- an older release's entry: a new member
+  return { gen = tonumber(gen), d = tonumber(d), tk = tonumber(tk), at = tonumber(at), since = tonumber(since),
+    f = tonumber(f), size = tonumber(size), u = tonumber(u), uw = tonumber(uw) }
+end
+
+-- What an entry adds to its generation's bucket sums: its bucket, never
+-- below 0 (a bucket in debt claims nothing), full when not kept.
+local function entry_tk(e)
+  if e.uw > 0 then return 0 end -- a window's part: see U
+  if e.tk then return max(0, e.tk) end
+  return e.size
+end
+
+-- The key's membership, read by member (whose demand is demand and whose
+-- lease lasts ttl) at NOW: the live generations, this member's entry, and
+-- the aggregates, with this member's last contribution taken out and its
+-- demand put in the newest generation. Returns M, with
+--   M.n, M.D   the live members (this one included) and their demands' sum
+--   M.tokens, M.at   this member's bucket (nil: not kept) and when written
+--   M.since    when this member joined (NOW if it is new)
+--   M.newest   when the member that joined last joined (this one included)
+--   M.gens     the live generations, oldest first; M.cur the newest
+--   M.U, M.uw  what the others took of their window parts (see above)
+local function read_members(mkey, member, demand, ttl)
+  local raw = call('HMGET', mkey, '#', member)
+  local M = { key = mkey, member = member, demand = demand, gens = {}, newest = 0, cursor = '0', U = 0, uw = 0 }
+  local agg = raw[1]
+  if agg then
+    local head, rest = match(agg, '^([^;]*)(.*)$')
+    local newest, cursor, U, uw = match(head, '^(%d+) (%d+) (%S+) (%d+)')
+    if newest then
+      M.newest, M.cursor, M.U, M.uw = tonumber(newest), cursor, tonumber(U), tonumber(uw)
+      for gs in gmatch(rest, '[^;]+') do
+        local start, P, T, F, FT, Z, cls = match(gs, '^(%d+) (%d+) (%S+) (%S+) (%S+) (%S+)(.*)$')
+        start, P = tonumber(start), tonumber(P)
+        if start and NOW < start + GENS * P then
+          local g = { start = start, P = P, T = tonumber(T), F = tonumber(F), FT = tonumber(FT), Z = tonumber(Z), n = 0, D = 0, h = {} }
+          for i, c, s in gmatch(cls, '(%-?%d+) (%d+) (%d+)') do
+            c, s = tonumber(c), tonumber(s)
+            g.h[tonumber(i)] = { c, s }
+            g.n, g.D = g.n + c, g.D + s
+          end
+          M.gens[#M.gens + 1] = g
+        end
       end
     end
   end
-  if since >= wstart then settled = false end
-  if since > newest then newest = since end
-  return ds, total, last, tokens, at, since, settled, others, newest
+  -- This member's last contribution comes out, if its generation lives.
+  local e = parse_entry(raw[2])
+  M.since = NOW
+  if e then
+    for k = 1, #M.gens do
+      local g = M.gens[k]
+      if g.start == e.gen then
+        contribute(g, -1, e.d, entry_tk(e), e.f, e.at, e.size)
+        M.since = e.since
+        if e.tk then M.tokens, M.at = e.tk, e.at end
+        if e.uw == M.uw then M.U = M.U - e.u end
+        break
+      end
+    end
+  end
+  -- The newest generation, begun anew once the last one's length passed;
+  -- long enough that this member, leasing no later than ttl from now, is
+  -- still in a live generation.
+  local cur = M.gens[#M.gens]
+  local P = cdiv(ttl, GENS - 1)
+  if not cur or NOW >= cur.start + cur.P then
+    cur = { start = NOW, P = P, T = 0, F = 0, FT = 0, Z = 0, n = 0, D = 0, h = {} }
+    M.gens[#M.gens + 1] = cur
+  elseif cur.P < P then
+    cur.P = P
+  end
+  M.cur = cur
+  if M.since > M.newest then M.newest = M.since end
+  M.n, M.D = 1, demand
+  for k = 1, #M.gens do M.n, M.D = M.n + M.gens[k].n, M.D + M.gens[k].D end
+  return M
 end
 
--- Writes member's entry: its demand, its bucket (tokens, a number or nil for
--- none) and since; the hash lives until last, the latest expiry of a member.
--- A bucket is kept to a thousandth of a unit (see fairshare.lua, "Floats").
-local function write_member(mkey, member, demand, tokens, since, ttl, last)
-  local tk = 'x'
-  if tokens then tk = format('%.3f', tokens) end
-  call('HSET', mkey, member, format('%d %d %s %d %d', NOW + ttl, demand, tk, NOW, since))
-  call('PEXPIRE', mkey, int(cdiv(last - NOW, 1000)))
+-- The demand classes of every live member, this one's included: a list
+-- of { mean, count, sum }.
+local function classes(M)
+  local by = {}
+  for k = 1, #M.gens do
+    for i, c in pairs(M.gens[k].h) do
+      local b = by[i]
+      if b then b[1], b[2] = b[1] + c[1], b[2] + c[2] else by[i] = { c[1], c[2] } end
+    end
+  end
+  local i = class_of(M.demand)
+  local b = by[i]
+  if b then b[1], b[2] = b[1] + 1, b[2] + M.demand else by[i] = { 1, M.demand } end
+  local cs = {}
+  for _, b in pairs(by) do cs[#cs + 1] = { b[2] / b[1], b[1], b[2] } end
+  return cs
+end
+
+-- Deletes up to SWEEP entries of dead members while they outnumber the
+-- live ones (see Generations), going on from the last call's cursor.
+local function sweep(M)
+  if call('HLEN', M.key) <= 2 * M.n + SWEEP then return end
+  local live = {}
+  for k = 1, #M.gens do live[M.gens[k].start] = true end
+  local r = call('HSCAN', M.key, M.cursor, 'COUNT', SWEEP)
+  M.cursor = r[1]
+  local kv = r[2]
+  for j = 1, #kv, 2 do
+    local f = kv[j]
+    if f ~= '#' and f ~= M.member then
+      local gen = tonumber(match(kv[j + 1], '^(%d+)'))
+      if not gen or not live[gen] then call('HDEL', M.key, f) end
+    end
+  end
+end
+
+-- The aggregates as stored (see above).
+local function format_members(M)
+  local out = { format('%d %s %.17g %d', M.newest, M.cursor, M.U, M.uw) }
+  for k = 1, #M.gens do
+    local g = M.gens[k]
+    if g.n > 0 then
+      local s = format(';%d %d %.17g %.17g %.17g %.17g', g.start, g.P, g.T, g.F, g.FT, g.Z)
+      for i, c in pairs(g.h) do s = s .. format(' %d %d %d', i, c[1], c[2]) end
+      out[#out + 1] = s
+    end
+  end
+  return concat(out)
+end
+
+-- Writes member's entry and puts its contribution in the newest
+-- generation: its bucket (tokens, a number or nil for none, kept to a
+-- thousandth of a unit: see fairshare.lua, "Floats"), its fair rate f and
+-- its bucket's size (both 0 for a window's part), and u, what it took of its part of the window that
+-- started at uw (0 0 for none). The hash lives until its newest generation
+-- lapses.
+local function write_member(M, tokens, f, size, u, uw)
+  local cur = M.cur
+  local tk, tkc = 'x', size
+  if tokens then
+    tk = format('%.3f', tokens)
+    tkc = max(0, tokens)
+  end
+  if uw > 0 then tkc = 0 end -- a window's part: see U
+  contribute(cur, 1, M.demand, tkc, f, NOW, size)
+  if uw > 0 then
+    if M.uw ~= uw then M.U, M.uw = 0, uw end
+    M.U = M.U + u
+  end
+  sweep(M)
+  call('HSET', M.key, M.member, format('%d %d %s %d %d %.17g %.17g %.17g %d', cur.start, M.demand, tk, NOW, M.since, f, size, u, uw),
+    '#', format_members(M))
+  call('PEXPIRE', M.key, int(cdiv(cur.start + GENS * cur.P - NOW, 1000)))
+end
+
+-- Takes member out of the key's members hash mkey (it leaves: Close, an
+-- evicted key): its entry and its contribution to the aggregates. The hash
+-- goes once nobody else is left.
+local function leave_members(mkey, member)
+  local M = read_members(mkey, member, 1, 0)
+  if M.n <= 1 then
+    call('DEL', mkey)
+    return
+  end
+  call('HDEL', mkey, member)
+  call('HSET', mkey, '#', format_members(M))
 end

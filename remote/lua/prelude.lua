@@ -36,9 +36,9 @@
 -- start of a call, once per library (a script's, every call).
 local function globals()
   return math.floor, math.ceil, math.max, math.min, string.format, string.match,
-    tonumber, redis.call, table.sort, unpack, select
+    tonumber, redis.call, table.sort, unpack, select, string.gmatch, math.log, table.concat
 end
-local floor, ceil, max, min, format, match, tonumber, call, sort, unpack, select
+local floor, ceil, max, min, format, match, tonumber, call, sort, unpack, select, gmatch, log, concat
 local HUGE = 1 / 0
 
 -- floor(a / b) and ceil(a / b) for whole a and b > 0, exact below 2^53.

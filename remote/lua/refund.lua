@@ -16,7 +16,7 @@ HEADER = 8
 local units, at = tonumber(ARGV[1]), tonumber(ARGV[2])
 local n = #KEYS
 if ARGV[3] ~= '' then
-  call('HDEL', KEYS[n], ARGV[3])
+  leave_members(KEYS[n], ARGV[3])
   n = n - 1
 end
 if units > 0 then refund_all(n, units, at) end
