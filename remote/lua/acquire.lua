@@ -168,7 +168,7 @@ if mkey then
     -- its capacity. (A window that will not have a batch before it ends
     -- gives what it has left: see below.)
     local batch
-    batch, size = batch_size(demand, f, minimum, h, valid, R, C)
+    batch, size = batch_size(demand, f, minimum, h, valid, R, C, members)
     -- A window's room comes whole, when the window opens: a bucket that
     -- refills over the window would spread it out, and the member that
     -- asks fastest would take what the buckets leave. So when the key's
@@ -220,7 +220,7 @@ if mkey then
   else
     tokens = nil -- the demand fits: no bucket of its own
     -- (It counts as a full bucket of its demand's batch to the others.)
-    local _, s = batch_size(demand, demand, 1, h, valid, R, C)
+    local _, s = batch_size(demand, demand, 1, h, valid, R, C, members)
     size = s
   end
 end

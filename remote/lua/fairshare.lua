@@ -84,6 +84,17 @@ local function fair_sum(cs, L)
   return sum
 end
 
+-- A key's members lease about TENTH/h times a horizon h each while they
+-- are held to their shares: their calls grow with them. Past CROWD members
+-- a batch is crowd(members) times larger, so that the key's calls stay
+-- those of CROWD members, up to LONGEST times (a batch of half a horizon
+-- of the share, which a member still uses well within its lease's life);
+-- past CROWD * LONGEST members the calls grow again, five times slower.
+-- What the batches hold unused at any time stays a share's worth of a
+-- tenth of a horizon for each of CROWD members, little of the key's rate.
+local CROWD, LONGEST = 16, 5
+local function crowd(members) return min(LONGEST, max(1, members / CROWD)) end
+
 -- The batch worth waiting for at the fair rate fx by a member whose demand
 -- is dx (from a window, a part of a whole one below 2 fx: EXCESS), and the
 -- size of the bucket that holds a whole one (at least least_grant units). A batch is the share's
@@ -92,9 +103,11 @@ end
 -- the capacity C (PART), so that the batches together hold half of C: the
 -- bucket does not fill up and overflow while its members come back for
 -- their batches, and a member alone (whose part is all of C) has a batch
--- that fits twice, so that a small burst is never outwaited.
-local function batch_size(dx, fx, least_grant, h, valid, R, C)
-  local b = fx * h / TENTH
+-- that fits twice, so that a small burst is never outwaited. Among more
+-- than CROWD members the batch grows with them (crowd), so that the key
+-- is asked about as often as by CROWD members, not once more for each one.
+local function batch_size(dx, fx, least_grant, h, valid, R, C, members)
+  local b = fx * h / TENTH * crowd(members)
   if valid < 0 then
     b = min(b, PART * fx / R * C)
     return floor(b), max(least_grant, b)
@@ -132,6 +145,6 @@ local function claims_of(M, cs, L, f, wlen, wstart, released, h, valid, R, C)
     if fill < g.Z then growth = growth + max(0, g.F) else fill = g.Z end
     claims = claims + max(0, fill)
   end
-  local _, per_rate = batch_size(1, 1, 0, h, valid, R, C)
+  local _, per_rate = batch_size(1, 1, 0, h, valid, R, C, M.n)
   return floor(min(claims, per_rate * others)), min(growth, others)
 end
