@@ -362,9 +362,17 @@ func (l *Leaser) plan(e *Entry, st local.Lease, n, now int64) *call {
 		least = min(st.Request, p.Capacity())
 	}
 	size = max(min(size, p.Capacity()), least)
+	demand := int64(math.Ceil(rate))
+	if size == least && n > 0 && st.Back == 0 && !st.Waiting {
+		// A lease of the request alone (this instance uses the key seldom):
+		// nothing to share and nothing held, so it goes as an exact
+		// decision, naming no member: it costs Redis what an exact call
+		// does, and the key's members are those that lease it.
+		demand = 0
+	}
 	return &call{
 		req: remote.Request{Policy: p, Key: e.Key(), Min: least, Max: size,
-			Member: l.id, Demand: int64(math.Ceil(rate)), Horizon: h,
+			Member: l.id, Demand: demand, Horizon: h,
 			Back: st.Back, BackAt: st.BackAt},
 		entry: e, start: now, epoch: st.Epoch, done: make(chan struct{}),
 	}

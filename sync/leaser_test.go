@@ -577,3 +577,41 @@ func TestDecideKeepsNothing(t *testing.T) {
 		t.Fatalf("Redis has not the 997 left (%+v, %v): the 5 did not come back", got, err)
 	}
 }
+
+// A key this instance uses seldom (its measured demand over a horizon is
+// less than the request) is asked as an exact decision would be: the call
+// names no member, so it costs Redis what an exact call does and leaves
+// the key's members alone; a key it uses often leases as a member.
+func TestSeldomKeyNamesNoMember(t *testing.T) {
+	mr := redistest.StartMini(t)
+	clk := clock.NewManual(mr.Now())
+	c := mr.Client(t)
+	l := newLeaser(t, c, clk, leasesync.Config{Min: 1, Refresh: 100 * time.Millisecond, TTL: time.Second, LowWater: 0.25, MaxKeys: 100})
+	p, err := remote.NewPolicy("p", []remote.Limit{{Algorithm: remote.TokenBucket, Rate: 500, Period: time.Second, Burst: 500}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab := l.NewTable(p, nil)
+	member := func(key string, every time.Duration, times int) bool {
+		t.Helper()
+		e := tab.GetOrCreate(key)
+		for range times {
+			mr.Advance(every)
+			clk.Advance(every)
+			if _, _, err := l.Lease(context.Background(), e, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, err := c.HGet(context.Background(), "t:{p:"+key+"}:m", leasesync.ID(l)).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	if member("seldom", 2*time.Second, 4) {
+		t.Error("a key used once every 2s, with leases meant to last 100ms: the leaser joined its members")
+	}
+	if !member("often", 5*time.Millisecond, 40) {
+		t.Error("a key used every 5ms: the leaser did not join its members")
+	}
+}
