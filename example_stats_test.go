@@ -41,7 +41,7 @@ func ExampleLimiter_PolicyStats() {
 		fmt.Printf("%s: allowed %d, denied %d, remote %d\n", name, ps.Allowed, ps.Denied, ps.Remote)
 	}
 	// Output:
-	// api: {Allowed:3 Denied:2 Local:0 Remote:5 Cached:0 Fallback:0 ShadowDenied:0}
+	// api: {Allowed:3 Denied:2 Local:0 Remote:5 Cached:0 Fallback:0 Busy:0 ShadowDenied:0}
 	// api denied by: map[3 req/s (burst 3):2]
 	// api: allowed 3, denied 2, remote 5
 	// login: allowed 1, denied 0, remote 1

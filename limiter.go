@@ -97,6 +97,12 @@ const (
 	// moments ago (less than a lease TTL), and its RetryAfter has not
 	// passed, so it is not asked again.
 	SourceCached
+	// SourceBusy: a denial because Redis is busy: the call timed out while
+	// Redis answered other calls within the last second (an overloaded
+	// Redis, not one that is gone). Whatever the failure mode, the request
+	// is denied, RetryAfter the Redis timeout: the failure mode would
+	// admit beside what Redis admits to the other instances.
+	SourceBusy
 )
 
 // The sources' names before they took the prefix of their family.
@@ -119,8 +125,8 @@ const (
 	Cached Source = SourceCached
 )
 
-// String returns "local", "remote", "fallback", "cached", or "none" for the
-// zero value.
+// String returns "local", "remote", "fallback", "cached", "busy", or
+// "none" for the zero value.
 func (s Source) String() string { return tier.Source(s).String() }
 
 // MarshalText makes the source a word in JSON and logs, as String says it.

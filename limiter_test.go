@@ -590,3 +590,94 @@ func TestDefaultLeaseCannotBeChangedByAccident(t *testing.T) {
 		t.Fatalf("DefaultLeaseConfig().TTL = %v", c.TTL)
 	}
 }
+
+// A busy Redis is not an outage: while it answers, slowly, a call that
+// times out is denied for the timeout (SourceBusy), whatever the failure
+// mode, and its breaker stays closed, so that a fleet on an overloaded
+// Redis does not admit by its failure mode beside what Redis admits. A
+// Redis that stops answering at all (a second with no answer) is an
+// outage again: the failure mode decides. One that was quick before it
+// timed out (a hang, a cut) is an outage at once.
+func TestBusyRedisIsNotAnOutage(t *testing.T) {
+	for _, exact := range []bool{true, false} {
+		t.Run(fmt.Sprintf("exact=%v", exact), func(t *testing.T) {
+			mr := miniredis.RunT(t)
+			proxy := redistest.NewProxy(t, mr.Addr())
+			c := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+			defer c.Close()
+			opts := []ratelease.Option{ratelease.WithFailureMode(ratelease.FailOpen), ratelease.WithRedisTimeout(100 * time.Millisecond)}
+			if exact {
+				opts = append(opts, ratelease.WithExact())
+			}
+			l, err := ratelease.New(c, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			p := policy(t, "p", ratelease.PerHour(1000))
+			ctx := context.Background()
+			if _, err := l.Allow(ctx, p, "warm"); err != nil { // connect, load the functions
+				t.Fatal(err)
+			}
+			// Slow answers: each call 40ms (a key each, so that every
+			// decision asks Redis).
+			proxy.SetDelay(40 * time.Millisecond)
+			for i := range 16 {
+				if res, err := l.Allow(ctx, p, fmt.Sprintf("slow%d", i)); err != nil || res.Source != ratelease.SourceRemote {
+					t.Fatalf("slow call %d: %+v, %v", i, res, err)
+				}
+			}
+			// Slower than the timeout, within a second of the last answer:
+			// busy, denied, no breaker opens.
+			proxy.SetDelay(300 * time.Millisecond)
+			start := time.Now()
+			for i := 0; time.Since(start) < 600*time.Millisecond; i++ {
+				res, err := l.Allow(ctx, p, fmt.Sprintf("busy%d", i))
+				if err != nil || res.Allowed || res.Source != ratelease.SourceBusy || res.RetryAfter != 100*time.Millisecond {
+					t.Fatalf("busy call %d: %+v, %v; want denied, SourceBusy, RetryAfter the timeout", i, res, err)
+				}
+			}
+			if st := l.Stats(); st.Busy < 5 || st.Fallback != 0 || st.Breaker != ratelease.BreakerClosed || st.Allowed+st.Denied != st.Local+st.Remote+st.Cached+st.Fallback+st.Busy {
+				t.Fatalf("after the busy calls: %+v", st)
+			}
+			// No answer for a second: an outage, decided by the failure mode.
+			for i := 0; ; i++ {
+				res, err := l.Allow(ctx, p, fmt.Sprintf("gone%d", i))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Source == ratelease.SourceFallback && res.Allowed {
+					break
+				}
+				if time.Since(start) > 5*time.Second {
+					t.Fatalf("5s with no answer: still %+v, want the failure mode", res)
+				}
+			}
+		})
+	}
+}
+
+// A Redis whose answers were quick and that then times out (it hangs, or
+// the network cuts it off) is an outage from the first timeout: the
+// failure mode decides.
+func TestQuickRedisThatHangsIsAnOutage(t *testing.T) {
+	mr := miniredis.RunT(t)
+	proxy := redistest.NewProxy(t, mr.Addr())
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	defer c.Close()
+	l, err := ratelease.New(c, ratelease.WithExact(), ratelease.WithFailureMode(ratelease.FailOpen), ratelease.WithRedisTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	p := policy(t, "p", ratelease.PerHour(1000))
+	for i := range 16 {
+		if _, err := l.Allow(context.Background(), p, fmt.Sprintf("quick%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	proxy.SetDelay(300 * time.Millisecond)
+	if res, err := l.Allow(context.Background(), p, "hung"); err != nil || !res.Allowed || res.Source != ratelease.SourceFallback {
+		t.Fatalf("the first timeout after quick answers: %+v, %v; want the failure mode's (FailOpen) admission", res, err)
+	}
+}

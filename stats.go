@@ -24,6 +24,8 @@ type Stats struct {
 	// Fallback counts the decisions of the failure mode while Redis was
 	// unavailable (Source Fallback).
 	Fallback uint64
+	// Busy counts the denials because Redis was busy (Source Busy).
+	Busy uint64
 	// Invalid counts the calls refused for invalid input, with
 	// ErrInvalidPolicy (a nil or zero Policy, or one that a policy made
 	// later redefined in this Limiter), ErrInvalidKey, ErrInvalidN or
@@ -91,7 +93,7 @@ type Stats struct {
 	Policies map[string]PolicyStats
 	// DroppedPolicies totals the decisions of the policies the Limiter let
 	// go: the policies' counts and DroppedPolicies add up to Allowed,
-	// Denied, Local, Remote, Cached and Fallback (but for decisions made
+	// Denied, Local, Remote, Cached, Fallback and Busy (but for decisions made
 	// while Stats reads, or in the moment a policy is let go).
 	DroppedPolicies PolicyStats
 	// DeniedBy counts the denials of the policies in Policies by the limit
@@ -114,8 +116,8 @@ type Stats struct {
 // PolicyStats counts a Limiter's decisions under one policy name since New
 // (see Stats.Policies and Limiter.PolicyStats): Allowed and Denied, each
 // attempt of a Wait included, and the same decisions by Source (Local,
-// Remote, Cached, Fallback). Allowed + Denied = Local + Remote + Cached +
-// Fallback. The counters only grow while the Limiter holds the policy; see
+// Remote, Cached, Fallback, Busy). Allowed + Denied = Local + Remote +
+// Cached + Fallback + Busy. The counters only grow while the Limiter holds the policy; see
 // Stats.Policies for when it stops holding one. The zero value counts
 // nothing.
 type PolicyStats struct {
@@ -136,6 +138,8 @@ type PolicyStats struct {
 	// Fallback counts the decisions of the failure mode while Redis was
 	// unavailable.
 	Fallback uint64
+	// Busy counts the denials because Redis was busy (SourceBusy).
+	Busy uint64
 	// ShadowDenied counts the would-be denials that the policy, in shadow
 	// mode (Policy.Shadow), admitted all the same; each is in Denied as
 	// well.
@@ -167,7 +171,7 @@ func (l *Limiter) PolicyStats(p *Policy) PolicyStats {
 func statsOf(s tier.Stats) Stats {
 	st := Stats{
 		Allowed: s.Allowed, Denied: s.Denied,
-		Local: s.Local, Remote: s.Remote, Cached: s.Cached, Fallback: s.Fallback, Invalid: s.Invalid,
+		Local: s.Local, Remote: s.Remote, Cached: s.Cached, Fallback: s.Fallback, Busy: s.Busy, Invalid: s.Invalid,
 		RoundTrips: s.RoundTrips, Errors: s.Errors,
 		Leases: s.Leases, UnitsLeased: s.UnitsLeased, UnitsRefunded: s.UnitsRefunded, UnitsExpired: s.UnitsExpired,
 		UnitsUsed: s.UnitsUsed, UnitsDropped: s.UnitsDropped, UnitsHeld: s.UnitsHeld,

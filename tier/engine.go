@@ -72,10 +72,14 @@ const (
 	// Cached: a denial repeated locally: Redis denied this key moments ago
 	// (less than a lease TTL), and its RetryAfter has not passed.
 	Cached
+	// Busy: a denial because Redis is busy: the call timed out while Redis
+	// answers other calls (door.ErrBusy), and the request is denied for
+	// the Redis timeout rather than decided by the failure mode.
+	Busy
 )
 
-// String returns "local", "remote", "fallback", "cached", or "none" for the
-// zero value.
+// String returns "local", "remote", "fallback", "cached", "busy", or
+// "none" for the zero value.
 func (s Source) String() string {
 	switch s {
 	case Local:
@@ -86,6 +90,8 @@ func (s Source) String() string {
 		return "fallback"
 	case Cached:
 		return "cached"
+	case Busy:
+		return "busy"
 	}
 	return "none"
 }
@@ -178,7 +184,7 @@ type Engine struct {
 type counters struct {
 	allowed, denied atomic.Uint64 // of Remote, Cached and Fallback decisions
 	remote, cached  atomic.Uint64
-	fallback        atomic.Uint64
+	fallback, busy  atomic.Uint64
 	charged         atomic.Uint64
 	invalid         atomic.Uint64 // calls refused for invalid input
 }
@@ -187,8 +193,8 @@ type counters struct {
 type Stats struct {
 	// Allowed and Denied count decisions, each attempt of a Wait included.
 	Allowed, Denied uint64
-	// Local, Remote, Cached and Fallback count decisions by Source.
-	Local, Remote, Cached, Fallback uint64
+	// Local, Remote, Cached, Fallback and Busy count decisions by Source.
+	Local, Remote, Cached, Fallback, Busy uint64
 	// Invalid counts the calls refused for invalid input: those the root
 	// refused (CountInvalid) and those of a policy a redefinition replaced
 	// (ErrInvalidPolicy). None is a decision.
@@ -285,7 +291,7 @@ func (e *Engine) Stats() Stats {
 	single, batched := e.door.Stats()
 	st := Stats{
 		Allowed: s.allowed.Load(), Denied: s.denied.Load(),
-		Remote: s.remote.Load(), Cached: s.cached.Load(), Fallback: s.fallback.Load(),
+		Remote: s.remote.Load(), Cached: s.cached.Load(), Fallback: s.fallback.Load(), Busy: s.busy.Load(),
 		RoundTrips: single.RoundTrips + batched.RoundTrips, Errors: single.Errors + batched.Errors,
 		Instances: 1, UnitsCharged: s.charged.Load(), Invalid: s.invalid.Load(),
 	}

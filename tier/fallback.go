@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"golang.org/x/time/rate"
 
+	"github.com/ratelease/ratelease/internal/door"
 	"github.com/ratelease/ratelease/remote"
 )
 
@@ -167,9 +168,17 @@ func (f *fallback) take(back func(*remote.Policy, string) bool) []remote.Request
 	return rs
 }
 
-// unavailable decides a request while Redis cannot (cause says why), by the
-// failure mode.
+// unavailable decides a request while Redis cannot (cause says why): by
+// the failure mode, or, Redis being busy (door.ErrBusy), by a denial for
+// the Redis timeout (Source Busy), whatever the failure mode.
 func (e *Engine) unavailable(p *remote.Policy, key string, n int64, cause error) (Decision, error) {
+	if errors.Is(cause, door.ErrBusy) {
+		// Redis answers, slowly: the failure mode would admit beside what
+		// it admits to the others. Denied, back after a timeout's time.
+		d := Decision{Source: Busy, RetryAfter: e.door.Timeout()}
+		e.count(p, Busy, false)
+		return d, nil
+	}
 	d, err := e.fallback.decide(p, key, n, e.clock.Now(), cause)
 	if err != nil {
 		return Decision{}, err

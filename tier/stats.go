@@ -11,14 +11,15 @@ import (
 
 // PolicyStats counts an Engine's decisions under one policy name since
 // New, each attempt of a Wait included, like Stats: Allowed and Denied by
-// outcome, Local, Remote, Cached and Fallback by Source. Allowed + Denied =
-// Local + Remote + Cached + Fallback. ShadowDenied counts those of the
+// outcome, Local, Remote, Cached, Fallback and Busy by Source. Allowed +
+// Denied = Local + Remote + Cached + Fallback + Busy. ShadowDenied counts those of the
 // denials that were admitted all the same, the policy being in shadow mode
 // (each is in Denied as well). (Its denials by limit are in
 // Stats.DeniedBy.)
 type PolicyStats struct {
 	Allowed, Denied                 uint64
 	Local, Remote, Cached, Fallback uint64
+	Busy                            uint64
 	ShadowDenied                    uint64
 }
 
@@ -30,6 +31,7 @@ func (s *PolicyStats) add(o PolicyStats) {
 	s.Remote += o.Remote
 	s.Cached += o.Cached
 	s.Fallback += o.Fallback
+	s.Busy += o.Busy
 	s.ShadowDenied += o.ShadowDenied
 }
 
@@ -74,6 +76,7 @@ func LimitName(l remote.Limit) string {
 type counts struct {
 	allowed, denied          atomic.Uint64 // of Remote, Cached and Fallback decisions
 	remote, cached, fallback atomic.Uint64
+	busy                     atomic.Uint64
 	local                    atomic.Uint64
 	shadowDenied             atomic.Uint64 // (a subset of denied)
 	limits                   []remote.Limit
@@ -90,6 +93,8 @@ func (c *counts) add(p *remote.Policy, s Source, allowed bool, by int) {
 		c.cached.Add(1)
 	case Fallback:
 		c.fallback.Add(1)
+	case Busy:
+		c.busy.Add(1)
 	}
 	if allowed {
 		c.allowed.Add(1)
@@ -117,7 +122,7 @@ func (c *counts) load() PolicyStats {
 	local := c.local.Load()
 	return PolicyStats{
 		Allowed: c.allowed.Load() + local, Denied: c.denied.Load(),
-		Local: local, Remote: c.remote.Load(), Cached: c.cached.Load(), Fallback: c.fallback.Load(),
+		Local: local, Remote: c.remote.Load(), Cached: c.cached.Load(), Fallback: c.fallback.Load(), Busy: c.busy.Load(),
 		ShadowDenied: c.shadowDenied.Load(),
 	}
 }
@@ -132,6 +137,7 @@ func (c *counts) fold(st *policy) {
 	c.remote.Add(s.Remote)
 	c.cached.Add(s.Cached)
 	c.fallback.Add(s.Fallback)
+	c.busy.Add(s.Busy)
 	c.shadowDenied.Add(s.ShadowDenied)
 }
 
@@ -176,6 +182,8 @@ func (e *Engine) countIn(c *counts, p *remote.Policy, s Source, allowed bool, by
 		e.stats.cached.Add(1)
 	case Fallback:
 		e.stats.fallback.Add(1)
+	case Busy:
+		e.stats.busy.Add(1)
 	}
 	if allowed {
 		e.stats.allowed.Add(1)

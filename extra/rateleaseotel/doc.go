@@ -13,7 +13,7 @@
 // ratelease.limiter with WithLimiterName):
 //
 //	ratelease.decisions                          counter  ratelease.outcome: allowed, denied
-//	ratelease.decisions.by_source                counter  ratelease.source: local, remote, cached, fallback
+//	ratelease.decisions.by_source                counter  ratelease.source: local, remote, cached, fallback, busy
 //	ratelease.redis.round_trips                  counter
 //	ratelease.redis.errors                       counter
 //	ratelease.leases                             counter

@@ -66,7 +66,7 @@ func register(cfg config, stats func() ratelease.Stats) (metric.Registration, er
 	ins.decisions = counter("ratelease.decisions", "{decision}",
 		"Decisions of the limiter by outcome (allowed, denied), each attempt of a Wait included.")
 	ins.bySource = counter("ratelease.decisions.by_source", "{decision}",
-		"Decisions of the limiter by source: local (a leased allowance), remote (one Redis call), cached (a denial repeated locally), fallback (the failure mode).")
+		"Decisions of the limiter by source: local (a leased allowance), remote (one Redis call), cached (a denial repeated locally), fallback (the failure mode), busy (denied: Redis busy).")
 	ins.roundTrips = counter("ratelease.redis.round_trips", "{round_trip}",
 		"Redis round trips (a pipeline of leases and refunds counts one).")
 	ins.errors = counter("ratelease.redis.errors", "{call}", "Redis calls that failed.")
@@ -95,7 +95,7 @@ func register(cfg config, stats func() ratelease.Stats) (metric.Registration, er
 	ins.policyDecisions = counter("ratelease.policy.decisions", "{decision}",
 		"Decisions by policy and outcome (allowed, denied), for the policies the limiter holds.")
 	ins.policySources = counter("ratelease.policy.decisions.by_source", "{decision}",
-		"Decisions by policy and source (local, remote, cached, fallback), for the policies the limiter holds.")
+		"Decisions by policy and source (local, remote, cached, fallback, busy), for the policies the limiter holds.")
 	ins.policyShadow = counter("ratelease.policy.shadow_denied", "{decision}",
 		"Would-be denials admitted because the policy is in shadow mode (counted in the denied outcome as well).")
 	ins.policyDeniedBy = counter("ratelease.policy.denied_by_limit", "{decision}",
@@ -130,6 +130,7 @@ var (
 	local    = SourceKey.String("local")
 	remote   = SourceKey.String("remote")
 	cached   = SourceKey.String("cached")
+	busy     = SourceKey.String("busy")
 	fallback = SourceKey.String("fallback")
 )
 
@@ -143,6 +144,7 @@ func (ins *instruments) observe(o metric.Observer, s ratelease.Stats, base []att
 	observe(ins.bySource, s.Local, local)
 	observe(ins.bySource, s.Remote, remote)
 	observe(ins.bySource, s.Cached, cached)
+	observe(ins.bySource, s.Busy, busy)
 	observe(ins.bySource, s.Fallback, fallback)
 	observe(ins.roundTrips, s.RoundTrips)
 	observe(ins.errors, s.Errors)
@@ -173,6 +175,7 @@ func (ins *instruments) observe(o metric.Observer, s ratelease.Stats, base []att
 		observe(ins.policySources, ps.Local, policy, local)
 		observe(ins.policySources, ps.Remote, policy, remote)
 		observe(ins.policySources, ps.Cached, policy, cached)
+		observe(ins.policySources, ps.Busy, policy, busy)
 		observe(ins.policySources, ps.Fallback, policy, fallback)
 		observe(ins.policyShadow, ps.ShadowDenied, policy)
 	}
@@ -188,6 +191,7 @@ func (ins *instruments) observe(o metric.Observer, s ratelease.Stats, base []att
 	observe(ins.droppedSources, ds.Local, local)
 	observe(ins.droppedSources, ds.Remote, remote)
 	observe(ins.droppedSources, ds.Cached, cached)
+	observe(ins.droppedSources, ds.Busy, busy)
 	observe(ins.droppedSources, ds.Fallback, fallback)
 	observe(ins.droppedShadow, ds.ShadowDenied)
 }

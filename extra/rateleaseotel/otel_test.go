@@ -156,7 +156,7 @@ func TestMetrics(t *testing.T) {
 	got.check(t, map[string]points{
 		"ratelease.decisions": {e + ",ratelease.outcome=allowed": 5, e + ",ratelease.outcome=denied": 3},
 		"ratelease.decisions.by_source": {e + ",ratelease.source=local": 0, e + ",ratelease.source=remote": 8,
-			e + ",ratelease.source=cached": 0, e + ",ratelease.source=fallback": 0},
+			e + ",ratelease.source=busy": 0, e + ",ratelease.source=cached": 0, e + ",ratelease.source=fallback": 0},
 		"ratelease.redis.round_trips": one(8),
 		"ratelease.redis.errors":      one(0),
 		"ratelease.leases":            one(0),
@@ -180,11 +180,11 @@ func TestMetrics(t *testing.T) {
 		},
 		"ratelease.policy.decisions.by_source": {
 			e + ",ratelease.policy=api,ratelease.source=local": 0, e + ",ratelease.policy=api,ratelease.source=remote": 5,
-			e + ",ratelease.policy=api,ratelease.source=cached": 0, e + ",ratelease.policy=api,ratelease.source=fallback": 0,
+			e + ",ratelease.policy=api,ratelease.source=busy": 0, e + ",ratelease.policy=api,ratelease.source=cached": 0, e + ",ratelease.policy=api,ratelease.source=fallback": 0,
 			e + ",ratelease.policy=login,ratelease.source=local": 0, e + ",ratelease.policy=login,ratelease.source=remote": 1,
-			e + ",ratelease.policy=login,ratelease.source=cached": 0, e + ",ratelease.policy=login,ratelease.source=fallback": 0,
+			e + ",ratelease.policy=login,ratelease.source=busy": 0, e + ",ratelease.policy=login,ratelease.source=cached": 0, e + ",ratelease.policy=login,ratelease.source=fallback": 0,
 			e + ",ratelease.policy=beta,ratelease.source=local": 0, e + ",ratelease.policy=beta,ratelease.source=remote": 2,
-			e + ",ratelease.policy=beta,ratelease.source=cached": 0, e + ",ratelease.policy=beta,ratelease.source=fallback": 0,
+			e + ",ratelease.policy=beta,ratelease.source=busy": 0, e + ",ratelease.policy=beta,ratelease.source=cached": 0, e + ",ratelease.policy=beta,ratelease.source=fallback": 0,
 		},
 		"ratelease.policy.shadow_denied": {e + ",ratelease.policy=api": 0, e + ",ratelease.policy=login": 0,
 			e + ",ratelease.policy=beta": 1},
@@ -195,7 +195,7 @@ func TestMetrics(t *testing.T) {
 		},
 		"ratelease.dropped_policy.decisions": {e + ",ratelease.outcome=allowed": 0, e + ",ratelease.outcome=denied": 0},
 		"ratelease.dropped_policy.decisions.by_source": {e + ",ratelease.source=local": 0, e + ",ratelease.source=remote": 0,
-			e + ",ratelease.source=cached": 0, e + ",ratelease.source=fallback": 0},
+			e + ",ratelease.source=busy": 0, e + ",ratelease.source=cached": 0, e + ",ratelease.source=fallback": 0},
 		"ratelease.dropped_policy.shadow_denied": one(0),
 	})
 	if len(got.points) != 24 {
@@ -224,7 +224,7 @@ func TestMetrics(t *testing.T) {
 		"ratelease.decisions":                {e + ",ratelease.outcome=allowed": 5, e + ",ratelease.outcome=denied": 3},
 		"ratelease.dropped_policy.decisions": {e + ",ratelease.outcome=allowed": 5, e + ",ratelease.outcome=denied": 3},
 		"ratelease.dropped_policy.decisions.by_source": {e + ",ratelease.source=local": 0, e + ",ratelease.source=remote": 8,
-			e + ",ratelease.source=cached": 0, e + ",ratelease.source=fallback": 0},
+			e + ",ratelease.source=busy": 0, e + ",ratelease.source=cached": 0, e + ",ratelease.source=fallback": 0},
 		"ratelease.dropped_policy.shadow_denied": one(1),
 	})
 	for _, name := range []string{"ratelease.policy.decisions", "ratelease.policy.decisions.by_source", "ratelease.policy.shadow_denied",
@@ -264,7 +264,7 @@ func TestMetricsOutage(t *testing.T) {
 		"ratelease.redis.errors":      {"": 5},
 		"ratelease.redis.round_trips": {"": 5},
 		"ratelease.decisions.by_source": {"ratelease.source=local": 0, "ratelease.source=remote": 0,
-			"ratelease.source=cached": 0, "ratelease.source=fallback": 6},
+			"ratelease.source=busy": 0, "ratelease.source=cached": 0, "ratelease.source=fallback": 6},
 		"ratelease.policy.decisions": {"ratelease.outcome=allowed,ratelease.policy=api": 6,
 			"ratelease.outcome=denied,ratelease.policy=api": 0},
 	})
@@ -291,7 +291,7 @@ func TestMetricsLease(t *testing.T) {
 		"ratelease.units.refunded":    {r: 0},
 		"ratelease.redis.round_trips": {r: 1},
 		"ratelease.decisions.by_source": {"ratelease.source=local," + r: 2, "ratelease.source=remote," + r: 1,
-			"ratelease.source=cached," + r: 0, "ratelease.source=fallback," + r: 0},
+			"ratelease.source=busy," + r: 0, "ratelease.source=cached," + r: 0, "ratelease.source=fallback," + r: 0},
 	})
 	if err := l.Close(); err != nil {
 		t.Fatal(err)

@@ -133,7 +133,7 @@ func newDescs(labels prometheus.Labels) descs {
 		decisions: desc("decisions_total",
 			"Decisions of the limiter by outcome (allowed, denied), each attempt of a Wait included.", "outcome"),
 		bySource: desc("decisions_by_source_total",
-			"Decisions of the limiter by source: local (a leased allowance), remote (one Redis call), cached (a denial repeated locally), fallback (the failure mode).", "source"),
+			"Decisions of the limiter by source: local (a leased allowance), remote (one Redis call), cached (a denial repeated locally), fallback (the failure mode), busy (denied: Redis busy).", "source"),
 		roundTrips: desc("redis_round_trips_total",
 			"Redis round trips (a pipeline of leases and refunds counts one)."),
 		errors: desc("redis_errors_total",
@@ -167,7 +167,7 @@ func newDescs(labels prometheus.Labels) descs {
 		policyDecisions: desc("policy_decisions_total",
 			"Decisions by policy and outcome (allowed, denied), for the policies the limiter holds.", "policy", "outcome"),
 		policySources: desc("policy_decisions_by_source_total",
-			"Decisions by policy and source (local, remote, cached, fallback), for the policies the limiter holds.", "policy", "source"),
+			"Decisions by policy and source (local, remote, cached, fallback, busy), for the policies the limiter holds.", "policy", "source"),
 		policyShadow: desc("policy_shadow_denied_total",
 			"Would-be denials admitted because the policy is in shadow mode (counted in the denied outcome as well).", "policy"),
 		policyDeniedBy: desc("policy_denied_by_limit_total",
@@ -208,6 +208,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(d.bySource, s.Local, "local")
 	counter(d.bySource, s.Remote, "remote")
 	counter(d.bySource, s.Cached, "cached")
+	counter(d.bySource, s.Busy, "busy")
 	counter(d.bySource, s.Fallback, "fallback")
 	counter(d.roundTrips, s.RoundTrips)
 	counter(d.errors, s.Errors)
@@ -237,6 +238,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(d.policySources, ps.Local, name, "local")
 		counter(d.policySources, ps.Remote, name, "remote")
 		counter(d.policySources, ps.Cached, name, "cached")
+		counter(d.policySources, ps.Busy, name, "busy")
 		counter(d.policySources, ps.Fallback, name, "fallback")
 		counter(d.policyShadow, ps.ShadowDenied, name)
 	}
@@ -251,6 +253,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(d.droppedSources, ds.Local, "local")
 	counter(d.droppedSources, ds.Remote, "remote")
 	counter(d.droppedSources, ds.Cached, "cached")
+	counter(d.droppedSources, ds.Busy, "busy")
 	counter(d.droppedSources, ds.Fallback, "fallback")
 	counter(d.droppedShadow, ds.ShadowDenied)
 }
@@ -281,6 +284,7 @@ func policies(m map[string]ratelease.PolicyStats) map[string]ratelease.PolicySta
 		sum.Remote += ps.Remote
 		sum.Cached += ps.Cached
 		sum.Fallback += ps.Fallback
+		sum.Busy += ps.Busy
 		sum.ShadowDenied += ps.ShadowDenied
 	})
 }

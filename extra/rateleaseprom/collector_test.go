@@ -92,8 +92,9 @@ ratelease_breaker_opens_total{limiter="edge"} 0
 ratelease_breaker_state{limiter="edge",state="closed"} 1
 ratelease_breaker_state{limiter="edge",state="half_open"} 0
 ratelease_breaker_state{limiter="edge",state="open"} 0
-# HELP ratelease_decisions_by_source_total Decisions of the limiter by source: local (a leased allowance), remote (one Redis call), cached (a denial repeated locally), fallback (the failure mode).
+# HELP ratelease_decisions_by_source_total Decisions of the limiter by source: local (a leased allowance), remote (one Redis call), cached (a denial repeated locally), fallback (the failure mode), busy (denied: Redis busy).
 # TYPE ratelease_decisions_by_source_total counter
+ratelease_decisions_by_source_total{limiter="edge",source="busy"} 0
 ratelease_decisions_by_source_total{limiter="edge",source="cached"} 0
 ratelease_decisions_by_source_total{limiter="edge",source="fallback"} 0
 ratelease_decisions_by_source_total{limiter="edge",source="local"} 0
@@ -104,6 +105,7 @@ ratelease_decisions_total{limiter="edge",outcome="allowed"} 5
 ratelease_decisions_total{limiter="edge",outcome="denied"} 3
 # HELP ratelease_dropped_policy_decisions_by_source_total Decisions by source of the policies the limiter no longer holds.
 # TYPE ratelease_dropped_policy_decisions_by_source_total counter
+ratelease_dropped_policy_decisions_by_source_total{limiter="edge",source="busy"} 0
 ratelease_dropped_policy_decisions_by_source_total{limiter="edge",source="cached"} 0
 ratelease_dropped_policy_decisions_by_source_total{limiter="edge",source="fallback"} 0
 ratelease_dropped_policy_decisions_by_source_total{limiter="edge",source="local"} 0
@@ -127,16 +129,19 @@ ratelease_keys{limiter="edge"} 0
 # HELP ratelease_leases_total Leases that Redis answered.
 # TYPE ratelease_leases_total counter
 ratelease_leases_total{limiter="edge"} 0
-# HELP ratelease_policy_decisions_by_source_total Decisions by policy and source (local, remote, cached, fallback), for the policies the limiter holds.
+# HELP ratelease_policy_decisions_by_source_total Decisions by policy and source (local, remote, cached, fallback, busy), for the policies the limiter holds.
 # TYPE ratelease_policy_decisions_by_source_total counter
+ratelease_policy_decisions_by_source_total{limiter="edge",policy="api",source="busy"} 0
 ratelease_policy_decisions_by_source_total{limiter="edge",policy="api",source="cached"} 0
 ratelease_policy_decisions_by_source_total{limiter="edge",policy="api",source="fallback"} 0
 ratelease_policy_decisions_by_source_total{limiter="edge",policy="api",source="local"} 0
 ratelease_policy_decisions_by_source_total{limiter="edge",policy="api",source="remote"} 5
+ratelease_policy_decisions_by_source_total{limiter="edge",policy="beta",source="busy"} 0
 ratelease_policy_decisions_by_source_total{limiter="edge",policy="beta",source="cached"} 0
 ratelease_policy_decisions_by_source_total{limiter="edge",policy="beta",source="fallback"} 0
 ratelease_policy_decisions_by_source_total{limiter="edge",policy="beta",source="local"} 0
 ratelease_policy_decisions_by_source_total{limiter="edge",policy="beta",source="remote"} 2
+ratelease_policy_decisions_by_source_total{limiter="edge",policy="login",source="busy"} 0
 ratelease_policy_decisions_by_source_total{limiter="edge",policy="login",source="cached"} 0
 ratelease_policy_decisions_by_source_total{limiter="edge",policy="login",source="fallback"} 0
 ratelease_policy_decisions_by_source_total{limiter="edge",policy="login",source="local"} 0
@@ -212,9 +217,9 @@ func TestCollectExact(t *testing.T) {
 	}
 	lint(t, c)
 	// 24 metrics, 17 of them one series each and 7 labelled: 2 outcomes,
-	// 4 sources, 3 states; per policy 2 + 4 + 1 series, and one for each
+	// 5 sources, 3 states; per policy 2 + 5 + 1 series, and one for each
 	// of its limits.
-	if n := testutil.CollectAndCount(c); n != 2+4+14+3+3*(2+4+1+1)+2+4+1 {
+	if n := testutil.CollectAndCount(c); n != 2+5+14+3+3*(2+5+1+1)+2+5+1 {
 		t.Fatalf("%d series", n)
 	}
 	// A policy decided exactly is dropped once the program no longer
@@ -229,6 +234,7 @@ func TestCollectExact(t *testing.T) {
 	const dropped = `
 # HELP ratelease_dropped_policy_decisions_by_source_total Decisions by source of the policies the limiter no longer holds.
 # TYPE ratelease_dropped_policy_decisions_by_source_total counter
+ratelease_dropped_policy_decisions_by_source_total{limiter="edge",source="busy"} 0
 ratelease_dropped_policy_decisions_by_source_total{limiter="edge",source="cached"} 0
 ratelease_dropped_policy_decisions_by_source_total{limiter="edge",source="fallback"} 0
 ratelease_dropped_policy_decisions_by_source_total{limiter="edge",source="local"} 0
@@ -273,8 +279,9 @@ ratelease_breaker_opens_total 1
 ratelease_breaker_state{state="closed"} 0
 ratelease_breaker_state{state="half_open"} 0
 ratelease_breaker_state{state="open"} 1
-# HELP ratelease_decisions_by_source_total Decisions of the limiter by source: local (a leased allowance), remote (one Redis call), cached (a denial repeated locally), fallback (the failure mode).
+# HELP ratelease_decisions_by_source_total Decisions of the limiter by source: local (a leased allowance), remote (one Redis call), cached (a denial repeated locally), fallback (the failure mode), busy (denied: Redis busy).
 # TYPE ratelease_decisions_by_source_total counter
+ratelease_decisions_by_source_total{source="busy"} 0
 ratelease_decisions_by_source_total{source="cached"} 0
 ratelease_decisions_by_source_total{source="fallback"} 6
 ratelease_decisions_by_source_total{source="local"} 0
@@ -285,8 +292,9 @@ ratelease_redis_errors_total 5
 # HELP ratelease_redis_round_trips_total Redis round trips (a pipeline of leases and refunds counts one).
 # TYPE ratelease_redis_round_trips_total counter
 ratelease_redis_round_trips_total 5
-# HELP ratelease_policy_decisions_by_source_total Decisions by policy and source (local, remote, cached, fallback), for the policies the limiter holds.
+# HELP ratelease_policy_decisions_by_source_total Decisions by policy and source (local, remote, cached, fallback, busy), for the policies the limiter holds.
 # TYPE ratelease_policy_decisions_by_source_total counter
+ratelease_policy_decisions_by_source_total{policy="api",source="busy"} 0
 ratelease_policy_decisions_by_source_total{policy="api",source="cached"} 0
 ratelease_policy_decisions_by_source_total{policy="api",source="fallback"} 6
 ratelease_policy_decisions_by_source_total{policy="api",source="local"} 0
@@ -313,8 +321,9 @@ func TestCollectLease(t *testing.T) {
 		"ratelease_units_expired_total", "ratelease_redis_round_trips_total", "ratelease_decisions_by_source_total",
 		"ratelease_units_used_total", "ratelease_units_dropped_total", "ratelease_units_held"}
 	const head = `
-# HELP ratelease_decisions_by_source_total Decisions of the limiter by source: local (a leased allowance), remote (one Redis call), cached (a denial repeated locally), fallback (the failure mode).
+# HELP ratelease_decisions_by_source_total Decisions of the limiter by source: local (a leased allowance), remote (one Redis call), cached (a denial repeated locally), fallback (the failure mode), busy (denied: Redis busy).
 # TYPE ratelease_decisions_by_source_total counter
+ratelease_decisions_by_source_total{source="busy"} 0
 ratelease_decisions_by_source_total{source="cached"} 0
 ratelease_decisions_by_source_total{source="fallback"} 0
 ratelease_decisions_by_source_total{source="local"} 2

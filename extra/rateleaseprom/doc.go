@@ -14,7 +14,7 @@
 // adds limiter="name", so that several Limiters can share a registry):
 //
 //	ratelease_decisions_total{outcome}                      counter  allowed, denied
-//	ratelease_decisions_by_source_total{source}             counter  local, remote, cached, fallback
+//	ratelease_decisions_by_source_total{source}             counter  local, remote, cached, fallback, busy
 //	ratelease_redis_round_trips_total                       counter
 //	ratelease_redis_errors_total                            counter
 //	ratelease_leases_total                                  counter

@@ -3,6 +3,8 @@ package door
 import (
 	"context"
 	"errors"
+	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -51,6 +53,42 @@ const (
 	breakerMaxBackoff = 5 * time.Second
 )
 
+// A call that times out is Redis being busy, not failing, while the
+// server answered another call within busyWindow and its answers had
+// been slow: the mean of their times (a moving average of weight 1/8)
+// at least 1/busySlow of the timeout. An overloaded Redis slows down
+// before it times out; one that hangs or is cut off times out on answers
+// that were quick.
+const (
+	busyWindow = time.Second
+	busySlow   = 4
+)
+
+// ErrBusy is wrapped by the cause of a call that timed out on a server
+// that answers other calls (it answered one within busyWindow): an
+// overloaded Redis, not one that is gone. Such a call does not count
+// against the breaker, and its request is denied for the timeout rather
+// than decided by the failure mode (package tier).
+var ErrBusy = errors.New("redis busy: it answers other calls, but not this one in time")
+
+// busyError is the cause of a call that timed out on a busy server: it
+// wraps ErrBusy and the call's error (which wraps ErrUnavailable).
+type busyError struct{ err error }
+
+func (e busyError) Error() string {
+	return ErrUnavailable.Error() + ": " + ErrBusy.Error() + ": " + strings.TrimPrefix(e.err.Error(), ErrUnavailable.Error()+": ")
+}
+
+func (e busyError) Unwrap() []error { return []error{ErrBusy, e.err} }
+
+// timedOut reports whether err is a call's timeout (its deadline, a
+// socket's read or write deadline).
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
+		errors.As(err, &ne) && ne.Timeout()
+}
+
 // errBreakerOpen is the cause of a decision made without calling Redis
 // because the breaker is open.
 var errBreakerOpen = errors.New("circuit breaker open")
@@ -82,15 +120,19 @@ func (e openError) Unwrap() []error {
 // changes, the first failure of a run) are posted under mu, so in the
 // order they happen, and delivered once mu is released.
 type breaker struct {
-	state   atomic.Int32 // a BreakerState
-	opens   atomic.Uint64
-	fails   atomic.Int32 // consecutive failures; written under mu
-	mu      sync.Mutex
-	backoff time.Duration // requires mu held
-	probeAt int64         // requires mu held: when open, no probe before this
-	lastErr error         // requires mu held
-	node    string        // the server's name (see remote.Store.Node)
-	note    *notifier     // nil: nobody observes
+	state atomic.Int32 // a BreakerState
+	opens atomic.Uint64
+	fails atomic.Int32 // consecutive failures; written under mu
+	// answered is when a call through the breaker was last answered (ns
+	// on the Door's clock; 0: none yet), and took, the moving average of
+	// the answered calls' times (ns), for Leave's reading of a timeout.
+	answered, took atomic.Int64
+	mu             sync.Mutex
+	backoff        time.Duration // requires mu held
+	probeAt        int64         // requires mu held: when open, no probe before this
+	lastErr        error         // requires mu held
+	node           string        // the server's name (see remote.Store.Node)
+	note           *notifier     // nil: nobody observes
 	// checked is set once the servers behind the breaker have been read
 	// for their eviction policy (checkEviction), or need not be; checks,
 	// the readings that failed (they are tried again, up to
@@ -228,7 +270,8 @@ func (d *Door) newBreaker(node string) *breaker {
 // it, and Leave takes the call's outcome.
 type Pass struct {
 	b     *breaker
-	probe bool // the call tests a server the breaker had given up on
+	probe bool  // the call tests a server the breaker had given up on
+	at    int64 // when the call entered (ns on the Door's clock)
 }
 
 // Enter asks the breaker of the server that holds key's state under p
@@ -256,28 +299,43 @@ func (d *Door) enter(node func(context.Context) string) (Pass, error) {
 		b = d.breakerAt(node(ctx))
 		cancel()
 	}
-	ok, probe, cause := b.allow(d.nanos())
+	now := d.nanos()
+	ok, probe, cause := b.allow(now)
 	if !ok {
 		return Pass{}, cause
 	}
-	return Pass{b, probe}, nil
+	return Pass{b, probe, now}, nil
 }
 
 // Leave reports the outcome of the call made with pass: err is its error,
 // as Classify returns it. It returns the cause of a Redis failure (err,
 // which wraps ErrUnavailable), or nil: the call succeeded, or ended for the
-// caller's own reasons (its context, or ErrClosed).
+// caller's own reasons (its context, or ErrClosed). A call that timed out
+// while its server answers others, slowly (see busyWindow; not a probe),
+// is Redis being busy: its cause wraps ErrBusy as well, and it does not
+// count against the breaker: an overloaded Redis slows its callers, it
+// does not send a fleet to the failure mode.
 func (d *Door) Leave(pass Pass, err error) error {
 	b := pass.b
 	switch {
 	case err == nil:
+		now := d.nanos()
+		b.answered.Store(max(1, now))
+		took := b.took.Load() // (a lost update of the average is harmless)
+		b.took.Store(took + (now-pass.at-took)/8)
 		b.success()
 		if !b.checked.Load() {
 			d.checkEviction(b) // once: the first time Redis answers
 		}
 		return nil
 	case errors.Is(err, ErrUnavailable):
-		b.failure(d.nanos(), pass.probe, err)
+		now := d.nanos()
+		if at := b.answered.Load(); !pass.probe && at > 0 && now-at < int64(busyWindow) &&
+			b.took.Load() >= int64(d.timeout)/busySlow && timedOut(err) {
+			d.busy.Add(1)
+			return busyError{err}
+		}
+		b.failure(now, pass.probe, err)
 		return err
 	default:
 		if pass.probe {

@@ -81,6 +81,8 @@ type Door struct {
 	// single counts the calls of Acquire, Refund and Charge, batched those
 	// of Batch.
 	single, batched counters
+	// busy counts the calls that timed out on a busy server (see Leave).
+	busy atomic.Uint64
 }
 
 // New returns a Door to cfg.Store.
@@ -245,6 +247,12 @@ func (c *counters) failed(errs []error) {
 func (d *Door) Stats() (single, batched Counts) {
 	return d.single.load(), d.batched.load()
 }
+
+// Busy returns how many calls timed out on a busy server (see Leave).
+func (d *Door) Busy() uint64 { return d.busy.Load() }
+
+// Timeout returns the Redis timeout that bounds every call.
+func (d *Door) Timeout() time.Duration { return d.timeout }
 
 // Close makes every later guarded call and Charge fail with ErrClosed, and
 // waits for the guarded calls still running until ctx ends: those left end
