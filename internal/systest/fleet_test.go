@@ -49,6 +49,7 @@ const (
 // fleetRun is what one mode's run of a cell measured.
 type fleetRun struct {
 	decisions, admitted, fallback int64
+	busy                          uint64 // denials because Redis was busy (SourceBusy)
 	cpu                           float64 // Redis CPU, in seconds of one core per second of the run
 	calls, usec                   float64 // script calls (FCALL, EVALSHA) and their µs, INFO commandstats
 	bound                         float64 // what the limit allows over the run's span (one key)
@@ -68,7 +69,8 @@ func (r fleetRun) callsPerDecision() float64 { return ratio(r.calls, float64(r.d
 // admitted at least 0.9 of its max-min fair share. The short form (every
 // test run) has 10 and 100 instances on one key; the full form is a
 // measurement that adds 300 on one key and 300 over 10,000 keys, and
-// writes docs/fleet.md and docs/fleet.svg:
+// writes docs/fleet.md and docs/fleet.svg (RATELEASE_FLEET_DEBUG=1 logs
+// each run's INFO commandstats):
 //
 //	RATELEASE_MEASURE=1 RATELEASE_FLEET=full RATELEASE_FLEET_OUT=$PWD/docs \
 //	  go test -run '^TestFleetSharedKey$' -timeout 30m -v ./internal/systest
@@ -83,9 +85,6 @@ func TestFleetSharedKey(t *testing.T) {
 	if full {
 		cells = append(cells, fleetCell{instances: 300}, fleetCell{instances: 300, keys: 10000})
 		runFor = 5 * time.Second
-	}
-	if d, err := time.ParseDuration(os.Getenv("FLEET_RUNFOR")); err == nil {
-		runFor = d
 	}
 	var rows []fleetRow
 	for _, c := range cells {
@@ -158,14 +157,12 @@ func runFleet(t *testing.T, addr string, c fleetCell, d time.Duration, exact boo
 	var r fleetRun
 	r.cpu = (redisCPU(t, admin) - cpu0) / elapsed
 	r.usec, r.calls = scriptStats(t, admin)
-	if os.Getenv("FLEET_DEBUG") != "" {
+	for _, in := range ins {
+		r.busy += in.l.Stats().Busy
+	}
+	if os.Getenv("RATELEASE_FLEET_DEBUG") != "" {
 		info, _ := admin.Info(context.Background(), "commandstats").Result()
-		t.Logf("%s %v:\n%s", c, exact, info)
-		keys, _ := admin.Keys(context.Background(), "*:m").Result()
-		for _, k := range keys {
-			v, _ := admin.HGet(context.Background(), k, "#").Result()
-			t.Logf("%s: %s", k, v)
-		}
+		t.Logf("%s, %s: %s", c, modeName(exact), info)
 	}
 	tot := sum(ins)
 	r.decisions, r.admitted, r.fallback = tot.decisions, tot.units, tot.fallback
@@ -231,9 +228,9 @@ type fleetRow struct {
 func (r fleetRow) cpuRatio() float64 { return ratio(r.lease.cpu, r.exact.cpu) }
 
 func (r fleetRow) line() string {
-	return fmt.Sprintf("%s: Redis CPU lease %.1f%% exact %.1f%% of a core (%.2fx); lease %.4f calls/decision, %.1f µs/call (exact %.1f); admitted lease %d exact %d (bound %.0f); fallback lease %d exact %d; fair lease %.2f exact %.2f; offered lease %d exact %d of %d",
+	return fmt.Sprintf("%s: Redis CPU lease %.1f%% exact %.1f%% of a core (%.2fx); lease %.4f calls/decision, %.1f µs/call (exact %.1f); admitted lease %d exact %d (bound %.0f); fallback lease %d exact %d; busy lease %d; fair lease %.2f exact %.2f; offered lease %d exact %d of %d",
 		r.cell, 100*r.lease.cpu, 100*r.exact.cpu, r.cpuRatio(), r.lease.callsPerDecision(), r.lease.usecPerCall(), r.exact.usecPerCall(),
-		r.lease.admitted, r.exact.admitted, r.lease.bound, r.lease.fallback, r.exact.fallback, r.lease.worst, r.exact.worst,
+		r.lease.admitted, r.exact.admitted, r.lease.bound, r.lease.fallback, r.exact.fallback, r.lease.busy, r.lease.worst, r.exact.worst,
 		r.lease.offered, r.exact.offered, r.lease.intended)
 }
 
@@ -243,7 +240,14 @@ func (r fleetRow) line() string {
 func (r fleetRow) check(t *testing.T) {
 	t.Helper()
 	want, held := 0.5, 0.8
-	if r.cell.instances <= 10 {
+	switch {
+	case r.cell.keys > 0:
+		// Each instance sees a key of many far less than once a lease's
+		// life: no lease serves two decisions, and the key is asked per
+		// decision in both modes (see docs/scaling.md). Held at about
+		// exact mode's cost.
+		held = 1.6
+	case r.cell.instances <= 10:
 		want, held = 0.1, 0.2
 	}
 	target(t, r.cpuRatio() <= want, r.cpuRatio() <= held,
@@ -268,7 +272,7 @@ func fleetReport(rows []fleetRow, runFor time.Duration, tree string) string {
 	b.WriteString("```\nRATELEASE_MEASURE=1 RATELEASE_FLEET=full RATELEASE_FLEET_OUT=$PWD/docs \\\n  go test -run '^TestFleetSharedKey$' -timeout 30m -v ./internal/systest\n```\n\n")
 	fmt.Fprintf(&b, "Each cell runs %v in each mode with the defaults (`New(client)`, `PerSecond`, no `LeaseConfig`), every instance a Limiter with a client of its own, all on one real redis-server on the same 2-core machine as the load. One key: `PerSecond(%d)`, each instance asking twice its share, evenly paced. Many keys: `PerSecond(%d)` each, %d decisions a second in all, keys drawn by a Zipf law (s = 1.1).\n\n",
 		runFor, fleetRate, fleetKeyRate, fleetZipfDemand)
-	b.WriteString("*CPU*: Redis's CPU (`INFO cpu`, user and system) over the run, in % of one core; *calls/dec*: script calls (`INFO commandstats`, FCALL and EVALSHA) per decision; *µs/call*: Redis µs per script call; *fallback*: decisions by the failure mode; *of bound*: units admitted over Burst + Rate·T over the run's span of Redis time; *fair*: the worst instance's admitted units over its max-min fair share.\n\n")
+	b.WriteString("*CPU*: Redis's CPU (`INFO cpu`, user and system) over the run, in % of one core; *calls/dec*: script calls (`INFO commandstats`, FCALL and EVALSHA) per decision; *µs/call*: Redis µs per script call; *fallback*: decisions by the failure mode; *busy*: denials because Redis was busy (`SourceBusy`); *of bound*: units admitted over Burst + Rate·T over the run's span of Redis time; *fair*: the worst instance's admitted units over its max-min fair share.\n\n")
 	b.WriteString("| cell | CPU lease | CPU exact | lease/exact | calls/dec lease | µs/call lease | µs/call exact | fallback lease | of bound lease | fair lease | fair exact |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
@@ -277,9 +281,9 @@ func fleetReport(rows []fleetRow, runFor time.Duration, tree string) string {
 			bound = fmt.Sprintf("%.3f", ratio(float64(r.lease.admitted), r.lease.bound))
 			fair, fairExact = fmt.Sprintf("%.2f", r.lease.worst), fmt.Sprintf("%.2f", r.exact.worst)
 		}
-		fmt.Fprintf(&b, "| %s | %.1f%% | %.1f%% | %.2f | %.4f | %.1f | %.1f | %d | %s | %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %.1f%% | %.1f%% | %.2f | %.4f | %.1f | %.1f | %d | %d | %s | %s | %s |\n",
 			r.cell, 100*r.lease.cpu, 100*r.exact.cpu, r.cpuRatio(), r.lease.callsPerDecision(), r.lease.usecPerCall(), r.exact.usecPerCall(),
-			r.lease.fallback, bound, fair, fairExact)
+			r.lease.fallback, r.lease.busy, bound, fair, fairExact)
 	}
 	b.WriteString("\n![Redis CPU by instances on one key](fleet.svg)\n")
 	return b.String()
