@@ -354,3 +354,29 @@ func windowWhereMembersMeet(t *testing.T, alg remote.Algorithm) {
 		t.Fatalf("a took %d once the pace ended, want the window's other 500 less b's batch", got)
 	}
 }
+
+// A member of a longer horizon counts for its own TTL even when the newest
+// members' are shorter: the hash lives as long as its longest-lived
+// generation, not its newest.
+func TestLongerHorizonOutlivesTheNewest(t *testing.T) {
+	f := newFake(t)
+	ctx := context.Background()
+	p := mustPolicy(t, "p", tb(1000, 1000, time.Second))
+	acq := func(member string, horizon time.Duration) remote.Decision {
+		t.Helper()
+		d, err := f.s.Acquire(ctx, remote.Request{Policy: p, Key: "k", Min: 1, Max: 1, Member: member, Demand: 10, Horizon: horizon})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	acq("long", 600*ms) // TTL 1.8s
+	f.Advance(590 * ms)
+	acq("long", 600*ms) // counts until 2.39s
+	f.Advance(110 * ms)
+	acq("short", 100*ms) // TTL 1s, in a generation of its own that lapses sooner
+	f.Advance(1500 * ms) // 2.2s
+	if d := acq("short", 100*ms); d.Members != 2 {
+		t.Fatalf("at 2.2s: %d members, want long's (its TTL runs to 2.39s) and short's", d.Members)
+	}
+}

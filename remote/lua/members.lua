@@ -58,7 +58,8 @@ local CLASS = 23.083120654223414
 -- The sweep looks at SWEEP fields a call.
 local SWEEP = 16
 
-local function class_of(d) return floor(log(d) * CLASS) end
+-- (The small addend keeps a power of 2^(1/16) in its own class, not below.)
+local function class_of(d) return floor(log(d) * CLASS + 0.000000001) end
 
 -- A generation's sums with a member's contribution added (s = 1) or taken
 -- out (s = -1): demand d, bucket tk (>= 0), fair rate f, written at, size.
@@ -214,14 +215,14 @@ end
 -- generation: its bucket (tokens, a number or nil for none, kept to a
 -- thousandth of a unit: see fairshare.lua, "Floats"), its fair rate f and
 -- its bucket's size (both 0 for a window's part), and u, what it took of its part of the window that
--- started at uw (0 0 for none). The hash lives until its newest generation
+-- started at uw (0 0 for none). The hash lives until its last generation
 -- lapses.
 local function write_member(M, tokens, f, size, u, uw)
   local cur = M.cur
   local tk, tkc = 'x', size
   if tokens then
     tk = format('%.3f', tokens)
-    tkc = max(0, tokens)
+    tkc = max(0, tonumber(tk)) -- as stored: taken out as it was put in
   end
   if uw > 0 then tkc = 0 end -- a window's part: see U
   contribute(cur, 1, M.demand, tkc, f, NOW, size)
@@ -232,7 +233,14 @@ local function write_member(M, tokens, f, size, u, uw)
   sweep(M)
   call('HSET', M.key, M.member, format('%d %d %s %d %d %.17g %.17g %.17g %d', cur.start, M.demand, tk, NOW, M.since, f, size, u, uw),
     '#', format_members(M))
-  call('PEXPIRE', M.key, int(cdiv(cur.start + GENS * cur.P - NOW, 1000)))
+  -- (The newest generation need not be the last to lapse: an older one
+  -- may be longer, made so by a member of a longer horizon.)
+  local last = 0
+  for k = 1, #M.gens do
+    local g = M.gens[k]
+    if g.n > 0 then last = max(last, g.start + GENS * g.P) end
+  end
+  call('PEXPIRE', M.key, int(cdiv(last - NOW, 1000)))
 end
 
 -- Takes member out of the key's members hash mkey (it leaves: Close, an
