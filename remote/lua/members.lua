@@ -49,7 +49,8 @@
 -- horizons, since it leases about once a horizon, so that one late lease
 -- (a slow reply, a pause) does not drop it and hand its share to the
 -- others for a moment; and at least a second, the heartbeat of a Leaser.
--- It counts at most a third longer (GENS).
+-- It counts at most a third longer than the longest of the members that
+-- leased in its generation (GENS).
 local function member_ttl(horizon) return max(3 * horizon, 1000000) end
 local GENS = 4
 -- 16 / ln 2: a demand d is in class floor(log(d) * CLASS), within a factor
