@@ -272,18 +272,18 @@ func fleetReport(rows []fleetRow, runFor time.Duration, tree string) string {
 	b.WriteString("```\nRATELEASE_MEASURE=1 RATELEASE_FLEET=full RATELEASE_FLEET_OUT=$PWD/docs \\\n  go test -run '^TestFleetSharedKey$' -timeout 30m -v ./internal/systest\n```\n\n")
 	fmt.Fprintf(&b, "Each cell runs %v in each mode with the defaults (`New(client)`, `PerSecond`, no `LeaseConfig`), every instance a Limiter with a client of its own, all on one real redis-server on the same 2-core machine as the load. One key: `PerSecond(%d)`, each instance asking twice its share, evenly paced. Many keys: `PerSecond(%d)` each, %d decisions a second in all, keys drawn by a Zipf law (s = 1.1).\n\n",
 		runFor, fleetRate, fleetKeyRate, fleetZipfDemand)
-	b.WriteString("*CPU*: Redis's CPU (`INFO cpu`, user and system) over the run, in % of one core; *calls/dec*: script calls (`INFO commandstats`, FCALL and EVALSHA) per decision; *µs/call*: Redis µs per script call; *fallback*: decisions by the failure mode; *busy*: denials because Redis was busy (`SourceBusy`); *of bound*: units admitted over Burst + Rate·T over the run's span of Redis time; *fair*: the worst instance's admitted units over its max-min fair share.\n\n")
-	b.WriteString("| cell | CPU lease | CPU exact | lease/exact | calls/dec lease | µs/call lease | µs/call exact | fallback lease | of bound lease | fair lease | fair exact |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("*CPU*: Redis's CPU (`INFO cpu`, user and system) over the run, in % of one core; *calls/dec*: script calls (`INFO commandstats`, FCALL and EVALSHA) per decision; *µs/call*: Redis µs per script call; *fallback*: decisions by the failure mode; *busy*: denials because Redis was busy (`SourceBusy`); *of bound*: units admitted over Burst + Rate·T over the run's span of Redis time; *admitted lease/exact*: units lease mode admitted over exact mode's (a run's end finds units leased and not yet used, more of them the larger the fleet: a cost once per run, not per second); *fair*: the worst instance's admitted units over its max-min fair share.\n\n")
+	b.WriteString("| cell | CPU lease | CPU exact | lease/exact | calls/dec lease | µs/call lease | µs/call exact | fallback lease | busy lease | of bound lease | admitted lease/exact | fair lease | fair exact |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		bound, fair, fairExact := "—", "—", "—"
 		if r.cell.keys == 0 {
 			bound = fmt.Sprintf("%.3f", ratio(float64(r.lease.admitted), r.lease.bound))
 			fair, fairExact = fmt.Sprintf("%.2f", r.lease.worst), fmt.Sprintf("%.2f", r.exact.worst)
 		}
-		fmt.Fprintf(&b, "| %s | %.1f%% | %.1f%% | %.2f | %.4f | %.1f | %.1f | %d | %d | %s | %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %.1f%% | %.1f%% | %.2f | %.4f | %.1f | %.1f | %d | %d | %s | %.3f | %s | %s |\n",
 			r.cell, 100*r.lease.cpu, 100*r.exact.cpu, r.cpuRatio(), r.lease.callsPerDecision(), r.lease.usecPerCall(), r.exact.usecPerCall(),
-			r.lease.fallback, r.lease.busy, bound, fair, fairExact)
+			r.lease.fallback, r.lease.busy, bound, ratio(float64(r.lease.admitted), float64(r.exact.admitted)), fair, fairExact)
 	}
 	b.WriteString("\n![Redis CPU by instances on one key](fleet.svg)\n")
 	return b.String()
