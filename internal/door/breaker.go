@@ -54,11 +54,14 @@ const (
 )
 
 // A call that times out is Redis being busy, not failing, while the
-// server answered another call within busyWindow and its answers had
-// been slow: the mean of their times (a moving average of weight 1/8)
-// at least 1/busySlow of the timeout. An overloaded Redis slows down
-// before it times out; one that hangs or is cut off times out on answers
-// that were quick.
+// server answered another call within busyWindow, and either its answers
+// had been slow (the mean of their times, a moving average of weight 1/8,
+// at least 1/busySlow of the timeout: an overloaded Redis slows down
+// before it times out) or fewer than breakerFailures calls have timed
+// out since its last answer (a stall of the server or of this machine, a
+// moment long, is no outage). A Redis that hangs or is cut off after
+// quick answers is an outage from the next timeout on: it opens the
+// breaker breakerFailures timeouts later.
 const (
 	busyWindow = time.Second
 	busySlow   = 4
@@ -127,12 +130,14 @@ type breaker struct {
 	// on the Door's clock; 0: none yet), and took, the moving average of
 	// the answered calls' times (ns), for Leave's reading of a timeout.
 	answered, took atomic.Int64
-	mu             sync.Mutex
-	backoff        time.Duration // requires mu held
-	probeAt        int64         // requires mu held: when open, no probe before this
-	lastErr        error         // requires mu held
-	node           string        // the server's name (see remote.Store.Node)
-	note           *notifier     // nil: nobody observes
+	// stalled counts the calls that timed out since the last answer.
+	stalled atomic.Int32
+	mu      sync.Mutex
+	backoff time.Duration // requires mu held
+	probeAt int64         // requires mu held: when open, no probe before this
+	lastErr error         // requires mu held
+	node    string        // the server's name (see remote.Store.Node)
+	note    *notifier     // nil: nobody observes
 	// checked is set once the servers behind the breaker have been read
 	// for their eviction policy (checkEviction), or need not be; checks,
 	// the readings that failed (they are tried again, up to
@@ -311,8 +316,8 @@ func (d *Door) enter(node func(context.Context) string) (Pass, error) {
 // as Classify returns it. It returns the cause of a Redis failure (err,
 // which wraps ErrUnavailable), or nil: the call succeeded, or ended for the
 // caller's own reasons (its context, or ErrClosed). A call that timed out
-// while its server answers others, slowly (see busyWindow; not a probe),
-// is Redis being busy: its cause wraps ErrBusy as well, and it does not
+// while its server answers others (see busyWindow; not a probe) is Redis
+// being busy: its cause wraps ErrBusy as well, and it does not
 // count against the breaker: an overloaded Redis slows its callers, it
 // does not send a fleet to the failure mode.
 func (d *Door) Leave(pass Pass, err error) error {
@@ -321,6 +326,7 @@ func (d *Door) Leave(pass Pass, err error) error {
 	case err == nil:
 		now := d.nanos()
 		b.answered.Store(max(1, now))
+		b.stalled.Store(0)
 		took := b.took.Load() // (a lost update of the average is harmless)
 		b.took.Store(took + (now-pass.at-took)/8)
 		b.success()
@@ -330,8 +336,8 @@ func (d *Door) Leave(pass Pass, err error) error {
 		return nil
 	case errors.Is(err, ErrUnavailable):
 		now := d.nanos()
-		if at := b.answered.Load(); !pass.probe && at > 0 && now-at < int64(busyWindow) &&
-			b.took.Load() >= int64(d.timeout)/busySlow && timedOut(err) {
+		if at := b.answered.Load(); !pass.probe && at > 0 && now-at < int64(busyWindow) && timedOut(err) &&
+			(b.stalled.Add(1) <= breakerFailures || b.took.Load() >= int64(d.timeout)/busySlow) {
 			d.busy.Add(1)
 			return busyError{err}
 		}

@@ -49,7 +49,7 @@ const (
 // fleetRun is what one mode's run of a cell measured.
 type fleetRun struct {
 	decisions, admitted, fallback int64
-	busy                          uint64 // denials because Redis was busy (SourceBusy)
+	busy                          uint64  // denials because Redis was busy (SourceBusy)
 	cpu                           float64 // Redis CPU, in seconds of one core per second of the run
 	calls, usec                   float64 // script calls (FCALL, EVALSHA) and their µs, INFO commandstats
 	bound                         float64 // what the limit allows over the run's span (one key)
