@@ -211,7 +211,9 @@ func WithRedisTimeout(d time.Duration) Option {
 
 // FailureMode says how a Limiter decides while Redis is unavailable: while
 // its circuit breaker is open, or when a call fails. Units already leased
-// are used first in every mode. The zero value is FailLocal.
+// are used first in every mode. A call that times out while Redis answers
+// others (busy, not down: see SourceBusy) is denied in every mode. The
+// zero value is FailLocal.
 type FailureMode uint8
 
 // The failure modes (WithFailureMode).
