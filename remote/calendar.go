@@ -1,9 +1,13 @@
 package remote
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // CalendarUnit is the length of a CalendarWindow's windows: a day, a week
@@ -201,4 +205,30 @@ const skew = time.Hour
 func (c Calendar) calendarWindow(now time.Time) (int64, int64) {
 	s, e := c.Window(now.Add(skew))
 	return s.UnixMicro(), e.UnixMicro()
+}
+
+// ErrClock is wrapped by the error of a call whose script could not place
+// Redis's TIME in the calendar windows this host's clock named
+// (calendarwindow.lua): Redis answered; this host's clock is far from
+// Redis's. It is not Redis failing, and a caller should not count it
+// against Redis's health.
+var ErrClock = errors.New("remote: this host's clock is too far from Redis's to place a calendar window")
+
+// clockScriptError begins calendarwindow.lua's error.
+const clockScriptError = "ratelease: calendar window "
+
+// clockError is calendarwindow.lua's error, wrapping ErrClock.
+type clockError struct{ err error }
+
+func (e *clockError) Error() string   { return e.err.Error() }
+func (e *clockError) Unwrap() []error { return []error{e.err, ErrClock} }
+
+// clockErr returns err wrapping ErrClock when it is calendarwindow.lua's
+// error, else err.
+func clockErr(err error) error {
+	var re redis.Error
+	if errors.As(err, &re) && strings.Contains(re.Error(), clockScriptError) {
+		return &clockError{err}
+	}
+	return err
 }

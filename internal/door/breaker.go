@@ -266,7 +266,11 @@ func (d *Door) enter(node func(context.Context) string) (Pass, error) {
 // Leave reports the outcome of the call made with pass: err is its error,
 // as Classify returns it. It returns the cause of a Redis failure (err,
 // which wraps ErrUnavailable), or nil: the call succeeded, or ended for the
-// caller's own reasons (its context, or ErrClosed).
+// caller's own reasons (its context, or ErrClosed). A calendar window
+// that Redis's time is not in (remote.ErrClock) is returned as a cause,
+// for the caller's failure mode to decide that call, but counts as Redis
+// answering: it is this host's clock, and one policy's quota must not
+// open the breaker of every policy on the server.
 func (d *Door) Leave(pass Pass, err error) error {
 	b := pass.b
 	switch {
@@ -276,6 +280,9 @@ func (d *Door) Leave(pass Pass, err error) error {
 			d.checkEviction(b) // once: the first time Redis answers
 		}
 		return nil
+	case errors.Is(err, remote.ErrClock):
+		b.success()
+		return err
 	case errors.Is(err, ErrUnavailable):
 		b.failure(d.nanos(), pass.probe, err)
 		return err
