@@ -13,6 +13,7 @@ import (
 	"time"
 	_ "time/tzdata" // every zone, whatever the machine has
 
+	"github.com/ratelease/ratelease/clock"
 	"github.com/ratelease/ratelease/remote"
 )
 
@@ -162,4 +163,39 @@ func TestCalendarWindowEveryZone(t *testing.T) {
 		t.Fatalf("%d zones, %d offset changes: the database is not all there", zones, changes)
 	}
 	t.Logf("%d zones, %d offset changes 1970-2037, %d windows checked", zones, changes, checked)
+}
+
+// wallClock is a host's wall clock, which an operator (or NTP) may set
+// back: Now is whatever was set last.
+type wallClock struct {
+	*clock.Manual // its timers; none is used
+	now           time.Time
+}
+
+func (c *wallClock) Now() time.Time { return c.now }
+
+// A host clock days ahead of Redis's, then set right: the windows its
+// calls named while ahead are not used once it is back (the cache of a
+// policy's window arguments holds only from its windows' start, not just
+// up to their end). Ahead by 3 days, the script takes Redis's time for
+// the window before the host's (it cannot tell a window from 3 days
+// ahead); set right, the next call names Redis's own day and counts there.
+func TestCalendarWindowClockSetBack(t *testing.T) {
+	f := newFake(t)
+	f.Advance(14 * time.Hour) // 2023-11-15 12:00 UTC
+	redisNow := f.Now()
+	host := &wallClock{Manual: clock.NewManual(redisNow), now: redisNow.Add(3 * 24 * time.Hour)}
+	f.s.SetClock(host)
+	l := win(remote.CalendarWindow, 5, 24*time.Hour)
+	l.Calendar = remote.Calendar{Unit: remote.Day, Location: time.UTC}
+	p := mustPolicy(t, "quota", l)
+	ahead := acquire(t, f.s, p, "k", 1, 1, false)
+	if want := 60 * time.Hour; ahead.ResetAfter != want {
+		t.Fatalf("the host 3 days ahead: %+v; want the window ending a day before the host's, reset after %v", ahead, want)
+	}
+	host.now = redisNow.Add(time.Minute) // set right
+	d := acquire(t, f.s, p, "k", 1, 1, false)
+	if d.ResetAfter != 12*time.Hour || d.Remaining != 4 { // Redis's time has not moved
+		t.Fatalf("the host set right: %+v; want Redis's day, reset after 12h, 4 left", d)
+	}
 }
