@@ -2,6 +2,8 @@ package remote_test
 
 import (
 	"archive/zip"
+	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -197,5 +199,30 @@ func TestCalendarWindowClockSetBack(t *testing.T) {
 	d := acquire(t, f.s, p, "k", 1, 1, false)
 	if d.ResetAfter != 12*time.Hour || d.Remaining != 4 { // Redis's time has not moved
 		t.Fatalf("the host set right: %+v; want Redis's day, reset after 12h, 4 left", d)
+	}
+}
+
+// A call whose calendar window does not hold Redis's time (this host's
+// clock 5 days ahead) fails with an error wrapping ErrClock, which says
+// so and names the server; other script errors do not wrap it.
+func TestCalendarWindowErrClock(t *testing.T) {
+	ctx := context.Background()
+	f := newFake(t)
+	f.s.SetClock(&wallClock{Manual: clock.NewManual(f.Now()), now: f.Now().Add(5 * 24 * time.Hour)})
+	l := win(remote.CalendarWindow, 5, 24*time.Hour)
+	l.Calendar = remote.Calendar{Unit: remote.Day, Location: time.UTC}
+	p := mustPolicy(t, "quota", l)
+	_, err := f.s.Acquire(ctx, remote.Request{Policy: p, Key: "k", Min: 1, Max: 1})
+	if !errors.Is(err, remote.ErrClock) || !strings.Contains(err.Error(), "far from Redis") {
+		t.Fatalf("Acquire with the host 5 days ahead: %v; want ErrClock, naming the clocks", err)
+	}
+	other := mustPolicy(t, "other", tb(5, 5, time.Second))
+	f.HSet(other.Keys("test", "k")[0], "a", "b") // the wrong type for the script's GET
+	_, err = f.s.Acquire(ctx, remote.Request{Policy: other, Key: "k", Min: 1, Max: 1})
+	if err == nil {
+		t.Fatal("Acquire on a key of the wrong type succeeded")
+	}
+	if errors.Is(err, remote.ErrClock) {
+		t.Fatalf("another error wraps ErrClock: %v", err)
 	}
 }
