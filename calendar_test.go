@@ -24,6 +24,22 @@ func zone(t *testing.T, name string) *time.Location {
 	return loc
 }
 
+// newEnvAt is newEnv with both clocks at start, which may be before
+// newEnv's.
+func newEnvAt(t *testing.T, start time.Time, opts ...ratelease.Option) *env {
+	t.Helper()
+	mr := redistest.StartMini(t)
+	mr.Advance(start.Sub(mr.Now())) // (back, maybe: no key is held yet)
+	clk := clock.NewManual(mr.Now())
+	client := mr.Client(t)
+	l, err := ratelease.New(client, append([]ratelease.Option{ratelease.WithExact(), ratelease.WithClock(clk), ratelease.WithRedisTimeout(5 * time.Second)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return &env{mr: mr, clock: clk, l: l}
+}
+
 // at moves the env (Redis's TIME and the Limiter's clock) to u, later than
 // its time now.
 func (e *env) at(t *testing.T, u time.Time) {
@@ -461,4 +477,95 @@ func FuzzCalendarWindow(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Where DST begins at 00:00 west of UTC, the DST day has no midnight: its
+// window begins at 01:00 and the eve's ends there. Through the public API,
+// on the eve, the DST day and after, a quota of 2 admits 2 and denies the
+// third until its window's end, each decided by Redis; an unrelated rate
+// limit beside it is decided by Redis throughout, and no breaker opens
+// (FailOpen would hide failures as admissions: the Source tells).
+func TestCalendarWindowDSTAtMidnight(t *testing.T) {
+	utc := func(mo time.Month, d, h, mi int, y int) time.Time { return time.Date(y, mo, d, h, mi, 0, 0, time.UTC) }
+	for _, c := range []struct {
+		zone  string
+		limit func(*time.Location) ratelease.Limit
+		at    []time.Time     // in order
+		want  []time.Duration // until the window's end
+	}{
+		// Santiago, 2026-09-06 00:00 -04 is 01:00 -03 (04:00 UTC).
+		{"America/Santiago", func(l *time.Location) ratelease.Limit { return ratelease.PerCalendarDay(2, l) },
+			[]time.Time{
+				utc(9, 6, 2, 30, 2026), // the eve, 22:30 -04
+				utc(9, 6, 3, 30, 2026), // the eve, 23:30 -04
+				utc(9, 6, 15, 0, 2026), // the DST day, 12:00 -03
+				utc(9, 7, 2, 30, 2026), // the DST day, 23:30 -03
+			},
+			[]time.Duration{90 * time.Minute, 30 * time.Minute, 12 * time.Hour, 30 * time.Minute}},
+		// Havana, 2026-03-08 (a Sunday) 00:00 CST is 01:00 CDT (05:00 UTC):
+		// the week from Sunday begins then, and ends on the 15th at 00:00 CDT.
+		{"America/Havana", func(l *time.Location) ratelease.Limit { return ratelease.PerCalendarWeek(2, l, time.Sunday) },
+			[]time.Time{
+				utc(3, 8, 4, 30, 2026), // Saturday 23:30 CST
+				utc(3, 8, 16, 0, 2026), // Sunday 12:00 CDT
+			},
+			[]time.Duration{30 * time.Minute, 6*24*time.Hour + 12*time.Hour}},
+		// Asuncion, 2023-10-01 00:00 -04 is 01:00 -03 (04:00 UTC): October
+		// begins then and ends on November 1 at 00:00 -03, not on the 30th.
+		{"America/Asuncion", func(l *time.Location) ratelease.Limit { return ratelease.PerCalendarMonth(2, l) },
+			[]time.Time{
+				utc(10, 1, 3, 30, 2023),  // September 30, 23:30 -04
+				utc(10, 15, 15, 0, 2023), // October 15, 12:00 -03
+				utc(10, 30, 15, 0, 2023), // October 30, 12:00 -03
+			},
+			[]time.Duration{30 * time.Minute, 16*24*time.Hour + 12*time.Hour, 36 * time.Hour}},
+	} {
+		t.Run(c.zone, func(t *testing.T) {
+			ctx := context.Background()
+			e := newEnvAt(t, c.at[0].Add(-48*time.Hour), ratelease.WithFailureMode(ratelease.FailOpen))
+			quota := policy(t, "quota", c.limit(zone(t, c.zone)))
+			rate := policy(t, "api", ratelease.PerSecond(1))
+			for i, u := range c.at {
+				e.at(t, u)
+				key := fmt.Sprint("k", i)
+				res, err := e.l.AllowN(ctx, quota, key, 2)
+				if err != nil || !res.Allowed || res.Source != ratelease.SourceRemote || res.ResetAfter != c.want[i] {
+					t.Errorf("at %v: AllowN(2) = %+v, %v; want admitted by Redis, reset after %v", u.In(zone(t, c.zone)), res, err, c.want[i])
+				}
+				res, err = e.l.Allow(ctx, quota, key)
+				if err != nil || res.Allowed || res.Source != ratelease.SourceRemote || res.RetryAfter != c.want[i] {
+					t.Errorf("at %v: a third = %+v, %v; want denied by Redis until %v", u.In(zone(t, c.zone)), res, err, c.want[i])
+				}
+				if res, err := e.l.Allow(ctx, rate, key); err != nil || !res.Allowed || res.Source != ratelease.SourceRemote {
+					t.Errorf("at %v: the rate limit beside it = %+v, %v; want admitted by Redis", u.In(zone(t, c.zone)), res, err)
+				}
+			}
+			if s := e.l.Stats(); s.BreakerOpens != 0 || s.Breaker != ratelease.BreakerClosed {
+				t.Errorf("breaker %v, opened %d times; want closed, never opened", s.Breaker, s.BreakerOpens)
+			}
+		})
+	}
+}
+
+// A host clock days ahead of Redis's fails its calendar quota's calls
+// (the failure mode decides them), but that is the host's clock, not
+// Redis failing: it counts as Redis answering, and the breaker stays
+// closed for every other policy on that Redis.
+func TestCalendarWindowClockSkewKeepsTheBreaker(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, ratelease.WithFailureMode(ratelease.FailClosed))
+	e.clock.Set(e.clock.Now().Add(5 * 24 * time.Hour))
+	quota := policy(t, "quota", ratelease.PerCalendarDay(5, nil))
+	rate := policy(t, "api", ratelease.PerSecond(100))
+	for i := 0; i < 10; i++ {
+		if _, err := e.l.Allow(ctx, quota, "k"); !errors.Is(err, ratelease.ErrUnavailable) || !strings.Contains(err.Error(), "far from Redis") {
+			t.Fatalf("quota call %d with the host 5 days ahead: %v; want ErrUnavailable naming the clocks", i, err)
+		}
+	}
+	if res, err := e.l.Allow(ctx, rate, "k"); err != nil || !res.Allowed || res.Source != ratelease.SourceRemote {
+		t.Fatalf("the rate limit after 10 quota errors: %+v, %v; want admitted by Redis", res, err)
+	}
+	if s := e.l.Stats(); s.BreakerOpens != 0 || s.Breaker != ratelease.BreakerClosed {
+		t.Errorf("breaker %v, opened %d times; want closed, never opened", s.Breaker, s.BreakerOpens)
+	}
 }

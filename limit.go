@@ -33,7 +33,10 @@ const (
 	// CalendarWindow: at most Rate units in each day, week or month of a
 	// calendar (Limit.Calendar), from local midnight to local midnight in
 	// its time zone, whatever the window's length in hours (a day of a DST
-	// change, a month of 28 to 31 days). A quota: "10,000 calls per
+	// change, a month of 28 to 31 days). A window begins at the first
+	// instant of its first civil date (on a day whose midnight a DST change
+	// skips, as where DST begins at 00:00 in Santiago, the first instant
+	// that exists: 01:00) and ends where the next begins. A quota: "10,000 calls per
 	// calendar month". Period is left 0: NewPolicy sets it to the nominal
 	// window (24h, 7 days, 31 days), which stands in where one length must
 	// do (the outage fallback's share, a header's window), never for a
@@ -42,9 +45,9 @@ const (
 	// time plus an hour, as its calendar places it, and Redis's clock picks
 	// that window or the one before, so the host's clock must be no more
 	// than an hour behind Redis's, nor almost a window ahead (a call then
-	// fails, whatever is decided). Its Rate may be any count below 2^53.
-	// In lease mode it is leased as a FixedWindow is: a lease ends at the
-	// window's end.
+	// fails, whatever is decided, but is not counted against Redis's
+	// breaker). Its Rate may be any count below 2^53. In lease mode it is
+	// leased as a FixedWindow is: a lease ends at the window's end.
 	CalendarWindow
 )
 
@@ -87,7 +90,8 @@ type CalendarUnit int
 
 // The calendar units. The zero value is none.
 const (
-	// CalendarDay: from local midnight to the next (23 to 25 hours).
+	// CalendarDay: from local midnight to the next (23 to 25 hours; a
+	// midnight a DST change skips is the day's first instant, 01:00).
 	CalendarDay CalendarUnit = iota + 1
 	// CalendarWeek: from local midnight of Calendar.FirstDay, for 7 days.
 	CalendarWeek

@@ -110,8 +110,9 @@ func WithExact() Option {
 }
 
 // WithLease configures leasing, the default mode, with lc (zero fields take
-// DefaultLeaseConfig's values): policies without a SlidingWindowLog, LeakyBucket or CalendarWindow
-// are answered from local allowances leased from Redis in batches, and the
+// DefaultLeaseConfig's values): policies without a SlidingWindowLog or
+// LeakyBucket are answered from local allowances leased from Redis in
+// batches (a CalendarWindow's lease ends at its window's end), and the
 // others stay exact. See docs/leasing.md for how to choose the values. Of
 // WithExact and WithLease, the last given wins. Invalid values are an error
 // wrapping ErrInvalidOption (from New).

@@ -1,9 +1,13 @@
 package remote
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // CalendarUnit is the length of a CalendarWindow's windows: a day, a week
@@ -30,9 +34,11 @@ func (u CalendarUnit) String() string {
 }
 
 // Calendar aligns a CalendarWindow's windows to the calendar of Location:
-// each day, week (starting on FirstDay) or month begins at local midnight,
-// whatever its length in hours (a day of a DST change has 23 or 25, a
-// month 28 to 31 days).
+// each day, week (starting on FirstDay) or month begins at the first
+// instant of its first civil date (local midnight; on a day whose midnight
+// a DST change skips, the first instant that exists) and ends where the
+// next begins, whatever its length in hours (a day of a DST change has 23
+// or 25, a month 28 to 31 days).
 type Calendar struct {
 	Unit     CalendarUnit
 	Location *time.Location
@@ -54,34 +60,107 @@ func (c Calendar) Nominal() time.Duration {
 	return 24 * time.Hour
 }
 
-// Start returns the start of the window holding t: local midnight of t's
-// day, of its week's FirstDay, or of its month's first day. (A midnight
-// that a DST change skips is the day's first instant: time.Date's.)
+// Start returns the start of the window holding t.
 func (c Calendar) Start(t time.Time) time.Time {
-	t = t.In(c.Location)
-	y, m, d := t.Date()
-	switch c.Unit {
-	case Week:
-		d -= (int(t.Weekday()) - int(c.FirstDay) + 7) % 7
-	case Month:
-		d = 1
-	}
-	return time.Date(y, m, d, 0, 0, 0, 0, c.Location)
+	s, _ := c.Window(t)
+	return s
 }
 
 // Next returns the end of the window holding t: the start of the next.
 func (c Calendar) Next(t time.Time) time.Time {
-	s := c.Start(t)
-	y, m, d := s.Date()
+	_, e := c.Window(t)
+	return e
+}
+
+// Window returns the start and end of the window holding t: s <= t < e.
+// The windows are placed by civil dates, never by the date of a
+// normalized instant (time.Date's midnight of a day without one may be
+// the eve's 23:00): the window's first date is t's local date, less the
+// days back to FirstDay (a week) or to the 1st (a month), and it begins at
+// the first instant whose local date is that date or later (a date a zone
+// skips, as Samoa skipped 2011-12-30, begins where the next date does).
+// It ends where the window of the next first date (a day, 7 days or a
+// month on) begins; should the local date go back across a boundary, the
+// instant is in the window that began last.
+func (c Calendar) Window(t time.Time) (s, e time.Time) {
+	d := civil(t.In(c.Location))
 	switch c.Unit {
-	case Day:
-		d++
 	case Week:
-		d += 7
+		d -= (int64(weekday(d)) - int64(c.FirstDay) + 7) % 7
 	case Month:
-		m++
+		y, m, _ := date(d)
+		d = days(y, m, 1)
 	}
-	return time.Date(y, m, d, 0, 0, 0, 0, c.Location)
+	s = firstInstant(d, c.Location)
+	for {
+		next := c.after(d)
+		e = firstInstant(next, c.Location)
+		if e.After(t) {
+			return s, e
+		}
+		d, s = next, e
+	}
+}
+
+// after returns the first date of the window after the one whose first
+// date is d.
+func (c Calendar) after(d int64) int64 {
+	switch c.Unit {
+	case Week:
+		return d + 7
+	case Month:
+		y, m, _ := date(d)
+		return days(y, m+1, 1)
+	}
+	return d + 1
+}
+
+// civil returns t's date on its own clock (t's location), in days since
+// 1970-01-01.
+func civil(t time.Time) int64 {
+	y, m, d := t.Date()
+	return days(y, m, d)
+}
+
+// days numbers the civil date y-m-d (normalized as time.Date does: month
+// 13 is January of the next year) in days since 1970-01-01. UTC has no
+// offset changes: its midnights are the calendar's own arithmetic.
+func days(y int, m time.Month, d int) int64 {
+	return time.Date(y, m, d, 0, 0, 0, 0, time.UTC).Unix() / 86400
+}
+
+// date returns the civil date numbered d (see days).
+func date(d int64) (int, time.Month, int) {
+	return time.Unix(d*86400, 0).UTC().Date()
+}
+
+// weekday is the day of the week of the date numbered d (1970-01-01 was
+// a Thursday).
+func weekday(d int64) time.Weekday {
+	return time.Weekday(((d+4)%7 + 7) % 7)
+}
+
+// firstInstant returns the first instant whose date in loc is the date
+// numbered d, or later. Within one of the zone's periods of constant
+// offset o, the local date reaches d at the instant midnight - o (its
+// wall clock read as UTC): the answer is the first period, from a day and
+// more before (no offset is that large), in which that instant, or the
+// period's start if later, falls.
+func firstInstant(d int64, loc *time.Location) time.Time {
+	midnight := d * 86400 // the date's midnight, as UTC seconds
+	t := time.Unix(midnight-48*3600, 0).In(loc)
+	for {
+		_, off := t.Zone()
+		at := t
+		if reach := time.Unix(midnight-int64(off), 0).In(loc); reach.After(t) {
+			at = reach
+		}
+		_, end := t.ZoneBounds()
+		if end.IsZero() || at.Before(end) || !end.After(t) {
+			return at
+		}
+		t = end
+	}
 }
 
 // validate reports why c cannot place windows, or nil.
@@ -124,6 +203,32 @@ const skew = time.Hour
 // calendarWindow returns the start and end, in µs since the Unix epoch,
 // of the window holding now + skew.
 func (c Calendar) calendarWindow(now time.Time) (int64, int64) {
-	t := now.Add(skew)
-	return c.Start(t).UnixMicro(), c.Next(t).UnixMicro()
+	s, e := c.Window(now.Add(skew))
+	return s.UnixMicro(), e.UnixMicro()
+}
+
+// ErrClock is wrapped by the error of a call whose script could not place
+// Redis's TIME in the calendar windows this host's clock named
+// (calendarwindow.lua): Redis answered; this host's clock is far from
+// Redis's. It is not Redis failing, and a caller should not count it
+// against Redis's health.
+var ErrClock = errors.New("remote: this host's clock is too far from Redis's to place a calendar window")
+
+// clockScriptError begins calendarwindow.lua's error.
+const clockScriptError = "ratelease: calendar window "
+
+// clockError is calendarwindow.lua's error, wrapping ErrClock.
+type clockError struct{ err error }
+
+func (e *clockError) Error() string   { return e.err.Error() }
+func (e *clockError) Unwrap() []error { return []error{e.err, ErrClock} }
+
+// clockErr returns err wrapping ErrClock when it is calendarwindow.lua's
+// error, else err.
+func clockErr(err error) error {
+	var re redis.Error
+	if errors.As(err, &re) && strings.Contains(re.Error(), clockScriptError) {
+		return &clockError{err}
+	}
+	return err
 }

@@ -158,26 +158,28 @@ func NewPolicy(name string, limits []Limit) (*Policy, error) {
 }
 
 // calendarArgs are a policy's limits' ARGV with its CalendarWindows' for
-// the windows of host times up to until (µs).
+// the windows of host times from from up to until (µs).
 type calendarArgs struct {
-	until int64
-	args  []any
+	from, until int64
+	args        []any
 }
 
 // calendarArgs returns p's limits' ARGV for a call at this host's time
 // now: a CalendarWindow's rate is followed by the start and end (µs) of
 // the window holding now + skew (in place of its period and burst), for
 // the script to place Redis's TIME (calendarwindow.lua). They are made
-// again once now + skew passes that end.
+// again once now + skew is out of any of those windows: past its end, or
+// before its start (a host clock set back, after it ran ahead).
 func (p *Policy) calendarArgs(now time.Time) []any {
 	us := now.UnixMicro()
-	if c := p.cal.Load(); c != nil && us < c.until {
+	if c := p.cal.Load(); c != nil && c.from <= us && us < c.until {
 		return c.args
 	}
-	c := &calendarArgs{until: math.MaxInt64, args: slices.Clone(p.args)}
+	c := &calendarArgs{from: math.MinInt64, until: math.MaxInt64, args: slices.Clone(p.args)}
 	for _, i := range p.calendars {
 		b1, b2 := p.limits[i].Calendar.calendarWindow(now)
 		c.args[4*i+2], c.args[4*i+3] = strconv.FormatInt(b1, 10), strconv.FormatInt(b2, 10)
+		c.from = max(c.from, b1-skew.Microseconds())
 		c.until = min(c.until, b2-skew.Microseconds())
 	}
 	p.cal.Store(c)

@@ -316,12 +316,13 @@ func (s *Store) Acquire(ctx context.Context, r Request) (Decision, error) {
 	return d, s.named(r.Policy, r.Key, err)
 }
 
-// named returns err naming the server of key under p (see Addr).
+// named returns err naming the server of key under p (see Addr), and
+// wrapping ErrClock when it is a calendar window's.
 func (s *Store) named(p *Policy, key string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return named(s.Addr(p, key), err)
+	return named(s.Addr(p, key), clockErr(err))
 }
 
 // AcquireBatch makes many acquire calls in one pipeline (one round trip per

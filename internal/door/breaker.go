@@ -317,9 +317,13 @@ func (d *Door) enter(node func(context.Context) string) (Pass, error) {
 // which wraps ErrUnavailable), or nil: the call succeeded, or ended for the
 // caller's own reasons (its context, or ErrClosed). A call that timed out
 // while its server answers others (see busyWindow; not a probe) is Redis
-// being busy: its cause wraps ErrBusy as well, and it does not
-// count against the breaker: an overloaded Redis slows its callers, it
-// does not send a fleet to the failure mode.
+// being busy: its cause wraps ErrBusy as well, and it does not count
+// against the breaker: an overloaded Redis slows its callers, it does not
+// send a fleet to the failure mode. A calendar window that Redis's time
+// is not in (remote.ErrClock) is returned as a cause, for the caller's
+// failure mode to decide that call, but counts as Redis answering: it is
+// this host's clock, and one policy's quota must not open the breaker of
+// every policy on the server.
 func (d *Door) Leave(pass Pass, err error) error {
 	b := pass.b
 	switch {
@@ -334,6 +338,11 @@ func (d *Door) Leave(pass Pass, err error) error {
 			d.checkEviction(b) // once: the first time Redis answers
 		}
 		return nil
+	case errors.Is(err, remote.ErrClock):
+		b.answered.Store(max(1, d.nanos()))
+		b.stalled.Store(0)
+		b.success()
+		return err
 	case errors.Is(err, ErrUnavailable):
 		now := d.nanos()
 		if at := b.answered.Load(); !pass.probe && at > 0 && now-at < int64(busyWindow) && timedOut(err) &&

@@ -178,7 +178,8 @@ func (c *callCtx) dialed(err error) error {
 // stays itself, ctx's own error comes back unwrapped once ctx has ended
 // (a timeout at ctx's own deadline, once past, too: see atDeadline), and
 // anything else is Redis failing: an error wrapping ErrUnavailable and
-// err. Only the last counts against Redis's health (Leave).
+// err. Only the last counts against Redis's health (Leave), and of it
+// not a calendar window's remote.ErrClock.
 func Classify(ctx context.Context, err error) error {
 	switch {
 	case err == nil, errors.Is(err, ErrClosed):
