@@ -166,7 +166,7 @@ func checkAggregates(t *testing.T, f *fake, hash string, step int) {
 			w = &gen{classes: map[int64][2]int64{}}
 			want[g] = w
 		}
-		idx := int64(math.Floor(math.Log(float64(d))*23.083120654223414 + 1e-9)) // members.lua's class_of
+		idx, _ := strconv.ParseInt(v[9], 10, 64) // the class it was counted in
 		c := w.classes[idx]
 		w.classes[idx] = [2]int64{c[0] + 1, c[1] + d}
 		w.n++

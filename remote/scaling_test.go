@@ -63,7 +63,9 @@ func TestRedisCPUPerLease(t *testing.T) {
 // BenchmarkLeaseCallByMembers times one lease call (the acquire script, a
 // token bucket under the fair share: the members want ten times the rate)
 // on a key whose members hash holds 10 to 10,000 members, for the sizes of
-// fleet one machine cannot drive (docs/scaling.md). Each call is made by
+// fleet one machine cannot drive (docs/scaling.md): members that all want
+// the same (equal), and members whose demands spread from 1 to 10^6 units
+// a second (spread). Each call is made by
 // the next member in turn; redis-µs/call is the script's usec_per_call
 // from INFO commandstats over the timed calls, the figure to compare
 // (ns/op adds the loopback round trip). Run it with
@@ -73,15 +75,27 @@ func BenchmarkLeaseCallByMembers(b *testing.B) {
 	ctx := context.Background()
 	c := redis.NewClient(&redis.Options{Addr: redistest.BenchAddr(b)})
 	defer c.Close()
-	for _, members := range []int{10, 100, 1000, 10000} {
-		b.Run(fmt.Sprintf("members=%d", members), func(b *testing.B) {
-			store := remote.NewStore(c, fmt.Sprintf("bm%d", members))
+	for _, c2 := range []struct {
+		members int
+		spread  bool
+	}{{10, false}, {100, false}, {1000, false}, {10000, false}, {10, true}, {100, true}, {1000, true}, {10000, true}} {
+		members := c2.members
+		demands := "equal"
+		if c2.spread {
+			demands = "spread"
+		}
+		b.Run(fmt.Sprintf("members=%d/demands=%s", members, demands), func(b *testing.B) {
+			store := remote.NewStore(c, fmt.Sprintf("bm%d%s", members, demands))
 			p := mustPolicy(b, "p", tb(3000, 3000, time.Second))
-			const demand = 30000 // each member: ten times the key's rate
 			req := func(i int) remote.Request {
+				m := i % members
+				demand := int64(30000) // each member: ten times the key's rate
+				if c2.spread {
+					demand = 1 + int64(m*7919%1_000_000)
+				}
 				// A long horizon, so that no member lapses while the hash fills.
 				return remote.Request{Policy: p, Key: "k", Min: 1, Max: 100,
-					Member: fmt.Sprintf("m%05d", i%members), Demand: demand, Horizon: 20 * time.Second}
+					Member: fmt.Sprintf("m%05d", m), Demand: demand, Horizon: 20 * time.Second}
 			}
 			// Fill the hash: every member leases once, 100 calls a pipeline.
 			for i := 0; i < members; i += 100 {

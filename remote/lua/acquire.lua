@@ -122,6 +122,7 @@ if mkey then
   -- the members' buckets refill as a bucket's, as for any other limit.
   windowed = windowed and settled
   members = M.n
+  M.class = class_of(demand, R)
   local h = horizon
   if valid >= 0 and valid < h then h = valid end
   -- A member alone on a key whose room comes whole (a fixed window) has

@@ -4,7 +4,7 @@
 -- entries.
 --
 -- A key leased by several instances keeps a hash of them next to its state.
--- Each member id -> its entry, "gen demand tk at since f size u uw":
+-- Each member id -> its entry, "gen demand tk at since f size u uw class":
 --   gen      us, the start of the generation it last leased in (below)
 --   demand   units per second it said it wants
 --   tokens   its bucket under the fair share (fairshare.lua), in units, or
@@ -15,6 +15,7 @@
 --   f, size  its fair rate (units/s) and its bucket's size when written
 --   u, uw    what it had taken of its part of the window that started at
 --            uw (us), or 0 0
+--   class    the class its demand was counted in (class_of)
 -- and the field '#' (no member id starts with '#'), the key's aggregates:
 --   "newest cursor U uw" then, for each live generation,
 --   ";start P T F FT Z" and " idx count sum" for each demand class
@@ -29,7 +30,7 @@
 --            f * (at - start) / 1e6 (units) and their buckets' sizes: the
 --            buckets together, sum(min(size, tk + f * (now - at))), are
 --            read as min(Z, T + F * (now - start) / 1e6 - FT)
---   idx count sum  a class of demands (those within a factor 2^(1/16)):
+--   idx count sum  a class of demands (those within a factor 2^(1/8)):
 --            how many members, and their demands' sum
 -- A member's contribution to the sums is in its entry, so a lease takes it
 -- out and puts the new one in, in constant time.
@@ -53,19 +54,28 @@
 -- leased in its generation (GENS).
 local function member_ttl(horizon) return max(3 * horizon, 1000000) end
 local GENS = 4
--- 16 / ln 2: a demand d is in class floor(log(d) * CLASS), within a factor
--- 2^(1/16) of the others of its class.
-local CLASS = 23.083120654223414
+-- 8 / ln 2: a demand d is in class floor(log(d) * CLASS), within a factor
+-- 2^(1/8) of the others of its class: 9 %, close enough for the level,
+-- which counts a class as its members at their mean demand. Only demands
+-- from R / 2^SPAN to R (the key's rate) are told apart: a demand of R or
+-- more is held to the level L <= R whatever it is, and those below
+-- R / 2^SPAN share the lowest class (with their true sum), so that a key
+-- has at most 8 * SPAN + 1 classes a generation however its members'
+-- demands spread, and a call's work stays bounded.
+local CLASS, SPAN = 11.541560327111707, 12
 -- The sweep looks at SWEEP fields a call.
 local SWEEP = 16
 
--- (The small addend keeps a power of 2^(1/16) in its own class, not below.)
-local function class_of(d) return floor(log(d) * CLASS + 0.000000001) end
+-- The class of demand d on a key of rate R (units/s). (The small addend
+-- keeps a power of 2^(1/8) in its own class, not below.)
+local function class_of(d, R)
+  return floor(log(min(R, max(R / 4096, d))) * CLASS + 0.000000001)
+end
 
 -- A generation's sums with a member's contribution added (s = 1) or taken
--- out (s = -1): demand d, bucket tk (>= 0), fair rate f, written at, size.
-local function contribute(g, s, d, tk, f, at, size)
-  local i = class_of(d)
+-- out (s = -1): demand d in class i, bucket tk (>= 0), fair rate f,
+-- written at, size.
+local function contribute(g, s, d, i, tk, f, at, size)
   local c = g.h[i]
   if not c then
     c = { 0, 0 }
@@ -80,11 +90,11 @@ end
 -- The entry of a member, parsed: nil for none.
 local function parse_entry(v)
   if not v then return nil end
-  local gen, d, tk, at, since, f, size, u, uw =
-    match(v, '^(%d+) (%d+) (%S+) (%d+) (%d+) (%S+) (%S+) (%S+) (%d+)$')
-  if not gen then return nil end -- an older release's entry: a new member
+  local gen, d, tk, at, since, f, size, u, uw, c =
+    match(v, '^(%d+) (%d+) (%S+) (%d+) (%d+) (%S+) (%S+) (%S+) (%d+) (%-?%d+)$')
+  if not gen then return nil end -- not an entry of this format: a new member
   return { gen = tonumber(gen), d = tonumber(d), tk = tonumber(tk), at = tonumber(at), since = tonumber(since),
-    f = tonumber(f), size = tonumber(size), u = tonumber(u), uw = tonumber(uw) }
+    f = tonumber(f), size = tonumber(size), u = tonumber(u), uw = tonumber(uw), c = tonumber(c) }
 end
 
 -- What an entry adds to its generation's bucket sums: its bucket, never
@@ -136,7 +146,7 @@ local function read_members(mkey, member, demand, ttl)
     for k = 1, #M.gens do
       local g = M.gens[k]
       if g.start == e.gen then
-        contribute(g, -1, e.d, entry_tk(e), e.f, e.at, e.size)
+        contribute(g, -1, e.d, e.c, entry_tk(e), e.f, e.at, e.size)
         M.since = e.since
         if e.tk then M.tokens, M.at = e.tk, e.at end
         if e.uw == M.uw then M.U = M.U - e.u end
@@ -162,8 +172,8 @@ local function read_members(mkey, member, demand, ttl)
   return M
 end
 
--- The demand classes of every live member, this one's included: a list
--- of { mean, count, sum }.
+-- The demand classes of every live member, this one's included (in its
+-- class, M.class), as a list of { mean, count, sum }.
 local function classes(M)
   local by = {}
   for k = 1, #M.gens do
@@ -172,7 +182,7 @@ local function classes(M)
       if b then b[1], b[2] = b[1] + c[1], b[2] + c[2] else by[i] = { c[1], c[2] } end
     end
   end
-  local i = class_of(M.demand)
+  local i = M.class
   local b = by[i]
   if b then b[1], b[2] = b[1] + 1, b[2] + M.demand else by[i] = { 1, M.demand } end
   local cs = {}
@@ -192,8 +202,10 @@ local function sweep(M)
   for j = 1, #kv, 2 do
     local f = kv[j]
     if f ~= '#' and f ~= M.member then
-      local gen = tonumber(match(kv[j + 1], '^(%d+)'))
-      if not gen or not live[gen] then call('HDEL', M.key, f) end
+      -- (An entry of another format, another release's, is left for its
+      -- writer: it goes with the hash.)
+      local e = parse_entry(kv[j + 1])
+      if e and not live[e.gen] then call('HDEL', M.key, f) end
     end
   end
 end
@@ -204,9 +216,8 @@ local function format_members(M)
   for k = 1, #M.gens do
     local g = M.gens[k]
     if g.n > 0 then
-      local s = format(';%d %d %.17g %.17g %.17g %.17g', g.start, g.P, g.T, g.F, g.FT, g.Z)
-      for i, c in pairs(g.h) do s = s .. format(' %d %d %d', i, c[1], c[2]) end
-      out[#out + 1] = s
+      out[#out + 1] = format(';%d %d %.17g %.17g %.17g %.17g', g.start, g.P, g.T, g.F, g.FT, g.Z)
+      for i, c in pairs(g.h) do out[#out + 1] = format(' %d %d %d', i, c[1], c[2]) end
     end
   end
   return concat(out)
@@ -226,13 +237,13 @@ local function write_member(M, tokens, f, size, u, uw)
     tkc = max(0, tonumber(tk)) -- as stored: taken out as it was put in
   end
   if uw > 0 then tkc = 0 end -- a window's part: see U
-  contribute(cur, 1, M.demand, tkc, f, NOW, size)
+  contribute(cur, 1, M.demand, M.class, tkc, f, NOW, size)
   if uw > 0 then
     if M.uw ~= uw then M.U, M.uw = 0, uw end
     M.U = M.U + u
   end
   sweep(M)
-  call('HSET', M.key, M.member, format('%d %d %s %d %d %.17g %.17g %.17g %d', cur.start, M.demand, tk, NOW, M.since, f, size, u, uw),
+  call('HSET', M.key, M.member, format('%d %d %s %d %d %.17g %.17g %.17g %d %d', cur.start, M.demand, tk, NOW, M.since, f, size, u, uw, M.class),
     '#', format_members(M))
   -- (The newest generation need not be the last to lapse: an older one
   -- may be longer, made so by a member of a longer horizon.)
