@@ -143,8 +143,12 @@ func (l *Limiter) Charge(ctx context.Context, p *Policy, key string, n int) (Res
 // units held is named by this instance's reading of Redis's clock when
 // they were taken, which lags Redis's own by up to a lease call's way back
 // (a settlement at a window's turn may give back nothing rather than to
-// the wrong window). Errors: Refund's and Charge's, and ErrInvalidN for
-// used below 0 or above MaxCharge.
+// the wrong window; a held unit never outlives its lease's window). It is
+// later than the lease that brought them, by up to the lease TTL: a token
+// bucket may take back units that would have overflowed it between the
+// lease and their use, within the lease mode's bound of Rate·TTL.
+// Errors: Refund's and Charge's, and ErrInvalidN for used below 0 or
+// above MaxCharge.
 func (l *Limiter) Settle(ctx context.Context, p *Policy, key string, admitted Result, used int) (Result, error) {
 	if err := l.checkTarget(p, key); err != nil {
 		return Result{}, err
