@@ -227,6 +227,26 @@ func ExampleLimiter_Charge() {
 	// debt 300 next token in 18s
 }
 
+// Settle settles an estimate against the Result that admitted it: what
+// the work did not use goes back only to the window that admitted it.
+func ExampleLimiter_Settle() {
+	client, done := exampleRedis()
+	defer done()
+	limiter, _ := ratelease.New(client, ratelease.WithExact())
+	defer limiter.Close()
+	tokens, _ := ratelease.NewPolicy("llm-tokens", ratelease.PerMinute(1000))
+
+	ctx := context.Background()
+	est, _ := limiter.AllowN(ctx, tokens, "user:42", 600) // the prompt and max_tokens
+	fmt.Println("admitted", est.Allowed, "remaining", est.Remaining)
+	limiter.Settle(ctx, tokens, "user:42", est, 250) // what the answer came to
+	res, _ := limiter.Peek(ctx, tokens, "user:42")
+	fmt.Println("after the settlement, remaining", res.Remaining)
+	// Output:
+	// admitted true remaining 400
+	// after the settlement, remaining 750
+}
+
 // Peek tells where a key stands, charging nothing.
 func ExampleLimiter_Peek() {
 	client, done := exampleRedis()

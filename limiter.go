@@ -78,6 +78,32 @@ type Result struct {
 	// Limit has freed them and one more (RetryAfter, for one unit). 0
 	// otherwise.
 	Debt int
+	// Receipt names the admission for Settle: set by an admitting AllowN,
+	// AllowAtMost or Charge; the zero Receipt for a denial, a shadowed
+	// admission, the failure mode's (SourceFallback), and Peek.
+	Receipt Receipt
+}
+
+// Receipt names an admission, for Settle: when its units were granted, by
+// Redis's clock, which tells the window (or the bucket state) they came
+// from. The zero Receipt names none. A Receipt is a small comparable
+// value: copy it, keep it with the work, compare it with ==.
+type Receipt struct {
+	// at is Redis's time (µs since the Unix epoch) of the grant the units
+	// came from, or, for units held in lease mode, this instance's reading
+	// of it when they were taken (see Settle); 0 for none. An int, not a
+	// time.Time: == compares it.
+	at int64
+}
+
+// At returns the admission's time by Redis's clock (in lease mode, for
+// units held, this instance's reading of it when they were taken): the
+// zero Time for the zero Receipt.
+func (r Receipt) At() time.Time {
+	if r.at == 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(r.at)
 }
 
 // Source says where a decision came from. The zero value means no decision
@@ -212,7 +238,8 @@ func (l *Limiter) AllowN(ctx context.Context, p *Policy, key string, n int) (Res
 		return Result{}, err
 	}
 	if limit, remaining, resetAfter, ok := l.engine.Hit(p.compiled, key, int64(n)); ok {
-		return Result{Allowed: true, Limit: p.limits[limit], Remaining: int(remaining), ResetAfter: resetAfter, Source: SourceLocal, Granted: n}, nil
+		return Result{Allowed: true, Limit: p.limits[limit], Remaining: int(remaining), ResetAfter: resetAfter, Source: SourceLocal, Granted: n,
+			Receipt: Receipt{l.engine.RedisTime()}}, nil
 	}
 	d, err := l.engine.Miss(ctx, p.compiled, key, int64(n))
 	if err != nil {
@@ -221,7 +248,23 @@ func (l *Limiter) AllowN(ctx context.Context, p *Policy, key string, n int) (Res
 	if d.Allowed {
 		d.Granted = int64(n)
 	}
-	return l.shadowed(p, p.result(d), n), nil
+	return l.shadowed(p, l.admission(p, d), n), nil
+}
+
+// admission is p.result(d) for a decision that admits units (AllowN,
+// AllowAtMost, Charge), naming its grant for Settle: Redis's time of it,
+// or for units held this instance's reading of Redis's clock. The failure
+// mode's admissions name none: Redis did not charge them.
+func (l *Limiter) admission(p *Policy, d tier.Decision) Result {
+	r := p.result(d)
+	switch {
+	case !d.Allowed || d.Source == tier.Fallback:
+	case d.At != 0:
+		r.Receipt.at = d.At
+	default:
+		r.Receipt.at = l.engine.RedisTime()
+	}
+	return r
 }
 
 // shadowed returns r, a decision on p, admitted for n units when it is a
@@ -231,7 +274,7 @@ func (l *Limiter) shadowed(p *Policy, r Result, n int) Result {
 		return r
 	}
 	l.engine.CountShadowDenied(p.compiled)
-	r.Allowed, r.Granted, r.Shadowed = true, n, true
+	r.Allowed, r.Granted, r.Shadowed, r.Receipt = true, n, true, Receipt{}
 	return r
 }
 

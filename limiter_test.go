@@ -206,7 +206,13 @@ func TestAllowResult(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := ratelease.Result{Allowed: true, Limit: second, Remaining: 1, ResetAfter: 400 * time.Millisecond, Source: ratelease.SourceRemote, Granted: 4}
+	// The admission's Receipt names it by Redis's time of the grant; a
+	// denial's names none.
+	if !res.Receipt.At().Equal(e.mr.Now()) {
+		t.Fatalf("AllowN(4): Receipt at %v, want Redis's time %v", res.Receipt.At(), e.mr.Now())
+	}
+	want := ratelease.Result{Allowed: true, Limit: second, Remaining: 1, ResetAfter: 400 * time.Millisecond, Source: ratelease.SourceRemote, Granted: 4,
+		Receipt: res.Receipt}
 	if res != want {
 		t.Fatalf("AllowN(4):\n got %+v\nwant %+v", res, want)
 	}

@@ -32,7 +32,7 @@ func (l *Limiter) AllowAtMost(ctx context.Context, p *Policy, key string, n int)
 	if err != nil {
 		return Result{}, rootErr(err)
 	}
-	return l.shadowed(p, p.result(d), min(n, p.Capacity())), nil
+	return l.shadowed(p, l.admission(p, d), min(n, p.Capacity())), nil
 }
 
 // Refund gives back n units of key admitted earlier under p whose work did
@@ -41,9 +41,9 @@ func (l *Limiter) AllowAtMost(ctx context.Context, p *Policy, key string, n int)
 // count as admitted now:
 //
 //   - TokenBucket: n units go back into the bucket, up to full (Burst);
-//   - FixedWindow: the current window's count drops by n, not below 0. A
-//     window that has ended is gone: units admitted in it get nothing
-//     back, so refund within the window that admitted them;
+//   - FixedWindow: the current window's count drops by n, not below 0,
+//     whichever window admitted them: to settle an admission whose
+//     window may have turned, use Settle, which names it;
 //   - SlidingWindowCounter: the current window's count drops by n, not
 //     below 0 (the previous window's weight fades by itself);
 //   - SlidingWindowLog: the n newest entries still in the period are
@@ -109,7 +109,70 @@ func (l *Limiter) Charge(ctx context.Context, p *Policy, key string, n int) (Res
 	if err != nil {
 		return Result{}, rootErr(err)
 	}
-	return p.result(d), nil
+	return l.admission(p, d), nil
+}
+
+// Settle settles an admission once its work is done and its cost is
+// known: admitted is the Result of the AllowN, AllowAtMost or Charge of
+// key under p that admitted it, used the units the work came to (0 to
+// MaxCharge); admitted.Receipt names the admission. It is Refund and
+// Charge for a known admission, as x/time/rate's Reservation is for its
+// own:
+//
+//   - used below admitted.Granted: the rest goes back only to the limit
+//     state that granted it. A FixedWindow, SlidingWindowCounter or
+//     CalendarWindow gets units back only while the window that admitted
+//     them (or, for a sliding window counter, the one after it) is
+//     current: an estimate admitted at 23:59:59 and settled at 00:00:05
+//     gives the new day nothing. A TokenBucket takes back only what could
+//     not have overflowed it since the admission; a SlidingWindowLog
+//     removes that admission's entries; a LeakyBucket frees the last
+//     slots of its queue, as Refund does. Nothing goes back for a
+//     Result of the failure mode (SourceFallback: Redis never charged it;
+//     the outage's charge on recovery counts it in full) or a denial.
+//   - used above admitted.Granted: the excess is charged now, as Charge
+//     charges it (debt included), and Settle returns that Result: a cost
+//     already incurred is owed whatever window it lands in, or an
+//     estimate of 1 could cover any cost once its window has ended.
+//   - used equal to it: nothing to do, no Redis call; the zero Result.
+//
+// A shadowed admission (Result.Shadowed) is not settled: shadow mode
+// charges nothing.
+//
+// A refund's Result is the zero Result. In lease mode the admission of
+// units held is named by this instance's reading of Redis's clock when
+// they were taken, which lags Redis's own by up to a lease call's way back
+// (a settlement at a window's turn may give back nothing rather than to
+// the wrong window; a held unit never outlives its lease's window). It is
+// later than the lease that brought them, by up to the lease TTL: a token
+// bucket may take back units that would have overflowed it between the
+// lease and their use, within the lease mode's bound of Rate·TTL.
+// Errors: Refund's and Charge's, and ErrInvalidN for used below 0 or
+// above MaxCharge.
+func (l *Limiter) Settle(ctx context.Context, p *Policy, key string, admitted Result, used int) (Result, error) {
+	if err := l.checkTarget(p, key); err != nil {
+		return Result{}, err
+	}
+	if used < 0 || used > MaxCharge {
+		return Result{}, fmt.Errorf("%w: used %d is not within 0 and MaxCharge (%d)", ErrInvalidN, used, MaxCharge)
+	}
+	if admitted.Shadowed { // charged nothing, and shadow mode charges nothing
+		return Result{}, nil
+	}
+	charged := admitted.Granted
+	if !admitted.Allowed {
+		charged = 0
+	}
+	switch {
+	case used > charged:
+		return l.Charge(ctx, p, key, used-charged)
+	case used == charged || admitted.Receipt.at == 0:
+		return Result{}, nil
+	}
+	if err := l.engine.RefundAt(ctx, p.compiled, key, int64(charged-used), admitted.Receipt.at); err != nil {
+		return Result{}, rootErr(err)
+	}
+	return Result{}, nil
 }
 
 // MaxCharge is the most units one Charge takes: far past any limit.

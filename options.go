@@ -267,8 +267,9 @@ func (s BreakerState) MarshalText() ([]byte, error) { return []byte(s.String()),
 
 // WithFailureMode sets how requests are decided while Redis is unavailable
 // (default FailLocal). What FailLocal and FailOpen admit during an outage is
-// charged to Redis once it is back, up to each key's capacity, so that the
-// first moments after recovery do not admit a fresh full burst on top.
+// charged to Redis once it is back, to each limit of a key up to that
+// limit's own room (so its capacity), so that the first moments after
+// recovery do not admit a fresh full burst of any limit on top.
 func WithFailureMode(m FailureMode) Option {
 	return optionFunc(func(c *config) error {
 		if m > FailClosed {

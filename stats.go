@@ -80,7 +80,8 @@ type Stats struct {
 	// calls in a row, or after a failed probe.
 	BreakerOpens uint64
 	// UnitsCharged counts the units admitted during outages (FailLocal,
-	// FailOpen) and charged to Redis once it was back.
+	// FailOpen) and charged to Redis once it was back: per key, the most
+	// any of its limits took (each is charged up to its own room).
 	UnitsCharged uint64
 	// Policies counts decisions by policy name, for the policies the
 	// Limiter holds (policies of one name summed). A policy that leases is

@@ -21,7 +21,9 @@
 // InFlight limits requests in flight instead of their rate: it holds a
 // permit of a ratelease.Concurrency while the handler serves each request
 // (at most its limit of a key at once, across every instance), and answers
-// 429 when none is free.
+// 429 ("too many requests in flight") when none is free, with a
+// Retry-After from how long its permits were held, at most until the first
+// permit held expires.
 //
 // The package owns the HTTP side only: keys, costs, status codes and
 // headers. Deciding is the Limiter's, including what happens while Redis

@@ -591,3 +591,54 @@ func TestInFlight(t *testing.T) {
 		t.Fatalf("after the first was served: %d, want its permit back", res.StatusCode)
 	}
 }
+
+// InFlight's 429 tells a client to come back after about as long as its
+// permits are held, not their TTL: requests held 1s and 3s make the next
+// denial's Retry-After 2 (their average) with a TTL of 30s; holds longer
+// than the TTL make it the TTL, when the permit held expires at the
+// latest. Its body says what it is.
+func TestInFlightRetryAfterFromHoldTimes(t *testing.T) {
+	clk := clock.NewManual(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	l := newLimiter(t, ratelease.WithExact(), ratelease.WithClock(clk))
+	c, err := ratelease.NewConcurrency("jobs", 1, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A request holds its permit for its header Hold's seconds of the
+	// clock, or, with Block, until release.
+	entered, release := make(chan struct{}), make(chan struct{})
+	job := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Block") != "" {
+			entered <- struct{}{}
+			<-release
+		}
+		s, _ := strconv.Atoi(r.Header.Get("Hold"))
+		clk.Advance(time.Duration(s) * time.Second)
+	})
+	for _, tc := range []struct {
+		holds []string
+		want  string
+	}{
+		{[]string{"1", "3"}, "2"},
+		{[]string{"100"}, "30"},
+	} {
+		h := httplimit.InFlight(l, c)(job)
+		for _, hold := range tc.holds {
+			if res := do(h, "192.0.2.1:1", "Hold", hold); res.StatusCode != http.StatusOK {
+				t.Fatalf("a job held %ss: %d", hold, res.StatusCode)
+			}
+		}
+		done := make(chan struct{})
+		go func() { do(h, "192.0.2.1:1", "Block", "1"); close(done) }()
+		<-entered
+		res := do(h, "192.0.2.1:2")
+		body, _ := io.ReadAll(res.Body)
+		if res.StatusCode != http.StatusTooManyRequests || res.Header.Get("Retry-After") != tc.want ||
+			!strings.Contains(string(body), "too many requests in flight") {
+			t.Errorf("after jobs held %v s: %d, Retry-After %q, body %q; want 429, %s, too many requests in flight",
+				tc.holds, res.StatusCode, res.Header.Get("Retry-After"), body, tc.want)
+		}
+		release <- struct{}{}
+		<-done
+	}
+}

@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -52,5 +53,53 @@ func TestChargeOnRealRedis(t *testing.T) {
 				t.Fatalf("Acquire(1) in debt: %+v, %v; want denied", got, err)
 			}
 		})
+	}
+}
+
+// ChargeFit on a real Redis whose script cache was flushed (a restarted
+// server): each limit of a policy is charged what it has room for, up to
+// its own capacity, for every algorithm beside a 4-unit token bucket, and
+// none goes into debt.
+func TestChargeFitOnRealRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	s := NewStore(c, "fit")
+	ctx := context.Background()
+	var rs []Request
+	for a := Algorithm(0); a < numAlgorithms; a++ {
+		l := Limit{Algorithm: a, Rate: 10, Period: time.Hour, Burst: 10}
+		if a == CalendarWindow {
+			l.Calendar = Calendar{Unit: Month, Location: time.UTC}
+			l.Period = l.Calendar.Nominal()
+		}
+		p, err := NewPolicy(fmt.Sprint("fit", int(a)), []Limit{{Algorithm: TokenBucket, Rate: 4, Period: 2 * time.Hour, Burst: 4}, l})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Acquire(ctx, Request{Policy: p, Key: "k", Min: 1, Max: 1}); err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, Request{Policy: p, Key: "k", Max: 20})
+	}
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ds, errs := s.ChargeFit(ctx, rs)
+	for i, r := range rs {
+		a := Algorithm(i)
+		// 1 acquired, then 20 charged: the bucket takes its 3 left, the
+		// other limit its 9 (a leaky bucket admits into an empty queue
+		// only: its 1 is still queued, so it takes none).
+		want := int64(9)
+		if a == LeakyBucket {
+			want = 3
+		}
+		if errs[i] != nil || ds[i].Granted != want || ds[i].Debt != 0 {
+			t.Errorf("%v: ChargeFit(20) after 1: %+v, %v; want %d taken, no debt", a, ds[i], errs[i], want)
+		}
+		if d, err := s.Peek(ctx, r.Policy, "k"); err != nil || d.Granted != 0 {
+			t.Errorf("%v: after ChargeFit: %+v, %v; want nothing left", a, d, err)
+		}
 	}
 }

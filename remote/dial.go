@@ -131,10 +131,17 @@ func (e *addrError) Error() string {
 func (e *addrError) Unwrap() error { return e.err }
 
 // named returns err naming the server at addr: nil for nil, err itself
-// when addr is "" or err names a server already.
+// when addr is "" or err names a server already; Redis's protocol error
+// to a client that has not authenticated, as the NOAUTH it is.
 func named(addr string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if redis.HasErrorPrefix(err, unauthenticatedPrefix) {
+		err = &unauthenticated{err}
+	}
 	var ae *addrError
-	if err == nil || addr == "" || errors.As(err, &ae) {
+	if addr == "" || errors.As(err, &ae) {
 		return err
 	}
 	return &addrError{addr, err}
@@ -168,3 +175,24 @@ func (s *Store) Addr(p *Policy, key string) string {
 // failoverAddr is the Addr of a failover client's options (go-redis's
 // NewFailoverClient): not an address.
 const failoverAddr = "FailoverClient"
+
+// unauthenticatedPrefix begins Redis's reply to a command longer than a
+// client that has not authenticated may send (more than 10 arguments, as
+// every script call of ours has): "ERR Protocol error: unauthenticated
+// multibulk length" (or "bulk length"), after which Redis closes the
+// connection. (redis.HasErrorPrefix reads past the reply's "ERR ".)
+const unauthenticatedPrefix = "Protocol error: unauthenticated"
+
+// unauthenticated is that reply said as the NOAUTH it is, as PING's reply
+// says it: its cause is a missing password, not the protocol. It is a
+// redis.Error (Refused), and unwraps to Redis's reply.
+type unauthenticated struct{ err error }
+
+func (e *unauthenticated) Error() string {
+	return "NOAUTH Authentication required (" + e.err.Error() + ")"
+}
+
+// RedisError makes e a redis.Error: Redis's own reply.
+func (e *unauthenticated) RedisError() {}
+
+func (e *unauthenticated) Unwrap() error { return e.err }

@@ -81,6 +81,57 @@ func (s *Store) Charge(ctx context.Context, p *Policy, key string, units int64) 
 	return d, s.named(p, key, err)
 }
 
+// ChargeFit charges each call of rs, in one pipeline, r.Max units (1 to
+// MaxCharge) of r.Key under r.Policy, each limit only what it has room
+// for (charge.lua with fit): what an outage admitted, charged once Redis
+// is back, so that each limit is charged up to its own room and capacity,
+// not the policy's smallest, and none goes into debt. r's other fields
+// are not read. A Decision's Granted is the most units any limit took; the
+// rest of it is as Charge's. Calls whose script the server has not cached
+// (NOSCRIPT: a restarted server) are sent again with EVAL, in a second
+// pipeline.
+func (s *Store) ChargeFit(ctx context.Context, rs []Request) ([]Decision, []error) {
+	cmds := make([]*redis.Cmd, len(rs))
+	send := func(which []int, eval bool) {
+		_, _ = s.client.Pipelined(ctx, func(pl redis.Pipeliner) error {
+			for _, i := range which {
+				r := rs[i]
+				sc, keys, args := r.Policy.ops().charge, r.Policy.Keys(s.prefix, r.Key), s.refundArgs(r.Policy, r.Max, 1, "", 0)
+				if eval {
+					cmds[i] = sc.Eval(ctx, pl, keys, args...)
+				} else {
+					cmds[i] = sc.EvalSha(ctx, pl, keys, args...)
+				}
+			}
+			return nil
+		}) // each call's error is its Cmd's
+	}
+	all := make([]int, len(rs))
+	for i := range all {
+		all[i] = i
+	}
+	send(all, false)
+	var again []int
+	for i, c := range cmds {
+		if err := c.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		send(again, true)
+	}
+	ds, errs := make([]Decision, len(rs)), make([]error, len(rs))
+	for i, c := range cmds {
+		v, err := c.Text()
+		if err == nil {
+			ds[i], err = parseDecision(rs[i].Policy, v)
+			ds[i].RetryAfter, ds[i].Next, ds[i].ValidFor = ds[i].Next, 0, 0
+		}
+		errs[i] = s.named(rs[i].Policy, rs[i].Key, err)
+	}
+	return ds, errs
+}
+
 // Reset deletes key's state under p, every limit's and the key's members
 // hash, with one DEL: the keys share one hash slot. It leaves a block of
 // the key in place (Unblock lifts it).

@@ -121,6 +121,22 @@ func New(d *door.Door, clk clock.Clock, cfg Config) (*Leaser, error) {
 // system clock reads for hits.
 const coarseResolution = time.Millisecond
 
+// RedisTime returns this instance's reading of Redis's clock (µs since
+// the Unix epoch): HitNow's reading (two atomic loads with a coarse
+// clock: it is read on the hit path), moved by the offset of Redis's TIME
+// at the last lease reply. It lags Redis's clock by up to that reply's way
+// back (the offset is taken when the reply arrives) and the coarse
+// clock's lag, and never leads it (but by a Redis Cluster's skew between
+// masters: the offset is the last reply's, of whichever master). 0 before
+// any reply.
+func (l *Leaser) RedisTime() int64 {
+	off := l.offset.Load()
+	if off == 0 { // no reply yet
+		return 0
+	}
+	return l.cached()/1e3 + off
+}
+
 // Now returns the Leaser's monotonic time in ns, the time base of every
 // allowance it fills, read precisely: with a coarse clock, a reading of
 // the system's monotonic clock, which brings the coarse clock up to date

@@ -116,6 +116,10 @@ type Decision struct {
 	Blocked bool
 	// Debt: set by Charge, the units Limit owes beyond its room.
 	Debt int64
+	// At: Redis's time (µs) of a decision Redis made (Decision.At), for
+	// settling it (RefundAt); 0 for the others: the caller reads
+	// RedisTime for a decision from units held.
+	At int64
 }
 
 // Config configures an Engine. Every field but Lease, Observer, Events

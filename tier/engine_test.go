@@ -341,6 +341,54 @@ func TestOutageIsCharged(t *testing.T) {
 	}
 }
 
+// What FailLocal admits during an outage is charged to each limit up to
+// that limit's own capacity and room, not the policy's smallest burst: a
+// 5-a-second bucket with a 15-an-hour window, 12 admitted over three
+// seconds of outage, leaves the hour 3 units, not 10.
+func TestOutageIsChargedToEachLimit(t *testing.T) {
+	e, mr, clk, _ := newDegrading(t, tier.FailLocal, 1)
+	p, err := remote.NewPolicy("sec5hour15", []remote.Limit{
+		{Algorithm: remote.TokenBucket, Rate: 5, Period: time.Second, Burst: 5},
+		{Algorithm: remote.FixedWindow, Rate: 15, Period: time.Hour, Burst: 15},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	mr.Close()
+	admitted := 0
+	for s := 0; s < 3; s++ {
+		for i := 0; i < 6 && admitted < 12; i++ { // the breaker opens at the fifth failure
+			if d, _ := e.Allow(ctx, p, "k", 1); d.Allowed {
+				admitted++
+			}
+		}
+		clk.Advance(time.Second)
+	}
+	if admitted != 12 {
+		t.Fatalf("the outage admitted %d, want 12", admitted)
+	}
+	if err := mr.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second)
+	if d, err := e.Allow(ctx, perHour(t, 10), "other", 1); err != nil || d.Source != tier.Remote {
+		t.Fatalf("after recovery: %+v, %v", d, err)
+	}
+	waitFor(t, func() bool { return e.Stats().UnitsCharged > 0 })
+	if got := e.Stats().UnitsCharged; got != 12 {
+		t.Fatalf("UnitsCharged = %d, want the 12 admitted (the most any limit took)", got)
+	}
+	mr.Advance(10 * time.Second) // the bucket refills; the hour's window stays
+	d, err := remote.NewStore(mr.Client(t), "t").Peek(ctx, p, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Remaining != 3 || d.Decider != 1 {
+		t.Fatalf("after the charge: %+v, want the hour's window deciding with 3 left", d)
+	}
+}
+
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	for end := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {

@@ -148,8 +148,10 @@ func (f *fallback) entryLocked(p *remote.Policy, key string) *fallbackEntry {
 
 // take takes what was admitted during the outage for the keys that back
 // reports true of (all of them when back is nil), and returns the calls
-// that charge it to Redis: at most each policy's capacity per key, and
-// only what fits (a limit with no room is left as it is). Those keys'
+// that charge it to Redis (Request.Max units, see remote.Store.ChargeFit):
+// each limit at most its own room, so at most its capacity, per key; not
+// the policy's smallest capacity, which would let a policy's longer limit
+// start afresh on top of what the outage admitted. Those keys'
 // local limits are dropped: the next outage starts afresh.
 func (f *fallback) take(back func(*remote.Policy, string) bool) []remote.Request {
 	f.mu.Lock()
@@ -161,7 +163,7 @@ func (f *fallback) take(back func(*remote.Policy, string) bool) []remote.Request
 		}
 		e, _ := f.keys.Peek(k)
 		if n := e.admitted.Swap(0); n > 0 {
-			rs = append(rs, remote.Request{Policy: k.p, Key: k.key, Min: 1, Max: min(n, k.p.Capacity())})
+			rs = append(rs, remote.Request{Policy: k.p, Key: k.key, Min: 1, Max: min(n, k.p.MaxCapacity(), remote.MaxCharge)})
 		}
 		f.keys.Remove(k)
 	}

@@ -165,6 +165,38 @@ func (e *Engine) Refund(ctx context.Context, p *remote.Policy, key string, n int
 	return err
 }
 
+// RefundAt gives n units of key back to every limit of p that granted
+// them at Redis time at (µs): see remote.Store.Refund. A window that is no
+// longer at's gets nothing back, and a token bucket only what could not
+// have overflowed it since at. Otherwise as Refund.
+func (e *Engine) RefundAt(ctx context.Context, p *remote.Policy, key string, n, at int64) error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	if _, err := e.check(p); err != nil {
+		return err
+	}
+	ent, found := e.held(p, key)
+	if found {
+		ent.ClearDenial()
+	}
+	err := e.door.RefundAt(ctx, p, key, min(n, p.MaxCapacity()), at)
+	if found {
+		ent.ClearDenial() // as Refund's
+	}
+	return err
+}
+
+// RedisTime returns this instance's reading of Redis's clock (µs): the
+// time a decision from units held is settled at. 0 in exact mode, and
+// before any lease reply (see leasesync.Leaser.RedisTime).
+func (e *Engine) RedisTime() int64 {
+	if e.leaser == nil {
+		return 0
+	}
+	return e.leaser.RedisTime()
+}
+
 // Charge charges n units (1 to remote.MaxCharge) to every limit of key
 // under p in Redis, whatever they have left: a cost known once the work is
 // done. A limit charged past its room is in debt (Decision.Debt units) and

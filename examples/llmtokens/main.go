@@ -8,10 +8,10 @@
 //
 // Each request is admitted on an estimate (the prompt's tokens and the most
 // the answer may take, max_tokens), then settled with the answer's real
-// count: the tokens the answer did not use go back (Limiter.Refund), and an
-// answer longer than the estimate (a model that ignores max_tokens, tool
-// output) is charged all the same (Limiter.Charge), past the limit if need
-// be: the user is then in debt, and denied until the refill has paid it
+// count against the Result that admitted it (Limiter.Settle): the tokens
+// the answer did not use go back, to the minute that admitted them only,
+// and an answer longer than the estimate (a model that ignores max_tokens,
+// tool output) is charged all the same, past the limit if need be: the user is then in debt, and denied until the refill has paid it
 // off. The model here is a stand-in that answers with a made-up number of
 // tokens; the transcript shows each step and the user's tokens left.
 package main
@@ -100,11 +100,12 @@ func complete(ctx context.Context, l *ratelease.Limiter, tokens *ratelease.Polic
 	}
 	answer := model(rng)
 	used := prompt + answer
+	settled, err := l.Settle(ctx, tokens, user, res, used)
+	if err != nil {
+		return "", err
+	}
 	switch {
 	case used < estimate:
-		if err := l.Refund(ctx, tokens, user, estimate-used); err != nil {
-			return "", err
-		}
 		left, err := l.Peek(ctx, tokens, user)
 		if err != nil {
 			return "", err
@@ -112,10 +113,7 @@ func complete(ctx context.Context, l *ratelease.Limiter, tokens *ratelease.Polic
 		return fmt.Sprintf("prompt %d, estimate %d: admitted; answer %d, %d tokens back: %d left",
 			prompt, estimate, answer, estimate-used, left.Remaining), nil
 	case used > estimate:
-		res, err := l.Charge(ctx, tokens, user, used-estimate)
-		if err != nil {
-			return "", err
-		}
+		res := settled // the excess's charge
 		if res.Debt > 0 {
 			return fmt.Sprintf("prompt %d, estimate %d: admitted; answer %d, %d tokens more: in debt by %d, next token in %v",
 				prompt, estimate, answer, used-estimate, res.Debt, res.RetryAfter.Round(time.Millisecond)), nil

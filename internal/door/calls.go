@@ -132,9 +132,10 @@ func (d *Door) refund(p *remote.Policy, key string, units, at int64) bool {
 	return true
 }
 
-// Charge charges Redis with what take returns: acquire calls for units
+// Charge charges Redis with what take returns: the units (Request.Max)
 // admitted without Redis while the server named node was unavailable, once
-// its breaker has closed (see Config.Recovered). take is given a test of
+// its breaker has closed (see Config.Recovered), each limit of a key only
+// what it has room for (remote.Store.ChargeFit). take is given a test of
 // whether a key's state is on node, nil when every key is (but with a
 // Redis Cluster). It all runs on a goroutine Close waits for, within one
 // timeout, the calls in one pipeline: one round trip, and one error if any
@@ -153,7 +154,7 @@ func (d *Door) Charge(node string, take func(on func(*remote.Policy, string) boo
 			return 0, nil
 		}
 		ctx, end := d.start(ctx, OpCharge, len(rs))
-		ds, errs := d.store.AcquireBatch(ctx, rs)
+		ds, errs := d.store.ChargeFit(ctx, rs)
 		if end != nil {
 			end(outcome(ds, errs, nil))
 		}

@@ -30,6 +30,17 @@ func (d *Door) GiveBack(ctx context.Context, p *remote.Policy, key string, units
 	return err
 }
 
+// RefundAt gives units of key under p back to the limit states that
+// granted them at Redis time at (µs) (remote.Store.Refund: a window gets
+// them back only while it is the window of at), with the caller's
+// context. Errors are Peek's.
+func (d *Door) RefundAt(ctx context.Context, p *remote.Policy, key string, units, at int64) error {
+	_, err := call(d, ctx, OpRefund, p, key, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, d.store.Refund(ctx, p, key, units, at)
+	})
+	return err
+}
+
 // Debit charges units to key under p in Redis whatever its limits have
 // left (remote.Store.Charge), with the caller's context. Errors are
 // Peek's.

@@ -1,0 +1,140 @@
+package ratelease_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ratelease/ratelease"
+)
+
+// settleModes are the modes Settle is tested in: exact, and lease mode
+// with leases of 8.
+var settleModes = []struct {
+	name string
+	opts []ratelease.Option
+}{
+	{"exact", nil},
+	{"lease", []ratelease.Option{ratelease.WithLease(ratelease.LeaseConfig{Min: 8, Max: 8})}},
+}
+
+// An estimate admitted at 00:00:59 of a 10-a-minute fixed window (in
+// lease mode, from units held) and settled at 00:01:01, its work having used nothing, gives the new minute
+// nothing: with the new minute used up, the next request is still denied.
+// Refund, which names no admission, gives the units to the new minute,
+// and 4 more are admitted in it.
+func TestSettleGivesBackOnlyToTheAdmittingWindow(t *testing.T) {
+	for _, m := range settleModes {
+		t.Run(m.name, func(t *testing.T) {
+			for _, settle := range []string{"Settle", "Refund"} {
+				e := newEnv(t, m.opts...)
+				ctx := context.Background()
+				p := policy(t, "w", ratelease.Limit{Rate: 10, Period: time.Minute, Algorithm: ratelease.FixedWindow})
+				e.advance(time.Minute - time.Duration(e.mr.Now().UnixNano())%time.Minute - time.Second)
+				// In lease mode, a first use and a lease of 8: the estimate
+				// is taken from the units held.
+				for range 2 {
+					if _, err := e.l.Allow(ctx, p, "k"); err != nil {
+						t.Fatal(err)
+					}
+				}
+				est, err := e.l.AllowN(ctx, p, "k", 4)
+				if err != nil || !est.Allowed || m.name == "lease" && est.Source != ratelease.SourceLocal {
+					t.Fatalf("the estimate: %+v, %v", est, err)
+				}
+				e.advance(2 * time.Second) // the next minute
+				admitted := 0
+				for i := 0; i < 20; i++ {
+					if res, err := e.l.Allow(ctx, p, "k"); err != nil {
+						t.Fatal(err)
+					} else if res.Allowed {
+						admitted++
+					}
+				}
+				if admitted != 10 {
+					t.Fatalf("the new minute admitted %d, want 10", admitted)
+				}
+				if settle == "Settle" {
+					if _, err := e.l.Settle(ctx, p, "k", est, 0); err != nil {
+						t.Fatal(err)
+					}
+				} else if err := e.l.Refund(ctx, p, "k", 4); err != nil {
+					t.Fatal(err)
+				}
+				after := 0
+				for i := 0; i < 10; i++ {
+					if res, _ := e.l.Allow(ctx, p, "k"); res.Allowed {
+						after++
+					}
+				}
+				if want := map[string]int{"Settle": 0, "Refund": 4}[settle]; after != want {
+					t.Fatalf("after %s of the last minute's 4: %d admitted in the new minute, want %d", settle, after, want)
+				}
+			}
+		})
+	}
+}
+
+// Settled within its window, an admission gives back what its work did
+// not use; a work that cost more is charged the excess, now, as Charge
+// charges it; a settlement that matches makes no call.
+func TestSettleWithinTheWindow(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	p := policy(t, "w", ratelease.Limit{Rate: 10, Period: time.Hour, Algorithm: ratelease.FixedWindow})
+	est, err := e.l.AllowN(ctx, p, "k", 4)
+	if err != nil || !est.Allowed {
+		t.Fatalf("the estimate: %+v, %v", est, err)
+	}
+	if res, err := e.l.Settle(ctx, p, "k", est, 1); err != nil || res != (ratelease.Result{}) {
+		t.Fatalf("Settle(4 admitted, 1 used): %+v, %v", res, err)
+	}
+	if res, err := e.l.Peek(ctx, p, "k"); err != nil || res.Remaining != 9 {
+		t.Fatalf("after the settlement: %+v, %v; want 9 left (1 used)", res, err)
+	}
+	est, _ = e.l.AllowN(ctx, p, "k", 3) // 4 used
+	res, err := e.l.Settle(ctx, p, "k", est, 10)
+	if err != nil || !res.Allowed || res.Granted != 7 || res.Debt != 1 {
+		t.Fatalf("Settle(3 admitted, 10 used): %+v, %v; want 7 charged, a debt of 1", res, err)
+	}
+	if res, err := e.l.Settle(ctx, p, "k", res, 7); err != nil || res != (ratelease.Result{}) {
+		t.Fatalf("Settle of a charge, as charged: %+v, %v", res, err)
+	}
+	for _, used := range []int{-1, ratelease.MaxCharge + 1} {
+		if _, err := e.l.Settle(ctx, p, "k", est, used); !errors.Is(err, ratelease.ErrInvalidN) {
+			t.Errorf("Settle(used %d): %v, want ErrInvalidN", used, err)
+		}
+	}
+}
+
+// A token bucket takes back only what could not have overflowed it since
+// the admission: 4 admitted of 10, the bucket full again 30 s later and
+// then emptied, a settlement of nothing used gives nothing back (Refund
+// gives the 4 back to the emptied bucket).
+func TestSettleTokenBucketAfterItRefilled(t *testing.T) {
+	for _, settle := range []string{"Settle", "Refund"} {
+		e := newEnv(t)
+		ctx := context.Background()
+		p := policy(t, "b", ratelease.PerMinute(10))
+		est, err := e.l.AllowN(ctx, p, "k", 4)
+		if err != nil || !est.Allowed {
+			t.Fatalf("the estimate: %+v, %v", est, err)
+		}
+		e.advance(30 * time.Second) // full again
+		if res, err := e.l.AllowN(ctx, p, "k", 10); err != nil || !res.Allowed {
+			t.Fatalf("the full bucket: %+v, %v", res, err)
+		}
+		if settle == "Settle" {
+			if _, err := e.l.Settle(ctx, p, "k", est, 0); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := e.l.Refund(ctx, p, "k", 4); err != nil {
+			t.Fatal(err)
+		}
+		res, err := e.l.Peek(ctx, p, "k")
+		if want := map[string]int{"Settle": 0, "Refund": 4}[settle]; err != nil || res.Remaining != want {
+			t.Fatalf("after %s: %+v, %v; want %d left", settle, res, err, want)
+		}
+	}
+}
