@@ -17,3 +17,8 @@ func SlotOf(e *Engine, p *remote.Policy) (int, bool) {
 	}
 	return 0, false
 }
+
+// OnPermitWait makes e call f as an acquire or an extension of a leased
+// permit begins to wait for a lease call in flight (f must not block for
+// long: the waiter waits after it).
+func OnPermitWait(e *Engine, f func()) { e.pools.onWait = f }

@@ -45,6 +45,10 @@ type permitPools struct {
 	base   time.Time // the time base of the pools' ns
 	stop   chan struct{}
 	wg     sync.WaitGroup
+	// onWait, when not nil, is called (pl.mu not held) as an acquire or
+	// an extension begins to wait for a lease call in flight: tests order
+	// what happens meanwhile (export_test.go).
+	onWait func()
 }
 
 // poolKey names a pool: a concurrency limit's key, with its limit and
@@ -150,16 +154,11 @@ func (e *Engine) acquireLeased(ctx context.Context, k poolKey, id string) (Permi
 		if d, ok := pl.grant(id, now); ok {
 			return d, nil
 		}
-		if ch := pl.calling; ch != nil {
-			pl.mu.Unlock()
-			select {
-			case <-ch:
-				pl.mu.Lock()
-				continue
-			case <-ctx.Done():
-				pl.mu.Lock()
-				return PermitDecision{}, ctx.Err()
+		if pl.calling != nil {
+			if err := e.awaitCall(ctx, pl); err != nil {
+				return PermitDecision{}, err
 			}
+			continue
 		}
 		u := int64(len(pl.inUse))
 		want := max(u+1, pl.peak) // at least the most used at once since the last call
@@ -279,22 +278,42 @@ func (e *Engine) releaseLeased(ctx context.Context, h PermitHold, id string) (bo
 	return true, nil
 }
 
+// awaitCall waits, with pl.mu held (released meanwhile), for the lease
+// call in flight to return, or for ctx to end (its error).
+func (e *Engine) awaitCall(ctx context.Context, pl *permitPool) error {
+	ch := pl.calling
+	pl.mu.Unlock()
+	if f := e.pools.onWait; f != nil {
+		f()
+	}
+	select {
+	case <-ch:
+		pl.mu.Lock()
+		return nil
+	case <-ctx.Done():
+		pl.mu.Lock()
+		return ctx.Err()
+	}
+}
+
 // extendLeased makes a leased permit last ttl from now: a lease call when
 // its slots expire sooner. It reports whether the permit was held.
 func (e *Engine) extendLeased(ctx context.Context, h PermitHold, id string, ttl time.Duration) (bool, error) {
 	pl := h.pool
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
+	// The permit is looked at once no lease call is in flight: a call may
+	// find the slots lost, and a Release or the permit's TTL may end it
+	// meanwhile; an extension must not bring it back.
+	for pl.calling != nil {
+		if err := e.awaitCall(ctx, pl); err != nil {
+			return false, err
+		}
+	}
 	now := e.pnow()
 	d, ok := pl.inUse[id]
 	if !ok || h.epoch != pl.epoch || d <= now {
 		return false, nil
-	}
-	for pl.calling != nil {
-		ch := pl.calling
-		pl.mu.Unlock()
-		<-ch
-		pl.mu.Lock()
 	}
 	if now+int64(ttl) <= pl.until {
 		pl.inUse[id] = now + int64(ttl)
