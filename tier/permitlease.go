@@ -20,7 +20,9 @@ import (
 //   - A permit is granted locally while a slot is free and the slots last
 //     its whole TTL: they are leased for 1.5 TTLs from the lease call's
 //     start, so a permit is granted locally in the first half TTL after a
-//     call (and at most permitRecheck); later, a call renews the slots
+//     call (and at most permitRecheck after its reply); a permit granted
+//     by a call's reply counts its TTL from the call's start, so that a
+//     slow call delays a grant, never prevents it; later, a call renews the slots
 //     (and asks for more, and learns the others' demands). A slot
 //     never outlives its expiry in Redis: the bound holds, never more than
 //     the limit held across the fleet, a crashed instance's slots (and
@@ -80,6 +82,7 @@ type permitPool struct {
 	peak      int64            // the most permits in use at once since the latest call
 	maybe     int64            // slots a call whose reply was lost may have leased
 	called    int64            // the start of the latest lease call (ns)
+	answered  int64            // when its reply came (ns)
 	calling   chan struct{}    // closed when the lease call in flight returns
 }
 
@@ -151,7 +154,7 @@ func (e *Engine) acquireLeased(ctx context.Context, k poolKey, id string) (Permi
 		}
 		now := e.pnow()
 		pl.reap(now)
-		if d, ok := pl.grant(id, now); ok {
+		if d, ok := pl.grant(id, now, false); ok {
 			return d, nil
 		}
 		if pl.calling != nil {
@@ -171,7 +174,7 @@ func (e *Engine) acquireLeased(ctx context.Context, k poolKey, id string) (Permi
 			return PermitDecision{}, err
 		}
 		now = e.pnow()
-		if d, ok := pl.grant(id, now); ok {
+		if d, ok := pl.grant(id, now, true); ok {
 			d.Source = Remote // the call's
 			return d, nil
 		}
@@ -185,14 +188,24 @@ func (e *Engine) acquireLeased(ctx context.Context, k poolKey, id string) (Permi
 	}
 }
 
-// grant grants a permit from a free slot of pl, if one lasts its TTL and
-// no lease call is in flight, with pl.mu held.
-func (pl *permitPool) grant(id string, now int64) (PermitDecision, bool) {
-	if pl.calling != nil || int64(len(pl.inUse)) >= pl.slots || now+int64(pl.k.ttl) > pl.until || now-pl.called >= int64(permitRecheck) {
+// grant grants a permit from a free slot of pl, with pl.mu held, if no
+// lease call is in flight and the slots last the permit's TTL. A local
+// grant counts the TTL from now, within permitRecheck of the latest call's
+// reply; a grant from a call's reply (reply) counts it from the call's
+// start, as the slots' expiry is counted: however long the call took, the
+// slots it leased last the TTL of a permit it grants, so that a slow Redis
+// delays a grant and never prevents it. (A call longer than the TTL grants
+// a permit already past it, as exact mode does.)
+func (pl *permitPool) grant(id string, now int64, reply bool) (PermitDecision, bool) {
+	from := now
+	if reply {
+		from = pl.called
+	}
+	if pl.calling != nil || int64(len(pl.inUse)) >= pl.slots || from+int64(pl.k.ttl) > pl.until || !reply && now-pl.answered >= int64(permitRecheck) {
 		return PermitDecision{}, false
 	}
-	pl.inUse[id] = now + int64(pl.k.ttl)
-	pl.reapAt = min(pl.reapAt, now+int64(pl.k.ttl))
+	pl.inUse[id] = from + int64(pl.k.ttl)
+	pl.reapAt = min(pl.reapAt, from+int64(pl.k.ttl))
 	pl.peak = max(pl.peak, int64(len(pl.inUse)))
 	pl.lastGrant = now
 	return PermitDecision{Granted: true, Held: pl.held - pl.slots + int64(len(pl.inUse)), Source: Local,
@@ -249,7 +262,7 @@ func (e *Engine) leasePermits(ctx context.Context, pl *permitPool, want, demand 
 		pl.epoch++
 		clear(pl.inUse)
 	}
-	pl.slots, pl.until, pl.held, pl.contended, pl.called = r.Slots, start+int64(ttl), r.Held, r.Contended, start
+	pl.slots, pl.until, pl.held, pl.contended, pl.called, pl.answered = r.Slots, start+int64(ttl), r.Held, r.Contended, start, e.pnow()
 	pl.peak = int64(len(pl.inUse))
 	return r, nil
 }

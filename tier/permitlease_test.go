@@ -23,6 +23,9 @@ type leaseGate struct {
 	armed   atomic.Bool
 	entered chan struct{}
 	release chan struct{}
+	// during, when not nil, runs in each lease call before it reaches
+	// Redis (a slow call: it moves the clocks).
+	during func()
 }
 
 func newLeaseGate() *leaseGate {
@@ -35,6 +38,9 @@ func (g *leaseGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if slices.Contains(cmd.Args(), any("lease")) && g.armed.CompareAndSwap(true, false) {
 			g.entered <- struct{}{}
 			<-g.release
+		}
+		if g.during != nil && slices.Contains(cmd.Args(), any("lease")) {
+			g.during()
 		}
 		return next(ctx, cmd)
 	}
@@ -155,4 +161,21 @@ func TestExtendAfterALeaseCallInFlight(t *testing.T) {
 			t.Fatalf("the slot of the permit past its TTL is not free: %+v", d)
 		}
 	})
+}
+
+// A lease call that takes longer than permitRecheck (100ms), or than half
+// the permits' TTL, still grants from its reply: a slow Redis delays a
+// grant, never prevents it. Each permit's TTL counts from the start of the
+// call that granted it.
+func TestSlowLeaseCallsGrant(t *testing.T) {
+	for _, ttl := range []time.Duration{time.Second, 150 * time.Millisecond} {
+		pe := newPermitEngine(t)
+		pe.g.during = func() { pe.advance(120 * time.Millisecond) }
+		for i, id := range []string{"a", "b", "c"} {
+			d := pe.acquire(t, id, 3, ttl)
+			if !d.Granted {
+				t.Fatalf("TTL %v, acquire %d with lease calls of 120ms and %d held: %+v; want granted", ttl, i, i, d)
+			}
+		}
+	}
 }
