@@ -445,3 +445,48 @@ func TestPermitsLeasedInTurn(t *testing.T) {
 		t.Fatalf("b, which waited longest: %+v, %v", res, err)
 	}
 }
+
+// Slots that a lease call whose reply was lost may have added, with no
+// permit in use after it, go back without another acquire: at Close, or by
+// the sweeper once idle; the sweeper drops no pool that may still hold
+// some.
+func TestPermitsLostReplyLeavesNothing(t *testing.T) {
+	for _, atClose := range []bool{true, false} {
+		t.Run(fmt.Sprintf("close=%v", atClose), func(t *testing.T) {
+			e := newLeaseEnv(t)
+			client := e.mr.Client(t)
+			lose := &loseReplies{}
+			client.AddHook(lose)
+			l, err := ratelease.New(client, ratelease.WithClock(e.clk), ratelease.WithRedisTimeout(5*time.Second), ratelease.WithFailureMode(ratelease.FailClosed))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			c := concurrency(t, "jobs", 3, time.Hour)
+			lose.on.Store(true)
+			if p, _, err := l.AcquirePermit(context.Background(), c, "k"); p != nil || err == nil {
+				t.Fatalf("with its reply lost: %v, %v; want an error", p, err)
+			}
+			lose.on.Store(false)
+			if z, _ := e.mr.ZMembers("ratelease:{jobs:k}:permits"); len(z) == 0 {
+				t.Fatal("the lost call added no slot: nothing to show")
+			}
+			if atClose {
+				if err := l.Close(); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				for i := 0; i < 50; i++ { // the sweeper runs on its own goroutine, on the manual clock
+					if z, _ := e.mr.ZMembers("ratelease:{jobs:k}:permits"); len(z) == 0 {
+						break
+					}
+					e.advance(20 * time.Millisecond)
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+			if z, _ := e.mr.ZMembers("ratelease:{jobs:k}:permits"); len(z) != 0 {
+				t.Fatalf("held after the lost reply: %v; want nothing", z)
+			}
+		})
+	}
+}

@@ -37,7 +37,9 @@ import (
 //     for the next acquire, and slots idle for permitLinger go back.
 //   - A lease call whose reply is lost leaves this instance holding the
 //     slots then in use (a call keeps them), and the next call removes
-//     any it may have added (PermitCall.Maybe).
+//     any it may have added (PermitCall.Maybe): an acquire's, or, once
+//     they are idle for permitLinger, the sweeper's, or Close's; a pool
+//     that may hold some is not dropped.
 //   - While a lease call is in flight, acquires wait for it: the call may
 //     give back idle slots.
 type permitPools struct {
@@ -367,7 +369,7 @@ func (e *Engine) sweepPermits() {
 		ps.mu.Lock()
 		for k, pl := range ps.m {
 			pl.mu.Lock()
-			if pl.slots == 0 && len(pl.inUse) == 0 && pl.calling == nil {
+			if pl.slots == 0 && pl.maybe == 0 && len(pl.inUse) == 0 && pl.calling == nil {
 				pl.dead = true
 				delete(ps.m, k)
 			}
@@ -381,23 +383,24 @@ func (e *Engine) sweepPermits() {
 	}
 }
 
-// giveBackIdle gives back pl's slots no permit uses, when they have been
-// idle for permitLinger, the key is contended, or now (at Close).
+// giveBackIdle gives back pl's slots no permit uses, and those a call
+// whose reply was lost may have added, when they have been idle for
+// permitLinger, the key is contended, or now (at Close).
 func (e *Engine) giveBackIdle(pl *permitPool, now bool) {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	t := e.pnow()
 	pl.reap(t)
 	u := int64(len(pl.inUse))
-	if pl.calling != nil || pl.slots <= u || !now && !pl.contended && t-pl.lastGrant < int64(permitLinger) {
+	if pl.calling != nil || pl.slots <= u && pl.maybe <= pl.slots || !now && !pl.contended && t-pl.lastGrant < int64(permitLinger) {
 		return
 	}
 	if t >= pl.until {
-		// Expired in Redis, or about to (its clock may be behind): the
-		// next call removes any left.
+		// Expired in Redis, or about to (its clock may be behind, and the
+		// call that leased them counted from later): the call removes any
+		// left.
 		pl.maybe = max(pl.maybe, pl.slots)
 		pl.slots = 0
-		return
 	}
 	ctx, cancel := e.door.Bound(context.Background())
 	defer cancel()
