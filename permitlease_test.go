@@ -490,3 +490,31 @@ func TestPermitsLostReplyLeavesNothing(t *testing.T) {
 		})
 	}
 }
+
+// Two Concurrency values of one name and limit whose TTLs differ by less
+// than a millisecond keep apart pools on one instance, with slots of their
+// own: never more than the limit held across them.
+func TestPermitsLeasedTTLsApartByLessThanAMillisecond(t *testing.T) {
+	e := newLeaseEnv(t)
+	l := e.limiter(t)
+	x := e.limiter(t, ratelease.WithExact())
+	c1 := concurrency(t, "jobs", 2, time.Hour)
+	c2 := concurrency(t, "jobs", 2, time.Hour+500*time.Microsecond)
+	ctx := context.Background()
+	xp, _, _ := x.AcquirePermit(ctx, c1, "k")
+	a, _, _ := l.AcquirePermit(ctx, c1, "k") // leases the one slot left
+	if xp == nil || a == nil {
+		t.Fatal("denied")
+	}
+	if err := xp.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b, _, _ := l.AcquirePermit(ctx, c2, "k") // leases the slot xp freed
+	if b == nil {
+		t.Fatal("c2: denied")
+	}
+	if y, _, _ := x.AcquirePermit(ctx, c1, "k"); y != nil {
+		z, _ := e.mr.ZMembers("ratelease:{jobs:k}:permits")
+		t.Fatalf("a third permit of a limit of 2: Redis holds %v", z)
+	}
+}

@@ -129,7 +129,9 @@ func (e *Engine) pool(k poolKey) *permitPool {
 	defer ps.mu.Unlock()
 	pl := ps.m[k]
 	if pl == nil {
-		member := ps.member + "." + strconv.FormatInt(k.limit, 36) + "." + strconv.FormatInt(k.ttl.Milliseconds(), 36)
+		// The TTL whole, to the ns: pools whose TTLs differ by less than a
+		// ms are apart pools, and must not share a slot.
+		member := ps.member + "." + strconv.FormatInt(k.limit, 36) + "." + strconv.FormatInt(int64(k.ttl), 36)
 		pl = &permitPool{k: k, member: member, inUse: map[string]int64{}}
 		if len(ps.m) == 0 {
 			ps.wg.Add(1)
