@@ -518,3 +518,35 @@ func TestPermitsLeasedTTLsApartByLessThanAMillisecond(t *testing.T) {
 		t.Fatalf("a third permit of a limit of 2: Redis holds %v", z)
 	}
 }
+
+// A Release after Close (a graceful shutdown: Close, then the work in
+// flight ends and releases) still gives the permit back, in both modes:
+// another instance has it at once, not after the TTL.
+func TestPermitReleaseAfterClose(t *testing.T) {
+	for _, exact := range []bool{true, false} {
+		t.Run(fmt.Sprintf("exact=%v", exact), func(t *testing.T) {
+			e := newLeaseEnv(t)
+			var opts []ratelease.Option
+			if exact {
+				opts = append(opts, ratelease.WithExact())
+			}
+			l, other := e.limiter(t, opts...), e.limiter(t, ratelease.WithExact())
+			c := concurrency(t, "jobs", 1, time.Hour)
+			ctx := context.Background()
+			p, _, err := l.AcquirePermit(ctx, c, "k")
+			if p == nil {
+				t.Fatalf("denied: %v", err)
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Release(ctx); err != nil {
+				t.Fatalf("Release after Close: %v", err)
+			}
+			if q, res, err := other.AcquirePermit(ctx, c, "k"); q == nil {
+				z, _ := e.mr.ZMembers("ratelease:{jobs:k}:permits")
+				t.Fatalf("another instance after the Release: %+v, %v; Redis holds %v", res, err, z)
+			}
+		})
+	}
+}

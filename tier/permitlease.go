@@ -49,6 +49,7 @@ type permitPools struct {
 	base   time.Time // the time base of the pools' ns
 	stop   chan struct{}
 	wg     sync.WaitGroup
+	closed bool // closePermits began: no pool is made (with mu held)
 	// onWait, when not nil, is called (pl.mu not held) as an acquire or
 	// an extension begins to wait for a lease call in flight: tests order
 	// what happens meanwhile (export_test.go).
@@ -72,7 +73,7 @@ type permitPool struct {
 	// after the sweeper dropped it has the same: it held none).
 	member    string
 	mu        sync.Mutex
-	dead      bool             // dropped by the sweeper: a new pool takes its place
+	dead      bool             // dropped by the sweeper (a new pool takes its place), or closed
 	slots     int64            // leased in Redis
 	inUse     map[string]int64 // permit id -> its deadline (ns)
 	reapAt    int64            // no deadline in inUse is before it (reap)
@@ -122,11 +123,16 @@ func newPermitPools(clk interface{ Now() time.Time }) *permitPools {
 func (e *Engine) pnow() int64 { return int64(e.clock.Now().Sub(e.pools.base)) }
 
 // pool returns k's pool, making it (and starting the sweeper with the
-// first) if needed.
+// first) if needed; nil once closePermits began, so that no sweeper starts
+// after it waited for the last and no slots are leased after it gave them
+// back.
 func (e *Engine) pool(k poolKey) *permitPool {
 	ps := e.pools
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
+	if ps.closed {
+		return nil
+	}
 	pl := ps.m[k]
 	if pl == nil {
 		// The TTL whole, to the ns: pools whose TTLs differ by less than a
@@ -145,14 +151,22 @@ func (e *Engine) pool(k poolKey) *permitPool {
 // acquireLeased is AcquirePermit in lease mode.
 func (e *Engine) acquireLeased(ctx context.Context, k poolKey, id string) (PermitDecision, error) {
 	pl := e.pool(k)
+	if pl == nil {
+		return PermitDecision{}, ErrClosed
+	}
 	pl.mu.Lock()
 	defer func() { pl.mu.Unlock() }()
 	for {
 		if pl.dead {
 			// Dropped by the sweeper meanwhile (it held nothing): its
-			// place is a new pool's.
+			// place is a new pool's. Or closed.
 			pl.mu.Unlock()
-			pl = e.pool(k)
+			next := e.pool(k)
+			if next == nil {
+				pl.mu.Lock() // for the deferred Unlock
+				return PermitDecision{}, ErrClosed
+			}
+			pl = next
 			pl.mu.Lock()
 			continue
 		}
@@ -287,10 +301,14 @@ func (e *Engine) releaseLeased(ctx context.Context, h PermitHold, id string) (bo
 	if d <= now {
 		return false, nil
 	}
-	if pl.contended && pl.calling == nil && !e.closed.Load() {
-		// Others wait: the slot is theirs. (Not given back, it lapses at
-		// its expiry: the permit was released all the same.)
+	if (pl.contended || e.closed.Load()) && pl.calling == nil {
+		// Others wait: the slot is theirs; or the engine closed (a
+		// graceful shutdown releasing its permits), and nothing takes it
+		// here again. (Not given back, it lapses at its expiry: the permit
+		// was released all the same.)
+		ctx, cancel := e.door.Bound(ctx)
 		_, _ = e.leasePermits(ctx, pl, int64(len(pl.inUse)), int64(len(pl.inUse)))
+		cancel()
 	}
 	return true, nil
 }
@@ -409,13 +427,24 @@ func (e *Engine) giveBackIdle(pl *permitPool, now bool) {
 	_, _ = e.leasePermits(ctx, pl, u, u)
 }
 
-// closePermits stops the sweeper and gives back every idle slot; slots of
-// permits in use stay until their expiry.
+// closePermits stops the sweeper and gives back every idle slot, once the
+// lease calls in flight have returned (an acquire's may lease spare
+// slots); slots of permits in use stay until they are released (see
+// releaseLeased) or expire. No pool is made or granted from after it.
 func (e *Engine) closePermits() {
 	ps := e.pools
+	ps.mu.Lock()
+	ps.closed = true
+	ps.mu.Unlock()
 	close(ps.stop)
 	ps.wg.Wait()
 	for _, pl := range ps.all() {
+		pl.mu.Lock()
+		for pl.calling != nil {
+			_ = e.awaitCall(context.Background(), pl) // each call is bounded by the Redis timeout
+		}
+		pl.dead = true
+		pl.mu.Unlock()
 		e.giveBackIdle(pl, true)
 	}
 }

@@ -2,6 +2,7 @@ package tier_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -178,4 +179,45 @@ func TestSlowLeaseCallsGrant(t *testing.T) {
 			}
 		}
 	}
+}
+
+// An acquire that races Close makes no pool, starts no sweeper and leases
+// nothing once Close began; one whose lease call is in flight when Close
+// begins has its spare slots given back: Close waits for the call. What
+// Redis holds after Close is the slots of permits in use.
+func TestPermitsAcquireRacingClose(t *testing.T) {
+	ctx := context.Background()
+	t.Run("past the check", func(t *testing.T) {
+		pe := newPermitEngine(t)
+		_ = pe.e.Close()
+		d, err := tier.AcquireLeasedPastCheck(ctx, pe.e, "jobs", "k", "p", 3, time.Hour)
+		if !errors.Is(err, tier.ErrClosed) {
+			t.Fatalf("an acquire past Close's start: %+v, %v; want ErrClosed", d, err)
+		}
+		if z, _ := pe.mr.ZMembers("t:{jobs:k}:permits"); len(z) != 0 {
+			t.Fatalf("held after Close: %v", z)
+		}
+	})
+	t.Run("call in flight", func(t *testing.T) {
+		pe := newPermitEngine(t)
+		acq := pe.acquireGated(t, "p", 3, time.Hour) // asks for spare slots
+		waited := make(chan struct{})
+		tier.OnPermitWait(pe.e, func() { close(waited) })
+		closed := make(chan struct{})
+		go func() { _ = pe.e.Close(); close(closed) }()
+		select {
+		case <-waited: // Close waits for the call
+		case <-closed: // Close did not wait
+		}
+		close(pe.g.release)
+		d := <-acq
+		<-closed
+		want := 0
+		if d.Granted {
+			want = 1
+		}
+		if z, _ := pe.mr.ZMembers("t:{jobs:k}:permits"); len(z) != want {
+			t.Fatalf("held after Close: %v; want the slot of the permit granted (%v) alone", z, d.Granted)
+		}
+	})
 }
