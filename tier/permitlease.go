@@ -416,9 +416,9 @@ func (e *Engine) giveBackIdle(pl *permitPool, now bool) {
 		return
 	}
 	if t >= pl.until {
-		// Expired in Redis, or about to (its clock may be behind, and the
-		// call that leased them counted from later): the call removes any
-		// left.
+		// Expired in Redis, or about to (its clock may be behind, and it
+		// counted their expiry from when it ran the call): the call
+		// removes any left.
 		pl.maybe = max(pl.maybe, pl.slots)
 		pl.slots = 0
 	}
