@@ -550,3 +550,26 @@ func TestPermitReleaseAfterClose(t *testing.T) {
 		})
 	}
 }
+
+// A Release after Close of a leased permit past its TTL reports it lost,
+// and gives its slot back all the same: nothing there would.
+func TestPermitReleaseAfterCloseOfALapsedPermit(t *testing.T) {
+	e := newLeaseEnv(t)
+	l, other := e.limiter(t), e.limiter(t, ratelease.WithExact())
+	c := concurrency(t, "jobs", 1, time.Minute)
+	ctx := context.Background()
+	p, _, err := l.AcquirePermit(ctx, c, "k")
+	if p == nil {
+		t.Fatalf("denied: %v", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e.advance(time.Minute) // past its TTL; its slot lasts 30s more
+	if err := p.Release(ctx); !errors.Is(err, ratelease.ErrPermitLost) {
+		t.Fatalf("Release after Close past the TTL: %v, want ErrPermitLost", err)
+	}
+	if q, res, err := other.AcquirePermit(ctx, c, "k"); q == nil {
+		t.Fatalf("another instance after the Release: %+v, %v; want the slot given back", res, err)
+	}
+}

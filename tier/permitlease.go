@@ -298,19 +298,22 @@ func (e *Engine) releaseLeased(ctx context.Context, h PermitHold, id string) (bo
 		return false, nil
 	}
 	delete(pl.inUse, id)
-	if d <= now {
-		return false, nil
+	held := d > now
+	closed := e.closed.Load()
+	if closed {
+		pl.reap(now) // the slots of permits past their TTL go back too
 	}
-	if (pl.contended || e.closed.Load()) && pl.calling == nil {
+	u := int64(len(pl.inUse))
+	if (held && pl.contended || closed && (pl.slots > u || pl.maybe > pl.slots)) && pl.calling == nil {
 		// Others wait: the slot is theirs; or the engine closed (a
-		// graceful shutdown releasing its permits), and nothing takes it
-		// here again. (Not given back, it lapses at its expiry: the permit
-		// was released all the same.)
+		// graceful shutdown releasing its permits, lost or not), and
+		// nothing takes it here again. (Not given back, it lapses at its
+		// expiry: the permit was released all the same.)
 		ctx, cancel := e.door.Bound(ctx)
-		_, _ = e.leasePermits(ctx, pl, int64(len(pl.inUse)), int64(len(pl.inUse)))
+		_, _ = e.leasePermits(ctx, pl, u, u)
 		cancel()
 	}
-	return true, nil
+	return held, nil
 }
 
 // awaitCall waits, with pl.mu held (released meanwhile), for the lease
