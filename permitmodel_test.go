@@ -247,6 +247,7 @@ func (w *modelWorld) open(t *testing.T, i int) error {
 // modelPermit is a permit as its holder sees it.
 type modelPermit struct {
 	p        *ratelease.Permit
+	l        *ratelease.Limiter // that granted it
 	inst     int
 	deadline time.Time // on inst's clock
 	orphan   bool      // the key was deleted while it was held, or it came from slots leased before
@@ -296,7 +297,7 @@ func runModel(t *testing.T, seed uint64, ops []modelOp) error {
 	var voidUntil time.Time // on Redis's clock: grants of leasing instances until then are orphans
 	ctx := context.Background()
 	acquired := func(i int, p *ratelease.Permit, start time.Time) {
-		mp := &modelPermit{p: p, inst: i, deadline: start.Add(modelTTL)}
+		mp := &modelPermit{p: p, l: w.insts[i].l, inst: i, deadline: start.Add(modelTTL)}
 		w.mu.Lock()
 		mp.orphan = !w.exact[i] && w.mr.Now().Before(voidUntil)
 		w.mu.Unlock()
@@ -346,6 +347,9 @@ func runModel(t *testing.T, seed uint64, ops []modelOp) error {
 			if mp, j := pick(o); j >= 0 {
 				held = slices.Delete(held, j, j+1)
 				forgotten = append(forgotten, mp)
+				// Of an instance closed already: nothing there frees its slot.
+				in := w.insts[mp.inst]
+				crashed = crashed || (in.closed || mp.l != in.l) && !w.exact[mp.inst] && w.live(mp)
 			}
 		case "extend":
 			mp, j := pick(o)
@@ -442,8 +446,10 @@ func runModel(t *testing.T, seed uint64, ops []modelOp) error {
 	for _, f := range w.faults {
 		f.lose.Store(false) // a lost reply ends a WaitPermit with its error; slow calls stay
 	}
+	var quietRel []string
 	for _, mp := range held {
 		err := mp.p.Release(ctx)
+		quietRel = append(quietRel, fmt.Sprintf("inst %d closed %v: %v", mp.inst, w.insts[mp.inst].closed || mp.l != w.insts[mp.inst].l, err))
 		if err := released(mp, w.live(mp), err); err != nil {
 			return &modelStepError{len(ops), err}
 		}
@@ -470,7 +476,11 @@ func runModel(t *testing.T, seed uint64, ops []modelOp) error {
 	}
 	left := quiet(modelTTL + 300*time.Millisecond)
 	if len(left) > 0 && !crashed {
-		return &modelStepError{len(ops), fmt.Errorf("quiet for a TTL, Redis still holds %v", left)}
+		var state []string
+		for i, in := range w.insts {
+			state = append(state, fmt.Sprintf("%d: exact %v, closed %v, slow %v, %+v", i, w.exact[i], in.closed, time.Duration(w.faults[i].slow.Load()), in.l.Stats().Breaker))
+		}
+		return &modelStepError{len(ops), fmt.Errorf("quiet for a TTL, Redis still holds %v (instances: %s; releases at quiet: %v)", left, strings.Join(state, "; "), quietRel)}
 	}
 	if left = quiet(modelTTL / 2); len(left) > 0 {
 		return &modelStepError{len(ops), fmt.Errorf("quiet for 1.5 TTLs, Redis still holds %v", left)}
