@@ -445,3 +445,131 @@ func TestPermitsLeasedInTurn(t *testing.T) {
 		t.Fatalf("b, which waited longest: %+v, %v", res, err)
 	}
 }
+
+// Slots that a lease call whose reply was lost may have added, with no
+// permit in use after it, go back without another acquire: at Close, or by
+// the sweeper once idle; the sweeper drops no pool that may still hold
+// some.
+func TestPermitsLostReplyLeavesNothing(t *testing.T) {
+	for _, atClose := range []bool{true, false} {
+		t.Run(fmt.Sprintf("close=%v", atClose), func(t *testing.T) {
+			e := newLeaseEnv(t)
+			client := e.mr.Client(t)
+			lose := &loseReplies{}
+			client.AddHook(lose)
+			l, err := ratelease.New(client, ratelease.WithClock(e.clk), ratelease.WithRedisTimeout(5*time.Second), ratelease.WithFailureMode(ratelease.FailClosed))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			c := concurrency(t, "jobs", 3, time.Hour)
+			lose.on.Store(true)
+			if p, _, err := l.AcquirePermit(context.Background(), c, "k"); p != nil || err == nil {
+				t.Fatalf("with its reply lost: %v, %v; want an error", p, err)
+			}
+			lose.on.Store(false)
+			if z, _ := e.mr.ZMembers("ratelease:{jobs:k}:permits"); len(z) == 0 {
+				t.Fatal("the lost call added no slot: nothing to show")
+			}
+			if atClose {
+				if err := l.Close(); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				for i := 0; i < 50; i++ { // the sweeper runs on its own goroutine, on the manual clock
+					if z, _ := e.mr.ZMembers("ratelease:{jobs:k}:permits"); len(z) == 0 {
+						break
+					}
+					e.advance(20 * time.Millisecond)
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+			if z, _ := e.mr.ZMembers("ratelease:{jobs:k}:permits"); len(z) != 0 {
+				t.Fatalf("held after the lost reply: %v; want nothing", z)
+			}
+		})
+	}
+}
+
+// Two Concurrency values of one name and limit whose TTLs differ by less
+// than a millisecond keep apart pools on one instance, with slots of their
+// own: never more than the limit held across them.
+func TestPermitsLeasedTTLsApartByLessThanAMillisecond(t *testing.T) {
+	e := newLeaseEnv(t)
+	l := e.limiter(t)
+	x := e.limiter(t, ratelease.WithExact())
+	c1 := concurrency(t, "jobs", 2, time.Hour)
+	c2 := concurrency(t, "jobs", 2, time.Hour+500*time.Microsecond)
+	ctx := context.Background()
+	xp, _, _ := x.AcquirePermit(ctx, c1, "k")
+	a, _, _ := l.AcquirePermit(ctx, c1, "k") // leases the one slot left
+	if xp == nil || a == nil {
+		t.Fatal("denied")
+	}
+	if err := xp.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b, _, _ := l.AcquirePermit(ctx, c2, "k") // leases the slot xp freed
+	if b == nil {
+		t.Fatal("c2: denied")
+	}
+	if y, _, _ := x.AcquirePermit(ctx, c1, "k"); y != nil {
+		z, _ := e.mr.ZMembers("ratelease:{jobs:k}:permits")
+		t.Fatalf("a third permit of a limit of 2: Redis holds %v", z)
+	}
+}
+
+// A Release after Close (a graceful shutdown: Close, then the work in
+// flight ends and releases) still gives the permit back, in both modes:
+// another instance has it at once, not after the TTL.
+func TestPermitReleaseAfterClose(t *testing.T) {
+	for _, exact := range []bool{true, false} {
+		t.Run(fmt.Sprintf("exact=%v", exact), func(t *testing.T) {
+			e := newLeaseEnv(t)
+			var opts []ratelease.Option
+			if exact {
+				opts = append(opts, ratelease.WithExact())
+			}
+			l, other := e.limiter(t, opts...), e.limiter(t, ratelease.WithExact())
+			c := concurrency(t, "jobs", 1, time.Hour)
+			ctx := context.Background()
+			p, _, err := l.AcquirePermit(ctx, c, "k")
+			if p == nil {
+				t.Fatalf("denied: %v", err)
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Release(ctx); err != nil {
+				t.Fatalf("Release after Close: %v", err)
+			}
+			if q, res, err := other.AcquirePermit(ctx, c, "k"); q == nil {
+				z, _ := e.mr.ZMembers("ratelease:{jobs:k}:permits")
+				t.Fatalf("another instance after the Release: %+v, %v; Redis holds %v", res, err, z)
+			}
+		})
+	}
+}
+
+// A Release after Close of a leased permit past its TTL reports it lost,
+// and gives its slot back all the same: nothing there would.
+func TestPermitReleaseAfterCloseOfALapsedPermit(t *testing.T) {
+	e := newLeaseEnv(t)
+	l, other := e.limiter(t), e.limiter(t, ratelease.WithExact())
+	c := concurrency(t, "jobs", 1, time.Minute)
+	ctx := context.Background()
+	p, _, err := l.AcquirePermit(ctx, c, "k")
+	if p == nil {
+		t.Fatalf("denied: %v", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e.advance(time.Minute) // past its TTL; its slot lasts 30s more
+	if err := p.Release(ctx); !errors.Is(err, ratelease.ErrPermitLost) {
+		t.Fatalf("Release after Close past the TTL: %v, want ErrPermitLost", err)
+	}
+	if q, res, err := other.AcquirePermit(ctx, c, "k"); q == nil {
+		t.Fatalf("another instance after the Release: %+v, %v; want the slot given back", res, err)
+	}
+}

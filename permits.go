@@ -154,7 +154,9 @@ func (l *Limiter) WaitPermit(ctx context.Context, c *Concurrency, key string) (*
 // it was released already); an error wrapping ErrUnavailable if Redis
 // cannot take it, whatever the failure mode (the permit then comes back
 // when its TTL ends); ctx's error, unwrapped. A fallback permit is
-// released here.
+// released here. After the Limiter's Close a Release still gives the
+// permit back to Redis (in lease mode, its slot), bounded by the Redis
+// timeout, so that a graceful shutdown's permits are free at once.
 func (p *Permit) Release(ctx context.Context) error {
 	if !p.released.CompareAndSwap(false, true) {
 		return ErrPermitLost

@@ -1,6 +1,11 @@
 package tier
 
-import "github.com/ratelease/ratelease/remote"
+import (
+	"context"
+	"time"
+
+	"github.com/ratelease/ratelease/remote"
+)
 
 // FillSlots gives away e's dense slots, so that the policies e leases
 // under from now on are kept in its map.
@@ -16,4 +21,15 @@ func SlotOf(e *Engine, p *remote.Policy) (int, bool) {
 		return v.(*remote.Slot).Index, true
 	}
 	return 0, false
+}
+
+// OnPermitWait makes e call f as an acquire or an extension of a leased
+// permit begins to wait for a lease call in flight (f must not block for
+// long: the waiter waits after it).
+func OnPermitWait(e *Engine, f func()) { e.pools.onWait = f }
+
+// AcquireLeasedPastCheck is a lease-mode AcquirePermit that passed the
+// engine's closed check before Close began: it races Close.
+func AcquireLeasedPastCheck(ctx context.Context, e *Engine, name, key, id string, limit int64, ttl time.Duration) (PermitDecision, error) {
+	return e.acquireLeased(ctx, poolKey{name, key, limit, ttl}, id)
 }

@@ -20,7 +20,9 @@ import (
 //   - A permit is granted locally while a slot is free and the slots last
 //     its whole TTL: they are leased for 1.5 TTLs from the lease call's
 //     start, so a permit is granted locally in the first half TTL after a
-//     call (and at most permitRecheck); later, a call renews the slots
+//     call (and at most permitRecheck after its reply); a permit granted
+//     by a call's reply counts its TTL from the call's start, so that a
+//     slow call delays a grant, never prevents it; later, a call renews the slots
 //     (and asks for more, and learns the others' demands). A slot
 //     never outlives its expiry in Redis: the bound holds, never more than
 //     the limit held across the fleet, a crashed instance's slots (and
@@ -35,7 +37,9 @@ import (
 //     for the next acquire, and slots idle for permitLinger go back.
 //   - A lease call whose reply is lost leaves this instance holding the
 //     slots then in use (a call keeps them), and the next call removes
-//     any it may have added (PermitCall.Maybe).
+//     any it may have added (PermitCall.Maybe): an acquire's, or, once
+//     they are idle for permitLinger, the sweeper's, or Close's; a pool
+//     that may hold some is not dropped.
 //   - While a lease call is in flight, acquires wait for it: the call may
 //     give back idle slots.
 type permitPools struct {
@@ -45,6 +49,11 @@ type permitPools struct {
 	base   time.Time // the time base of the pools' ns
 	stop   chan struct{}
 	wg     sync.WaitGroup
+	closed bool // closePermits began: no pool is made (with mu held)
+	// onWait, when not nil, is called (pl.mu not held) as an acquire or
+	// an extension begins to wait for a lease call in flight: tests order
+	// what happens meanwhile (export_test.go).
+	onWait func()
 }
 
 // poolKey names a pool: a concurrency limit's key, with its limit and
@@ -64,7 +73,7 @@ type permitPool struct {
 	// after the sweeper dropped it has the same: it held none).
 	member    string
 	mu        sync.Mutex
-	dead      bool             // dropped by the sweeper: a new pool takes its place
+	dead      bool             // dropped by the sweeper (a new pool takes its place), or closed
 	slots     int64            // leased in Redis
 	inUse     map[string]int64 // permit id -> its deadline (ns)
 	reapAt    int64            // no deadline in inUse is before it (reap)
@@ -76,6 +85,7 @@ type permitPool struct {
 	peak      int64            // the most permits in use at once since the latest call
 	maybe     int64            // slots a call whose reply was lost may have leased
 	called    int64            // the start of the latest lease call (ns)
+	answered  int64            // when its reply came (ns)
 	calling   chan struct{}    // closed when the lease call in flight returns
 }
 
@@ -113,14 +123,21 @@ func newPermitPools(clk interface{ Now() time.Time }) *permitPools {
 func (e *Engine) pnow() int64 { return int64(e.clock.Now().Sub(e.pools.base)) }
 
 // pool returns k's pool, making it (and starting the sweeper with the
-// first) if needed.
+// first) if needed; nil once closePermits began, so that no sweeper starts
+// after it waited for the last and no slots are leased after it gave them
+// back.
 func (e *Engine) pool(k poolKey) *permitPool {
 	ps := e.pools
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
+	if ps.closed {
+		return nil
+	}
 	pl := ps.m[k]
 	if pl == nil {
-		member := ps.member + "." + strconv.FormatInt(k.limit, 36) + "." + strconv.FormatInt(k.ttl.Milliseconds(), 36)
+		// The TTL whole, to the ns: pools whose TTLs differ by less than a
+		// ms are apart pools, and must not share a slot.
+		member := ps.member + "." + strconv.FormatInt(k.limit, 36) + "." + strconv.FormatInt(int64(k.ttl), 36)
 		pl = &permitPool{k: k, member: member, inUse: map[string]int64{}}
 		if len(ps.m) == 0 {
 			ps.wg.Add(1)
@@ -134,32 +151,35 @@ func (e *Engine) pool(k poolKey) *permitPool {
 // acquireLeased is AcquirePermit in lease mode.
 func (e *Engine) acquireLeased(ctx context.Context, k poolKey, id string) (PermitDecision, error) {
 	pl := e.pool(k)
+	if pl == nil {
+		return PermitDecision{}, ErrClosed
+	}
 	pl.mu.Lock()
 	defer func() { pl.mu.Unlock() }()
 	for {
 		if pl.dead {
 			// Dropped by the sweeper meanwhile (it held nothing): its
-			// place is a new pool's.
+			// place is a new pool's. Or closed.
 			pl.mu.Unlock()
-			pl = e.pool(k)
+			next := e.pool(k)
+			if next == nil {
+				pl.mu.Lock() // for the deferred Unlock
+				return PermitDecision{}, ErrClosed
+			}
+			pl = next
 			pl.mu.Lock()
 			continue
 		}
 		now := e.pnow()
 		pl.reap(now)
-		if d, ok := pl.grant(id, now); ok {
+		if d, ok := pl.grant(id, now, false); ok {
 			return d, nil
 		}
-		if ch := pl.calling; ch != nil {
-			pl.mu.Unlock()
-			select {
-			case <-ch:
-				pl.mu.Lock()
-				continue
-			case <-ctx.Done():
-				pl.mu.Lock()
-				return PermitDecision{}, ctx.Err()
+		if pl.calling != nil {
+			if err := e.awaitCall(ctx, pl); err != nil {
+				return PermitDecision{}, err
 			}
+			continue
 		}
 		u := int64(len(pl.inUse))
 		want := max(u+1, pl.peak) // at least the most used at once since the last call
@@ -172,7 +192,7 @@ func (e *Engine) acquireLeased(ctx context.Context, k poolKey, id string) (Permi
 			return PermitDecision{}, err
 		}
 		now = e.pnow()
-		if d, ok := pl.grant(id, now); ok {
+		if d, ok := pl.grant(id, now, true); ok {
 			d.Source = Remote // the call's
 			return d, nil
 		}
@@ -186,14 +206,24 @@ func (e *Engine) acquireLeased(ctx context.Context, k poolKey, id string) (Permi
 	}
 }
 
-// grant grants a permit from a free slot of pl, if one lasts its TTL and
-// no lease call is in flight, with pl.mu held.
-func (pl *permitPool) grant(id string, now int64) (PermitDecision, bool) {
-	if pl.calling != nil || int64(len(pl.inUse)) >= pl.slots || now+int64(pl.k.ttl) > pl.until || now-pl.called >= int64(permitRecheck) {
+// grant grants a permit from a free slot of pl, with pl.mu held, if no
+// lease call is in flight and the slots last the permit's TTL. A local
+// grant counts the TTL from now, within permitRecheck of the latest call's
+// reply; a grant from a call's reply (reply) counts it from the call's
+// start, as the slots' expiry is counted: however long the call took, the
+// slots it leased last the TTL of a permit it grants, so that a slow Redis
+// delays a grant and never prevents it. (A call longer than the TTL grants
+// a permit already past it, as exact mode does.)
+func (pl *permitPool) grant(id string, now int64, reply bool) (PermitDecision, bool) {
+	from := now
+	if reply {
+		from = pl.called
+	}
+	if pl.calling != nil || int64(len(pl.inUse)) >= pl.slots || from+int64(pl.k.ttl) > pl.until || !reply && now-pl.answered >= int64(permitRecheck) {
 		return PermitDecision{}, false
 	}
-	pl.inUse[id] = now + int64(pl.k.ttl)
-	pl.reapAt = min(pl.reapAt, now+int64(pl.k.ttl))
+	pl.inUse[id] = from + int64(pl.k.ttl)
+	pl.reapAt = min(pl.reapAt, from+int64(pl.k.ttl))
 	pl.peak = max(pl.peak, int64(len(pl.inUse)))
 	pl.lastGrant = now
 	return PermitDecision{Granted: true, Held: pl.held - pl.slots + int64(len(pl.inUse)), Source: Local,
@@ -250,7 +280,7 @@ func (e *Engine) leasePermits(ctx context.Context, pl *permitPool, want, demand 
 		pl.epoch++
 		clear(pl.inUse)
 	}
-	pl.slots, pl.until, pl.held, pl.contended, pl.called = r.Slots, start+int64(ttl), r.Held, r.Contended, start
+	pl.slots, pl.until, pl.held, pl.contended, pl.called, pl.answered = r.Slots, start+int64(ttl), r.Held, r.Contended, start, e.pnow()
 	pl.peak = int64(len(pl.inUse))
 	return r, nil
 }
@@ -268,15 +298,40 @@ func (e *Engine) releaseLeased(ctx context.Context, h PermitHold, id string) (bo
 		return false, nil
 	}
 	delete(pl.inUse, id)
-	if d <= now {
-		return false, nil
+	held := d > now
+	closed := e.closed.Load()
+	if closed {
+		pl.reap(now) // the slots of permits past their TTL go back too
 	}
-	if pl.contended && pl.calling == nil && !e.closed.Load() {
-		// Others wait: the slot is theirs. (Not given back, it lapses at
-		// its expiry: the permit was released all the same.)
-		_, _ = e.leasePermits(ctx, pl, int64(len(pl.inUse)), int64(len(pl.inUse)))
+	u := int64(len(pl.inUse))
+	if (held && pl.contended || closed && (pl.slots > u || pl.maybe > pl.slots)) && pl.calling == nil {
+		// Others wait: the slot is theirs; or the engine closed (a
+		// graceful shutdown releasing its permits, lost or not), and
+		// nothing takes it here again. (Not given back, it lapses at its
+		// expiry: the permit was released all the same.)
+		ctx, cancel := e.door.Bound(ctx)
+		_, _ = e.leasePermits(ctx, pl, u, u)
+		cancel()
 	}
-	return true, nil
+	return held, nil
+}
+
+// awaitCall waits, with pl.mu held (released meanwhile), for the lease
+// call in flight to return, or for ctx to end (its error).
+func (e *Engine) awaitCall(ctx context.Context, pl *permitPool) error {
+	ch := pl.calling
+	pl.mu.Unlock()
+	if f := e.pools.onWait; f != nil {
+		f()
+	}
+	select {
+	case <-ch:
+		pl.mu.Lock()
+		return nil
+	case <-ctx.Done():
+		pl.mu.Lock()
+		return ctx.Err()
+	}
 }
 
 // extendLeased makes a leased permit last ttl from now: a lease call when
@@ -285,16 +340,18 @@ func (e *Engine) extendLeased(ctx context.Context, h PermitHold, id string, ttl 
 	pl := h.pool
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
+	// The permit is looked at once no lease call is in flight: a call may
+	// find the slots lost, and a Release or the permit's TTL may end it
+	// meanwhile; an extension must not bring it back.
+	for pl.calling != nil {
+		if err := e.awaitCall(ctx, pl); err != nil {
+			return false, err
+		}
+	}
 	now := e.pnow()
 	d, ok := pl.inUse[id]
 	if !ok || h.epoch != pl.epoch || d <= now {
 		return false, nil
-	}
-	for pl.calling != nil {
-		ch := pl.calling
-		pl.mu.Unlock()
-		<-ch
-		pl.mu.Lock()
 	}
 	if now+int64(ttl) <= pl.until {
 		pl.inUse[id] = now + int64(ttl)
@@ -335,7 +392,7 @@ func (e *Engine) sweepPermits() {
 		ps.mu.Lock()
 		for k, pl := range ps.m {
 			pl.mu.Lock()
-			if pl.slots == 0 && len(pl.inUse) == 0 && pl.calling == nil {
+			if pl.slots == 0 && pl.maybe == 0 && len(pl.inUse) == 0 && pl.calling == nil {
 				pl.dead = true
 				delete(ps.m, k)
 			}
@@ -349,36 +406,48 @@ func (e *Engine) sweepPermits() {
 	}
 }
 
-// giveBackIdle gives back pl's slots no permit uses, when they have been
-// idle for permitLinger, the key is contended, or now (at Close).
+// giveBackIdle gives back pl's slots no permit uses, and those a call
+// whose reply was lost may have added, when they have been idle for
+// permitLinger, the key is contended, or now (at Close).
 func (e *Engine) giveBackIdle(pl *permitPool, now bool) {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	t := e.pnow()
 	pl.reap(t)
 	u := int64(len(pl.inUse))
-	if pl.calling != nil || pl.slots <= u || !now && !pl.contended && t-pl.lastGrant < int64(permitLinger) {
+	if pl.calling != nil || pl.slots <= u && pl.maybe <= pl.slots || !now && !pl.contended && t-pl.lastGrant < int64(permitLinger) {
 		return
 	}
 	if t >= pl.until {
-		// Expired in Redis, or about to (its clock may be behind): the
-		// next call removes any left.
+		// Expired in Redis, or about to (its clock may be behind, and it
+		// counted their expiry from when it ran the call): the call
+		// removes any left.
 		pl.maybe = max(pl.maybe, pl.slots)
 		pl.slots = 0
-		return
 	}
 	ctx, cancel := e.door.Bound(context.Background())
 	defer cancel()
 	_, _ = e.leasePermits(ctx, pl, u, u)
 }
 
-// closePermits stops the sweeper and gives back every idle slot; slots of
-// permits in use stay until their expiry.
+// closePermits stops the sweeper and gives back every idle slot, once the
+// lease calls in flight have returned (an acquire's may lease spare
+// slots); slots of permits in use stay until they are released (see
+// releaseLeased) or expire. No pool is made or granted from after it.
 func (e *Engine) closePermits() {
 	ps := e.pools
+	ps.mu.Lock()
+	ps.closed = true
+	ps.mu.Unlock()
 	close(ps.stop)
 	ps.wg.Wait()
 	for _, pl := range ps.all() {
+		pl.mu.Lock()
+		for pl.calling != nil {
+			_ = e.awaitCall(context.Background(), pl) // each call is bounded by the Redis timeout
+		}
+		pl.dead = true
+		pl.mu.Unlock()
 		e.giveBackIdle(pl, true)
 	}
 }

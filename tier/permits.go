@@ -90,9 +90,12 @@ func (e *Engine) AcquirePermit(ctx context.Context, name, key, id string, limit 
 
 // ReleasePermit releases permit id of name's key: in Redis, in this
 // instance's leased slots, or, for a fallback permit, here, as h says. It
-// reports whether the permit was still held (not past its TTL). Errors
-// wrap ErrUnavailable when Redis cannot take it, whatever the failure
-// mode: the permit then comes back when its TTL ends.
+// reports whether the permit was still held (not past its TTL). After
+// Close it still gives the permit (or its leased slot) back to Redis,
+// bounded by the Redis timeout (ErrClosed only with Config.Guard, whose
+// calls end at Close). Errors wrap ErrUnavailable when Redis cannot take
+// it, whatever the failure mode: the permit then comes back when its TTL
+// ends.
 func (e *Engine) ReleasePermit(ctx context.Context, name, key, id string, h PermitHold) (bool, error) {
 	switch h.source {
 	case Local:
@@ -108,9 +111,8 @@ func (e *Engine) ReleasePermit(ctx context.Context, name, key, id string, h Perm
 		}
 		return true, nil
 	}
-	if e.closed.Load() {
-		return false, ErrClosed
-	}
+	// After Close too (a graceful shutdown releasing its permits): the
+	// permit is not held until its TTL; the door bounds the call.
 	r, err := e.door.Permit(ctx, remote.PermitCall{Name: name, Key: key, ID: id, Op: remote.PermitRelease})
 	return r.Done, err
 }

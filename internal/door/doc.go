@@ -10,7 +10,9 @@
 //     go-redis retries a failed dial until the deadline;
 //   - the guard (package internal/guard) for clients that do not honour
 //     context deadlines: such a call runs on a goroutine of its own, which
-//     the Door tracks and Close waits for, for a bounded time;
+//     the Door tracks and Close waits for, for a bounded time (after
+//     Close, a permit's release or lease call, which gives back, runs on
+//     one it no longer tracks: see Permit);
 //   - late refunds: a grant that arrives after its guarded call's caller
 //     stopped waiting is refunded where it arrives, since nobody holds it;
 //   - the circuit breakers (breaker.go): one in front of Redis, and with a

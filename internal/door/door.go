@@ -65,6 +65,8 @@ type Door struct {
 	// guards tracks the goroutines of guarded calls and of outage charges;
 	// Close waits for them until its context ends.
 	guards guard.Group
+	// closed is set by Close (see Permit).
+	closed atomic.Bool
 	// breaker stands in front of Redis; with a Redis Cluster (sharded), of
 	// the keys whose server cannot be named, and breakers (server address
 	// -> *breaker) in front of each master, so that a master that fails
@@ -260,5 +262,6 @@ func (d *Door) Timeout() time.Duration { return d.timeout }
 // at the client's own timeouts, and refund what they are granted late
 // themselves. Idempotent.
 func (d *Door) Close(ctx context.Context) {
+	d.closed.Store(true)
 	d.guards.Close(ctx)
 }

@@ -52,7 +52,12 @@ func (d *Door) Debit(ctx context.Context, p *remote.Policy, key string, units in
 
 // Permit makes one permit call (remote.Store.Permit) through the breaker
 // that stands for keys whose server cannot be named (a permit key is no
-// policy's), bounded by the timeout and ctx. Errors are Peek's.
+// policy's), bounded by the timeout and ctx. Errors are Peek's. Once the
+// door is closed a release or a lease call (which gives slots back) is
+// still made, so that permits released after Close go back: with Guard,
+// on a goroutine of its own that the door no longer tracks, waited for
+// within the timeout (a client that ignores deadlines ends it at its own
+// timeouts).
 func (d *Door) Permit(ctx context.Context, c remote.PermitCall) (remote.PermitReply, error) {
 	op := OpDecide
 	if c.Op == remote.PermitRelease {
@@ -60,9 +65,55 @@ func (d *Door) Permit(ctx context.Context, c remote.PermitCall) (remote.PermitRe
 	}
 	// Through the breaker of the server holding the permits' key.
 	enter := func() (Pass, error) { return d.EnterKey(d.store.PermitKey(c.Name, c.Key)) }
-	return callVia(d, ctx, op, enter, func(ctx context.Context) (remote.PermitReply, error) {
-		return d.store.Permit(ctx, c)
-	})
+	fn := func(ctx context.Context) (remote.PermitReply, error) { return d.store.Permit(ctx, c) }
+	if d.guard && d.closed.Load() && (c.Op == remote.PermitRelease || c.Op == remote.PermitLease) {
+		return detached(d, ctx, op, enter, fn)
+	}
+	return callVia(d, ctx, op, enter, fn)
+}
+
+// detached is callVia for a call made once the guards are closed, with
+// Guard: fn runs on a goroutine of its own, untracked, waited for until
+// the timeout or ctx ends.
+func detached[T any](d *Door, ctx context.Context, op Op, enter func() (Pass, error), fn func(context.Context) (T, error)) (T, error) {
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	pass, cause := enter()
+	if cause != nil {
+		return zero, unavailable(cause)
+	}
+	hctx, end := d.start(ctx, op, 1)
+	rctx := d.begin(hctx, pass.b.node)
+	type reply struct {
+		v   T
+		err error
+	}
+	ch := make(chan reply, 1)
+	go func() {
+		v, err := fn(rctx)
+		ch <- reply{v, err}
+	}()
+	var r reply
+	select {
+	case r = <-ch:
+	case <-rctx.Done():
+		r.err = rctx.Err()
+	}
+	err := Classify(hctx, rctx.dialed(r.err))
+	rctx.end()
+	if end != nil {
+		end(single(err, 0))
+	}
+	d.single.roundTrips.Add(1)
+	if err != nil {
+		d.single.errors.Add(1)
+	}
+	if cause := d.Leave(pass, err); cause != nil {
+		return zero, unavailable(cause)
+	}
+	return r.v, err
 }
 
 // Reset deletes key's state under p in Redis (remote.Store.Reset). Errors
