@@ -379,12 +379,14 @@ func (l *Leaser) plan(e *Entry, st local.Lease, n, now int64) *call {
 	}
 	size = max(min(size, p.Capacity()), least)
 	demand := int64(math.Ceil(rate))
-	if size == least && n > 0 && st.Back == 0 && !st.Waiting {
-		// A lease of the request alone (this instance uses the key seldom):
-		// nothing to share and nothing held, so it goes as an exact
-		// decision, naming no member: it costs Redis what an exact call
-		// does, and the key's members are those that lease it.
-		demand = 0
+	if n > 0 && st.Back == 0 && !st.Waiting && want < float64(2*least) && l.cfg.Min <= least {
+		// This instance uses the key seldom: a horizon's demand is less
+		// than two requests, so a lease would serve this request and
+		// hardly another. It goes as an exact decision, for the request
+		// alone and naming no member: it costs Redis what an exact call
+		// does (a member's call costs several), holds nothing, and the
+		// key's members are those that lease it.
+		demand, size = 0, least
 	}
 	return &call{
 		req: remote.Request{Policy: p, Key: e.Key(), Min: least, Max: size,

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ratelease/ratelease/internal/door"
 	"github.com/ratelease/ratelease/remote"
 )
 
@@ -66,6 +67,12 @@ func (e *Engine) AcquirePermit(ctx context.Context, name, key, id string, limit 
 			_, _ = e.door.Permit(rctx, remote.PermitCall{Name: name, Key: key, ID: id, Op: remote.PermitRelease})
 			cancel()
 		}
+	}
+	if errors.Is(err, door.ErrBusy) {
+		// Redis answers, slowly: a permit of the failure mode's would be
+		// held beside those Redis grants the others. Denied, back after a
+		// timeout's time.
+		return PermitDecision{RetryAfter: e.door.Timeout(), Source: Busy}, nil
 	}
 	if !errors.Is(err, ErrUnavailable) || e.fallback.mode == FailClosed {
 		return PermitDecision{}, err

@@ -345,10 +345,19 @@ func (d *Door) Leave(pass Pass, err error) error {
 		return err
 	case errors.Is(err, ErrUnavailable):
 		now := d.nanos()
-		if at := b.answered.Load(); !pass.probe && at > 0 && now-at < int64(busyWindow) && timedOut(err) &&
-			(b.stalled.Add(1) <= breakerFailures || b.took.Load() >= int64(d.timeout)/busySlow) {
-			d.busy.Add(1)
-			return busyError{err}
+		if at := b.answered.Load(); !pass.probe && at > 0 && now-at < int64(busyWindow) && timedOut(err) {
+			stalled := b.stalled.Add(1)
+			if stalled <= breakerFailures || b.took.Load() >= int64(d.timeout)/busySlow {
+				d.busy.Add(1)
+				cause := busyError{err}
+				if stalled == 1 {
+					// The first call of a run to time out is told, as
+					// a failure's first is: Redis is slow.
+					b.note.post(Event{Kind: FirstFailure, Breaker: b.State(), Err: cause, Node: b.node})
+					b.note.deliver()
+				}
+				return cause
+			}
 		}
 		b.failure(now, pass.probe, err)
 		return err
