@@ -3,8 +3,6 @@ package remote_test
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -129,38 +127,8 @@ func BenchmarkLeaseCallByMembers(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			usec, calls := scriptStats(b, c)
+			usec, calls := redistest.ScriptStats(b, c)
 			b.ReportMetric(usec/calls, "redis-µs/call")
 		})
 	}
-}
-
-// scriptStats returns the usec and calls of the scripts run through c
-// (EVALSHA and FCALL) in INFO commandstats.
-func scriptStats(tb testing.TB, c *redis.Client) (usec, calls float64) {
-	tb.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\r\n") {
-		name, stats, ok := strings.Cut(line, ":")
-		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_fcall") {
-			continue
-		}
-		for _, kv := range strings.Split(stats, ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil && (k == "usec" || k == "calls") {
-				tb.Fatal(err)
-			}
-			switch k {
-			case "usec":
-				usec += f
-			case "calls":
-				calls += f
-			}
-		}
-	}
-	return usec, calls
 }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math"
 	"sort"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -52,32 +50,7 @@ func TestScriptCost(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		info, err := c.Info(ctx, "commandstats").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The calls' usec over the calls, of EVALSHA or FCALL, whichever
-		// ran.
-		var usec, n float64
-		for _, line := range strings.Split(info, "\r\n") {
-			name, stats, ok := strings.Cut(line, ":")
-			if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_fcall") {
-				continue
-			}
-			for _, kv := range strings.Split(stats, ",") {
-				k, v, _ := strings.Cut(kv, "=")
-				f, err := strconv.ParseFloat(v, 64)
-				switch {
-				case k != "usec" && k != "calls":
-				case err != nil:
-					t.Fatal(err)
-				case k == "usec":
-					usec += f
-				default:
-					n += f
-				}
-			}
-		}
+		usec, n := redistest.ScriptStats(t, c)
 		if n < calls {
 			t.Fatalf("INFO commandstats counts %v calls of EVALSHA and FCALL, want %d", n, calls)
 		}

@@ -58,3 +58,36 @@ func InfoField(tb testing.TB, c *redis.Client, section, field string) float64 {
 	tb.Fatalf("redistest: INFO %s has no %s", section, field)
 	return 0
 }
+
+// ScriptStats returns the µs and the calls of the scripts the server of c
+// ran (FCALL and EVALSHA, whichever ran) since its statistics were last
+// reset, from INFO commandstats.
+func ScriptStats(tb testing.TB, c *redis.Client) (usec, calls float64) {
+	tb.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		name, stats, ok := strings.Cut(line, ":")
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_fcall") {
+			continue
+		}
+		for _, kv := range strings.Split(stats, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			if k != "usec" && k != "calls" {
+				continue
+			}
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				tb.Fatalf("redistest: INFO commandstats %s: %v", line, err)
+			}
+			if k == "usec" {
+				usec += f
+			} else {
+				calls += f
+			}
+		}
+	}
+	return usec, calls
+}

@@ -156,7 +156,7 @@ func runFleet(t *testing.T, addr string, c fleetCell, d time.Duration, exact boo
 	elapsed := time.Since(start).Seconds()
 	var r fleetRun
 	r.cpu = (redisCPU(t, admin) - cpu0) / elapsed
-	r.usec, r.calls = scriptStats(t, admin)
+	r.usec, r.calls = redistest.ScriptStats(t, admin)
 	for _, in := range ins {
 		r.busy += in.l.Stats().Busy
 	}
@@ -189,33 +189,6 @@ func runFleet(t *testing.T, addr string, c fleetCell, d time.Duration, exact boo
 // redisCPU is the Redis server's CPU time (user and system), in seconds.
 func redisCPU(t *testing.T, c *redis.Client) float64 {
 	return redistest.InfoField(t, c, "cpu", "used_cpu_user") + redistest.InfoField(t, c, "cpu", "used_cpu_sys")
-}
-
-// scriptStats returns the µs and calls of the scripts run on the server
-// of c (FCALL and EVALSHA) in INFO commandstats.
-func scriptStats(t *testing.T, c *redis.Client) (usec, calls float64) {
-	t.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\r\n") {
-		name, stats, ok := strings.Cut(line, ":")
-		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_fcall") {
-			continue
-		}
-		for _, kv := range strings.Split(stats, ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			f, _ := strconv.ParseFloat(v, 64)
-			switch k {
-			case "usec":
-				usec += f
-			case "calls":
-				calls += f
-			}
-		}
-	}
-	return usec, calls
 }
 
 // A fleetRow is one cell's two runs.
