@@ -146,23 +146,7 @@ func (f *fallback) avail(p *remote.Policy, key string, now time.Time) int64 {
 // use them), and a denial cached locally is dropped. A failure of Redis is
 // an error wrapping ErrUnavailable, whatever the failure mode.
 func (e *Engine) Refund(ctx context.Context, p *remote.Policy, key string, n int64) error {
-	if e.closed.Load() {
-		return ErrClosed
-	}
-	if _, err := e.check(p); err != nil {
-		return err
-	}
-	ent, found := e.held(p, key)
-	if found {
-		ent.ClearDenial()
-	}
-	err := e.door.GiveBack(ctx, p, key, min(n, p.MaxCapacity()))
-	if found {
-		// Again: a lease in flight may have been denied before the units
-		// were back, and recorded it meanwhile.
-		ent.ClearDenial()
-	}
-	return err
+	return e.giveBack(p, key, func() error { return e.door.GiveBack(ctx, p, key, min(n, p.MaxCapacity())) })
 }
 
 // RefundAt gives n units of key back to every limit of p that granted
@@ -170,6 +154,12 @@ func (e *Engine) Refund(ctx context.Context, p *remote.Policy, key string, n int
 // longer at's gets nothing back, and a token bucket only what could not
 // have overflowed it since at. Otherwise as Refund.
 func (e *Engine) RefundAt(ctx context.Context, p *remote.Policy, key string, n, at int64) error {
+	return e.giveBack(p, key, func() error { return e.door.RefundAt(ctx, p, key, min(n, p.MaxCapacity()), at) })
+}
+
+// giveBack runs give, which gives units of key under p back in Redis,
+// with the denial cached for key dropped before and after it.
+func (e *Engine) giveBack(p *remote.Policy, key string, give func() error) error {
 	if e.closed.Load() {
 		return ErrClosed
 	}
@@ -180,9 +170,11 @@ func (e *Engine) RefundAt(ctx context.Context, p *remote.Policy, key string, n, 
 	if found {
 		ent.ClearDenial()
 	}
-	err := e.door.RefundAt(ctx, p, key, min(n, p.MaxCapacity()), at)
+	err := give()
 	if found {
-		ent.ClearDenial() // as Refund's
+		// Again: a lease in flight may have been denied before the units
+		// were back, and recorded it meanwhile.
+		ent.ClearDenial()
 	}
 	return err
 }
