@@ -66,26 +66,16 @@ func (d *Door) Permit(ctx context.Context, c remote.PermitCall) (remote.PermitRe
 	// Through the breaker of the server holding the permits' key.
 	enter := func() (Pass, error) { return d.EnterKey(d.store.PermitKey(c.Name, c.Key)) }
 	fn := func(ctx context.Context) (remote.PermitReply, error) { return d.store.Permit(ctx, c) }
-	if d.guard && d.closed.Load() && (c.Op == remote.PermitRelease || c.Op == remote.PermitLease) {
-		return detached(d, ctx, op, enter, fn)
-	}
-	return callVia(d, ctx, op, enter, fn)
+	detach := d.guard && d.closed.Load() && (c.Op == remote.PermitRelease || c.Op == remote.PermitLease)
+	return callVia(d, ctx, op, enter, fn, detach)
 }
 
-// detached is callVia for a call made once the guards are closed, with
+// untracked is bounded for a call made once the guards are closed, with
 // Guard: fn runs on a goroutine of its own, untracked, waited for until
 // the timeout or ctx ends.
-func detached[T any](d *Door, ctx context.Context, op Op, enter func() (Pass, error), fn func(context.Context) (T, error)) (T, error) {
-	var zero T
-	if err := ctx.Err(); err != nil {
-		return zero, err
-	}
-	pass, cause := enter()
-	if cause != nil {
-		return zero, unavailable(cause)
-	}
-	hctx, end := d.start(ctx, op, 1)
-	rctx := d.begin(hctx, pass.b.node)
+func untracked[T any](d *Door, ctx context.Context, node string, fn func(context.Context) (T, error)) (T, error) {
+	rctx := d.begin(ctx, node)
+	defer rctx.end()
 	type reply struct {
 		v   T
 		err error
@@ -101,19 +91,7 @@ func detached[T any](d *Door, ctx context.Context, op Op, enter func() (Pass, er
 	case <-rctx.Done():
 		r.err = rctx.Err()
 	}
-	err := Classify(hctx, rctx.dialed(r.err))
-	rctx.end()
-	if end != nil {
-		end(single(err, 0))
-	}
-	d.single.roundTrips.Add(1)
-	if err != nil {
-		d.single.errors.Add(1)
-	}
-	if cause := d.Leave(pass, err); cause != nil {
-		return zero, unavailable(cause)
-	}
-	return r.v, err
+	return r.v, Classify(ctx, rctx.dialed(r.err))
 }
 
 // Reset deletes key's state under p in Redis (remote.Store.Reset). Errors
@@ -148,11 +126,12 @@ func (d *Door) Unblock(ctx context.Context, p *remote.Policy, key string) error 
 // deadlines, counts it, tells the hook, and tells the breaker its outcome. A failure of Redis is an error
 // wrapping ErrUnavailable; ctx's own error comes back unwrapped.
 func call[T any](d *Door, ctx context.Context, op Op, p *remote.Policy, key string, fn func(context.Context) (T, error)) (T, error) {
-	return callVia(d, ctx, op, func() (Pass, error) { return d.Enter(p, key) }, fn)
+	return callVia(d, ctx, op, func() (Pass, error) { return d.Enter(p, key) }, fn, false)
 }
 
-// callVia is call, through the breaker enter picks.
-func callVia[T any](d *Door, ctx context.Context, op Op, enter func() (Pass, error), fn func(context.Context) (T, error)) (T, error) {
+// callVia is call, through the breaker enter picks; with detach, fn runs
+// untracked (see untracked).
+func callVia[T any](d *Door, ctx context.Context, op Op, enter func() (Pass, error), fn func(context.Context) (T, error), detach bool) (T, error) {
 	var zero T
 	if err := ctx.Err(); err != nil {
 		return zero, err
@@ -162,7 +141,13 @@ func callVia[T any](d *Door, ctx context.Context, op Op, enter func() (Pass, err
 		return zero, unavailable(cause)
 	}
 	hctx, end := d.start(ctx, op, 1)
-	v, err := bounded(d, hctx, pass.b.node, fn, nil)
+	var v T
+	var err error
+	if detach {
+		v, err = untracked(d, hctx, pass.b.node, fn)
+	} else {
+		v, err = bounded(d, hctx, pass.b.node, fn, nil)
+	}
 	if end != nil {
 		var granted int64
 		if dec, ok := any(v).(remote.Decision); ok && op == OpCharge {
