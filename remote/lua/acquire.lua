@@ -221,8 +221,7 @@ if mkey then
   else
     tokens = nil -- the demand fits: no bucket of its own
     -- (It counts as a full bucket of its demand's batch to the others.)
-    local _, s = batch_size(demand, demand, 1, h, valid, R, C, members)
-    size = s
+    size = select(2, batch_size(demand, demand, 1, h, valid, R, C, members))
   end
 end
 
@@ -242,10 +241,12 @@ local function save(g)
     spare = spare - (g - charged)
   end
   local u = 0
-  if uw > 0 then u = max(0, size - (kept or size)) end
-  -- (Not a bucket's sizes for a window's part: the others read the parts
-  -- from U.)
-  if uw > 0 then write_member(M, kept, 0, 0, u, uw) else write_member(M, kept, fair, size, u, uw) end
+  if uw > 0 then
+    -- A window's part: the others read the parts from U, not from a
+    -- bucket's rate and size.
+    fair, size, u = 0, 0, max(0, size - (kept or size))
+  end
+  write_member(M, kept, fair, size, u, uw)
 end
 
 -- Under the fair share, the us until this member may have need units: when

@@ -61,7 +61,7 @@ local EXCESS = 4
 -- The level L of the water-filling of the members' demands to R (their
 -- classes, members.lua's classes(M)): the smallest demands are met in full,
 -- the rest share what is left equally. A class counts as members of its
--- mean demand: within a factor 2^(1/16) of each one's own.
+-- mean demand: within a factor 2^(1/8) of each one's own.
 local function water_level(cs, R)
   sort(cs, function(x, y) return x[1] < y[1] end)
   local left, k, L = R, 0, R
