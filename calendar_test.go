@@ -186,14 +186,19 @@ func TestCalendarWindowInLeaseMode(t *testing.T) {
 			ls := []*ratelease.Limiter{e.limiter(t), e.limiter(t), e.limiter(t)}
 			ctx := context.Background()
 			admitted := map[time.Time]int{} // by the window's start
+			byInstance := make([]map[time.Time]int, len(ls))
+			for i := range byInstance {
+				byInstance[i] = map[time.Time]int{}
+			}
 			sources := map[ratelease.Source]int{}
 			for _, b := range c.boundaries {
 				if d := b.Add(-around).Sub(mr.Now()); d > 0 {
 					mr.Advance(d)
+					clk.Set(mr.Now().Add(c.skew))
 				}
 				for now := mr.Now(); now.Before(b.Add(around)); now = mr.Now() {
 					end := c.cal.Next(now)
-					for _, l := range ls {
+					for i, l := range ls {
 						for r := 0; r < perStep; r++ {
 							res, err := l.Allow(ctx, p, "k")
 							if err != nil {
@@ -201,6 +206,7 @@ func TestCalendarWindowInLeaseMode(t *testing.T) {
 							}
 							if res.Allowed {
 								admitted[c.cal.Start(now)]++
+								byInstance[i][c.cal.Start(now)]++
 								sources[res.Source]++
 								// The quota's reset is its window's end, on
 								// Redis's word; a hit counts it from when
@@ -217,6 +223,20 @@ func TestCalendarWindowInLeaseMode(t *testing.T) {
 								}
 							} else if res.RetryAfter <= 0 {
 								t.Fatalf("at %v: denied with RetryAfter %v", now, res.RetryAfter)
+							} else if len(c.limits) == 1 {
+								// Never later than the quota's window's end
+								// (to a step, and the answer's flight); once
+								// every unit of it is used, Redis says the
+								// end, whatever the fair share. (A denial
+								// from memory, of an instance held to its
+								// share, tells the share's wait until its
+								// next call learns better, within TTL.)
+								left := end.Sub(now)
+								if res.RetryAfter > left+time.Second ||
+									res.Source == ratelease.SourceRemote && admitted[c.cal.Start(now)] == c.quota && res.RetryAfter < left-time.Second {
+									t.Fatalf("at %v: denied (%v, %d of %d used) with RetryAfter %v; the window ends in %v",
+										now, res.Source, admitted[c.cal.Start(now)], c.quota, res.RetryAfter, left)
+								}
 							}
 						}
 					}
@@ -240,6 +260,15 @@ func TestCalendarWindowInLeaseMode(t *testing.T) {
 				}
 				if got := admitted[b]; float64(got) < 0.97*float64(want) {
 					t.Errorf("the window from %v admitted %d under a flood, want at least 0.97 × %d", b, got, want)
+				}
+				// And shared: no instance is left out of the new window
+				// (a denial cached from the last, a debt carried over)
+				// while the others take it.
+				for i := range ls {
+					if got := byInstance[i][b]; float64(got) < 0.8*float64(want)/float64(len(ls)) {
+						t.Errorf("the window from %v: instance %d admitted %d, want at least 0.8 of its part of %d; all: %v",
+							b, i, got, want, []int{byInstance[0][b], byInstance[1][b], byInstance[2][b]})
+					}
 				}
 			}
 			// Decided exactly, every grant would be Redis's. (Beside a

@@ -1,8 +1,13 @@
 package remote_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -177,8 +182,8 @@ func TestFairShareOwedBatchComesBackWhenTheLimitHasIt(t *testing.T) {
 	if d := acquire(t, f.s, p, "k", 97, 97, false); d.Granted != 97 {
 		t.Fatalf("the exact caller: %+v, want 97", d)
 	}
-	if d := lease(t, f, p, "a", 1000, 1, 100); d.Granted != 0 || d.RetryAfter != 3*ms {
-		t.Fatalf("a at an empty limit, its bucket full: %+v, want denied until the limit has made a's batch of 3 at 1000/s (3ms)", d)
+	if d := lease(t, f, p, "a", 1000, 1, 100); d.Granted != 0 || d.RetryAfter != ms || d.Next != 3*ms {
+		t.Fatalf("a at an empty limit, its bucket full: %+v, want denied, told the limit's 1ms for its request, and back when the limit has made a's batch of 3 at 1000/s (Next 3ms)", d)
 	}
 	f.Advance(3 * ms)
 	if d := lease(t, f, p, "a", 1000, 1, 100); d.Granted != 3 {
@@ -201,8 +206,8 @@ func TestEmptyLimitWithDemandsThatFit(t *testing.T) {
 		t.Fatalf("a alone at an empty limit: %+v, want denied for the next unit (1ms)", d)
 	}
 	// b's demand and a's fit in 1000/s: no shares, but the limit is empty.
-	if d := lease(t, f, p, "b", 500, 1, 100); d.Granted != 0 || d.RetryAfter != 5*ms || d.Members != 2 {
-		t.Fatalf("b at an empty limit beside a: %+v, want denied until a batch of 5 (50ms of 500/s / 10) is made: 5ms", d)
+	if d := lease(t, f, p, "b", 500, 1, 100); d.Granted != 0 || d.RetryAfter != ms || d.Next != 5*ms || d.Members != 2 {
+		t.Fatalf("b at an empty limit beside a: %+v, want denied, told the limit's 1ms, and back once a batch of 5 (50ms of 500/s / 10) is made (Next 5ms)", d)
 	}
 }
 
@@ -379,4 +384,69 @@ func TestLongerHorizonOutlivesTheNewest(t *testing.T) {
 	if d := acq("short", 100*ms); d.Members != 2 {
 		t.Fatalf("at 2.2s: %d members, want long's (its TTL runs to 2.39s) and short's", d.Members)
 	}
+}
+
+// A whole window's room (a fixed window's, there at once when it opens)
+// is shared by the members that flood it, window after window, whatever
+// their number, demands and the window's size: with room beyond what they
+// want over a horizon yet short of what they want until the window ends,
+// no member takes it all in debt and leaves the others nothing until the
+// next. Each member gets at least 0.8 of its max-min part of every window
+// after the first (where they meet). Seeded; RATELEASE_SEED replays.
+func TestWholeWindowIsShared(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if s, err := strconv.ParseUint(os.Getenv("RATELEASE_SEED"), 10, 64); err == nil {
+		seed = s
+	}
+	t.Logf("RATELEASE_SEED=%d", seed)
+	rng := rand.New(rand.NewPCG(seed, 3))
+	for round := range 5 {
+		f := newFake(t)
+		rate := 200 + rng.Int64N(4000)
+		p := mustPolicy(t, "p", win(remote.FixedWindow, rate, time.Second))
+		members := 2 + rng.IntN(5)
+		demands := make([]float64, members)
+		for i := range demands {
+			demands[i] = float64(rate) * (0.2 + 2*rng.Float64())
+		}
+		parts := maxMin(float64(rate), demands)
+		f.Advance(time.Second - time.Duration(f.Now().UnixNano()%int64(time.Second)))
+		got := make([]int64, members)
+		for w := range 3 {
+			clear(got)
+			for range 250 { // 4ms steps: a window
+				f.Advance(4 * ms)
+				for _, m := range rng.Perm(members) {
+					// Each asks for a horizon's demand (100ms), as a Leaser does.
+					want := max(1, int64(demands[m]/10))
+					got[m] += lease(t, f, p, fmt.Sprintf("m%d", m), int64(demands[m]), 1, want).Granted
+				}
+			}
+			if w == 0 {
+				continue // where they meet
+			}
+			for m := range members {
+				if float64(got[m]) < 0.8*parts[m]-2 {
+					t.Fatalf("round %d (rate %d, demands %.0f), window %d: member %d got %v of its part %.0f; all got %v",
+						round, rate, demands, w, m, got[m], parts[m], got)
+				}
+			}
+		}
+	}
+}
+
+// maxMin is the max-min fair division of supply among demands: the
+// smallest demands met first, the rest divided evenly among the others.
+func maxMin(supply float64, demands []float64) []float64 {
+	order := make([]int, len(demands))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(demands[a], demands[b]) })
+	out := make([]float64, len(demands))
+	for k, i := range order {
+		out[i] = min(demands[i], supply/float64(len(order)-k))
+		supply -= out[i]
+	}
+	return out
 }

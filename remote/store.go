@@ -281,9 +281,11 @@ type Decision struct {
 	// RetryAfter is, when denied, when Min units could next be granted; 0
 	// when granted.
 	RetryAfter time.Duration
-	// Next is, when granted to a member held to its fair share beside
-	// other members, how long until its share holds its next batch: a
-	// lease asked for sooner is denied. 0 otherwise.
+	// Next is, for a member held to its fair share beside other members,
+	// how long until its share holds its next batch: a lease asked for
+	// sooner is denied. When denied, it is set only when later than
+	// RetryAfter (the limits had room for Min units before the share
+	// does), and never past the end of a window of the key's. 0 otherwise.
 	Next time.Duration
 	// ResetAfter is when the decider is fully replenished.
 	ResetAfter time.Duration
@@ -828,7 +830,10 @@ func parseDecision(p *Policy, reply string) (Decision, error) {
 		Blocked:    n[9] != 0,
 		Debt:       n[10],
 	}
-	if d.Granted > 0 {
+	if d.Granted == 0 {
+		// The script's wait of a denial is when the member asks again.
+		d.Next, d.Wait = d.Wait, 0
+	} else {
 		// The script's retry_after of a grant is the next batch's time.
 		d.Next, d.RetryAfter = d.RetryAfter, 0
 		if n[4] == 0 { // the script's 0: no limit of its own

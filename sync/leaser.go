@@ -444,8 +444,9 @@ func (l *Leaser) apply(c *call, n int64) {
 		// back when they lapse; any instance may Reset the key, Refund
 		// units or lift a block (Unblock). A key denied for an hour costs
 		// a call per TTL, and each instance sees another's Reset within
-		// TTL.
-		e.Deny(now+min(int64(d.RetryAfter), int64(l.cfg.TTL)), max(n, 1))
+		// TTL. Under the fair share, not before its next batch (Next),
+		// which may be later than the limits' RetryAfter.
+		e.Deny(now+min(int64(max(d.RetryAfter, d.Next)), int64(l.cfg.TTL)), max(n, 1))
 		e.EndAnswer()
 		return
 	}
@@ -483,8 +484,11 @@ func (l *Leaser) apply(c *call, n int64) {
 	}
 	if d.Next > 0 {
 		// Held to its fair share: no lease before the share holds the next
-		// batch; the units held are used meanwhile.
-		e.Deny(now+int64(d.Next), 1)
+		// batch (what a request denied meanwhile is told); the units held
+		// are used meanwhile. For TTL at most, as a denial: the others may
+		// have used up the limit by then, or given units back.
+		e.SetRetryAt(now + int64(d.Next))
+		e.Deny(now+min(int64(d.Next), int64(l.cfg.TTL)), 1)
 	}
 	l.bound.Touch(e)
 }

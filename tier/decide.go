@@ -277,8 +277,8 @@ func (e *Engine) fromLocal(p *remote.Policy, ent *leasesync.Entry, n, now int64)
 }
 
 // cachedDenial is the Decision of ent's denial cached at now, left before
-// it lapses. RetryAfter: what Redis said, or left if longer (a next-batch
-// wait). Remaining: what Redis last said it had left, and what this
+// it lapses. RetryAfter: what Redis said, while it lasts; past it (this
+// instance waits for its share's next batch), left. Remaining: what Redis last said it had left, and what this
 // instance holds (too few). A block reports its own time left instead
 // (longer than the cache's, capped at the lease TTL), and nothing
 // remaining.
@@ -288,8 +288,13 @@ func cachedDenial(ent *leasesync.Entry, left, now int64) Decision {
 			RetryAfter: time.Duration(until - now), ResetAfter: time.Duration(until - now)}
 	}
 	w, held := ent.WordAndUnits()
-	// Redis's RetryAfter, though the cache asks again sooner (at left).
-	return Decision{Source: Cached, Limit: w.Limit, RetryAfter: time.Duration(max(left, ent.RetryAt()-now)),
+	// Redis's RetryAfter (the cache may ask again sooner, at left, or
+	// later: its share's next batch).
+	retry := ent.RetryAt() - now
+	if retry <= 0 {
+		retry = left
+	}
+	return Decision{Source: Cached, Limit: w.Limit, RetryAfter: time.Duration(retry),
 		Remaining:  w.Remaining + held,
 		ResetAfter: time.Duration(max(0, w.ResetAt-now))}
 }

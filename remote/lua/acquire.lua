@@ -81,6 +81,10 @@ for i = 1, n do
   V[i] = v
   if v >= 0 and (valid < 0 or v < valid) then valid = v end
 end
+-- Whether the limits themselves deny a request of min units (as exact mode
+-- would), whatever the fair share says: a denial then tells the limits'
+-- retry_after, not this member's (see deny).
+local limits_deny = least < minimum
 
 -- When the key's tight limit is a window (its grants lapse: tv >= 0),
 -- tv is the us to that window's end, wlen its length, wstart its start.
@@ -184,7 +188,11 @@ if mkey then
       uw = wstart
       if not tokens or at < wstart then tokens = size else tokens = min(size, tokens) end
     elseif not tokens then tokens = size else
-      tokens = min(size, tokens + f * (NOW - at) / 1000000)
+      -- A debt taken from a whole window is that window's: its room is
+      -- gone with it, and the next window's is not owed for it.
+      local since = at
+      if whole and at < wstart and tokens < 0 then tokens, since = 0, wstart end
+      tokens = min(size, tokens + f * (NOW - since) / 1000000)
     end
     -- What the buckets hold is kept for their members: a member may take
     -- all the room but what the others' buckets hold, from its own bucket
@@ -201,11 +209,14 @@ if mkey then
     room_rate = max(f, R - growth)
     spare = max(0, room - max(0, tokens))
     -- The shares are held to only while the room is short (less than the
-    -- members want over a horizon). With room to spare, anyone takes what
-    -- it asks for, and what it takes beyond its bucket is a debt (down to
-    -- the capacity) that it pays off once the room is short: so the
-    -- shares hold over time.
-    if avail < total * horizon / 1000000 then
+    -- members want over a horizon; from a window whose room comes whole,
+    -- over what is left of it: that room is all there is until it ends).
+    -- With room to spare, anyone takes what it asks for, and what it takes
+    -- beyond its bucket is a debt (down to the capacity) that it pays off
+    -- once the room is short: so the shares hold over time.
+    local span = horizon
+    if whole then span = max(horizon, tv) end
+    if avail < total * span / 1000000 then
       -- (Its own bucket, too, when the buckets together hold more than
       -- the room: each is at least min, which a small rate's share may
       -- not make. First come, first served then, rather than none.)
@@ -258,9 +269,22 @@ local function share_wait()
   return min(own, cdiv((need - room) * 1000000, room_rate))
 end
 
--- Short of a batch under the fair share: denied, back once the bucket
--- holds the batch.
-if refill > 0 and cap < need then
+-- A denial: retry_after is when min units fit for whom it tells (the
+-- limits', or this member's, see below); ask, when this member asks again,
+-- if later: its share's next batch. Neither past the end of a window of the
+-- key's (valid): a new window is shared anew, and a member that waited
+-- past its start would strand its part.
+local function deny(remaining, reset, retry, ask, decider)
+  retry = max(1, retry)
+  if valid > 0 and ask > valid then ask = max(retry, valid) end
+  if ask <= retry then ask = 0 end
+  return reply(0, NOW, remaining, reset, 0, retry, decider - 1, ask, members)
+end
+
+-- Short of a batch under the fair share while the limits have room for
+-- the request: denied, back once the bucket holds the batch. (When the
+-- limits deny the request too, the denial below tells theirs.)
+if refill > 0 and cap < need and not limits_deny then
   local retry
   if windowed then
     -- The member's part of the window is spent, and the others' parts are
@@ -278,7 +302,7 @@ if refill > 0 and cap < need then
     save(0)
     local alg, rate, period, burst = limit(tight)
     local reset = ALG[alg].reset(S1[tight], S2[tight], S3[tight], rate, period, burst)
-    return reply(0, NOW, AV[tight], reset, 0, retry, tight - 1, 0, members)
+    return deny(AV[tight], reset, retry, 0, tight)
   end
 end
 
@@ -323,18 +347,26 @@ if grant < need then
     -- its batch is owed it: it comes back when the limit has made it
     -- (retry), no later: put off longer, it would leave the limit to fill
     -- up (and a bucket to overflow) meanwhile.
+    local ask = retry
     if refill > 0 and members > 1 and decider == tight and tokens < need then
-      retry = max(retry, share_wait())
+      ask = max(retry, share_wait())
     elseif mkey and refill == 0 and members > 1 and decider == tight then
       -- The members' demands fit in R, yet the limit is empty: a demand
       -- grew faster than its estimate. Back once the limit has made a
       -- batch of this member's demand (at most its part of the capacity),
       -- not for every unit as it frees up, which would poll.
       local b = max(need, min(demand * horizon / TENTH, C / members))
-      retry = max(retry, cdiv(b * 1000000, R))
+      ask = max(retry, cdiv(b * 1000000, R))
     end
     save(0)
-    return reply(0, NOW, AV[decider], reset, 0, max(1, retry), decider - 1, 0, members)
+    if limits_deny then
+      -- The limits deny the request itself: it is told when they have
+      -- room for it, as exact mode tells (a used-up window: its end),
+      -- while this member asks again no sooner than its batch.
+      decider, retry, reset = denier(n, S1, S2, S3, AV, minimum, reserve)
+      return deny(AV[decider], reset, retry, ask, decider)
+    end
+    return deny(AV[decider], reset, ask, 0, decider)
   end
 end
 
@@ -355,4 +387,6 @@ elseif refill > 0 and members > 1 then
   local short_by = need - max(0, tokens) - max(0, spare)
   if short_by > 0.000001 then next = cdiv(short_by * 1000000, refill) end
 end
+-- (Not past the end of a window of the key's: see deny.)
+if valid > 0 and next > valid then next = valid end
 return reply(grant, NOW, left, reset, max(0, valid), next, decider - 1, wait, members)

@@ -68,14 +68,17 @@ local NOW
 --   valid_for    us the grant may be used for before it lapses (the end of a
 --                window or bucket, always > 0), or 0 for no limit of the
 --                policy's own, and when denied
---   retry_after  us until min units could be granted; when granted, 0, or
---                under the fair share the us until this member's own
---                bucket holds its next batch (asking sooner is denied)
+--   retry_after  us until min units could be granted (when the limits deny
+--                them, theirs, as exact mode's; else this member's);
+--                when granted, 0, or under the fair share the us until
+--                this member's own bucket holds its next batch (asking
+--                sooner is denied)
 --   decider      0-based index of the limit that decided: when denied, the
 --                denying limit that frees up last; when granted, the one with
 --                the fewest units left
 --   wait         us until the granted units may be used (a leaky bucket's
---                queue); 0 otherwise
+--                queue); when denied under the fair share, the us until
+--                this member asks again, when later than retry_after; else 0
 --   members      the live members of the key, this one included; 0 when the
 --                call names no member
 --   blocked      1 when denied because the key is blocked (then decider 0,
