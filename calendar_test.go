@@ -226,14 +226,14 @@ func TestCalendarWindowInLeaseMode(t *testing.T) {
 							} else if len(c.limits) == 1 {
 								// Never later than the quota's window's end
 								// (to a step, and the answer's flight); once
-								// every unit of it is used, Redis says the
-								// end, whatever the fair share. (A denial
-								// from memory, of an instance held to its
-								// share, tells the share's wait until its
-								// next call learns better, within TTL.)
+								// every unit of it is used, the end, unless
+								// the denial says it is the fair share's
+								// (an instance held to its share tells its
+								// share's wait, from memory, until its next
+								// call learns better, within TTL).
 								left := end.Sub(now)
 								if res.RetryAfter > left+time.Second ||
-									res.Source == ratelease.SourceRemote && admitted[c.cal.Start(now)] == c.quota && res.RetryAfter < left-time.Second {
+									!res.FairShare && admitted[c.cal.Start(now)] == c.quota && res.RetryAfter < left-time.Second {
 									t.Fatalf("at %v: denied (%v, %d of %d used) with RetryAfter %v; the window ends in %v",
 										now, res.Source, admitted[c.cal.Start(now)], c.quota, res.RetryAfter, left)
 								}

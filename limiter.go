@@ -73,6 +73,12 @@ type Result struct {
 	// (Limiter.Block): RetryAfter and ResetAfter are the block's time left,
 	// Remaining is 0 and Limit is the policy's first limit. False otherwise.
 	Blocked bool
+	// FairShare reports a denial in lease mode by this instance's fair
+	// share of the key while the limits themselves had room for the
+	// request: other instances hold or are owed it. RetryAfter is then
+	// this instance's wait for its share. Wherever the limits deny,
+	// RetryAfter and ResetAfter are exact mode's and FairShare is false.
+	FairShare bool
 	// Debt is, for Charge, the units Limit (the limit where one unit fits
 	// last) owes beyond its room after the charge: the key is denied until
 	// Limit has freed them and one more (RetryAfter, for one unit). 0

@@ -302,6 +302,7 @@ func (p *Policy) result(d tier.Decision) Result {
 		Source:     Source(d.Source), // one number to another: free
 		Granted:    int(d.Granted),
 		Blocked:    d.Blocked,
+		FairShare:  d.FairShare,
 		Debt:       int(d.Debt),
 	}
 }

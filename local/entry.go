@@ -87,8 +87,10 @@ type Entry[P any] struct {
 	// the recorded denial is a block; 0 otherwise (see BlockedUntil).
 	blockedUntil atomic.Int64
 	// retryAt: when (ns) Redis said the recorded denial's units could be
-	// admitted (see RetryAt).
-	retryAt atomic.Int64
+	// admitted (see RetryAt); fairShare, that the wait is this instance's
+	// fair share's, the limits having room.
+	retryAt   atomic.Int64
+	fairShare atomic.Bool
 	// lowWater: when fewer units than this are held, a lease is made ahead
 	// of need (prefetch). Written at each lease.
 	lowWater atomic.Int64

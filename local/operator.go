@@ -76,12 +76,17 @@ func (e *Entry[P]) Forget() int64 {
 }
 
 // SetRetryAt records when (ns) Redis said the units it denied could be
-// admitted: the recorded denial (Deny) may lapse sooner, to ask again.
-func (e *Entry[P]) SetRetryAt(at int64) { e.retryAt.Store(at) }
+// admitted, and whether that is the wait of this instance's fair share
+// (the limits had room): the recorded denial (Deny) may lapse sooner, to
+// ask again.
+func (e *Entry[P]) SetRetryAt(at int64, fairShare bool) {
+	e.retryAt.Store(at)
+	e.fairShare.Store(fairShare)
+}
 
 // RetryAt returns when (ns) Redis said the units it last denied could be
-// admitted.
-func (e *Entry[P]) RetryAt() int64 { return e.retryAt.Load() }
+// admitted, and whether that is the wait of this instance's fair share.
+func (e *Entry[P]) RetryAt() (int64, bool) { return e.retryAt.Load(), e.fairShare.Load() }
 
 // SetBlocked records that the entry's recorded denial (Deny) is a block of
 // its key that ends at until (ns), or, with 0, that it is not a block: set

@@ -23,7 +23,7 @@ import (
 //     ResetAfter and Decider are exact mode's (a used-up window: its end,
 //     whatever the fair share);
 //   - where they have room and the fair share denies, RetryAfter is this
-//     member's own wait (> 0) and Next is 0;
+//     member's own wait (> 0), Next is 0, and FairShare says so;
 //   - Next, when set, is later than RetryAfter, and never past the end of
 //     a window of the key's: a new window is shared anew.
 //
@@ -104,14 +104,14 @@ func retryAgainstExact(t *testing.T, rng *rand.Rand, p *remote.Policy, members i
 		}
 		if exact.Granted == 0 {
 			byLimits++
-			if d.RetryAfter != exact.RetryAfter || d.ResetAfter != exact.ResetAfter || d.Decider != exact.Decider {
-				t.Fatalf("step %d: %s (of %d members) denied %+v; exact mode at the same time: %+v: want its RetryAfter, ResetAfter and Decider",
+			if d.RetryAfter != exact.RetryAfter || d.ResetAfter != exact.ResetAfter || d.Decider != exact.Decider || d.FairShare {
+				t.Fatalf("step %d: %s (of %d members) denied %+v; exact mode at the same time: %+v: want its RetryAfter, ResetAfter and Decider, not FairShare",
 					step, req.Member, members, d, exact)
 			}
 			continue
 		}
-		if d.RetryAfter <= 0 || d.Next != 0 {
-			t.Fatalf("step %d: %s denied by the fair share alone: %+v; want its own wait in RetryAfter, no Next", step, req.Member, d)
+		if d.RetryAfter <= 0 || d.Next != 0 || !d.FairShare {
+			t.Fatalf("step %d: %s denied by the fair share alone: %+v; want its own wait in RetryAfter, no Next, FairShare", step, req.Member, d)
 		}
 	}
 	if byLimits == 0 {

@@ -300,6 +300,10 @@ type Decision struct {
 	// RetryAfter and ResetAfter are then the block's time left (to the
 	// millisecond), Decider 0, Remaining 0 and Members 0.
 	Blocked bool
+	// FairShare reports a denial of a member by its fair share of the key
+	// while the limits had room for Min units: RetryAfter is then this
+	// member's wait for its share, not the limits'.
+	FairShare bool
 	// Debt is, after a Charge, the units the decider owes beyond its room;
 	// 0 otherwise.
 	Debt int64
@@ -827,7 +831,8 @@ func parseDecision(p *Policy, reply string) (Decision, error) {
 		Decider:    int(n[6]),
 		Wait:       time.Duration(n[7]) * time.Microsecond,
 		Members:    n[8],
-		Blocked:    n[9] != 0,
+		Blocked:    n[9] == 1,
+		FairShare:  n[9] == 2,
 		Debt:       n[10],
 	}
 	if d.Granted == 0 {

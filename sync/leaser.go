@@ -438,7 +438,7 @@ func (l *Leaser) apply(c *call, n int64) {
 		// From the reply, not the request: the wait counts from Redis's
 		// now, later than start by the queue and half the round trip, and
 		// counting from start would come back early and be denied again.
-		e.SetRetryAt(now + int64(d.RetryAfter))
+		e.SetRetryAt(now+int64(d.RetryAfter), d.FairShare)
 		// Cached for TTL at most, then asked again: the denial may not
 		// hold that long. Other members hold units of the key that come
 		// back when they lapse; any instance may Reset the key, Refund
@@ -487,7 +487,7 @@ func (l *Leaser) apply(c *call, n int64) {
 		// batch (what a request denied meanwhile is told); the units held
 		// are used meanwhile. For TTL at most, as a denial: the others may
 		// have used up the limit by then, or given units back.
-		e.SetRetryAt(now + int64(d.Next))
+		e.SetRetryAt(now+int64(d.Next), true)
 		e.Deny(now+min(int64(d.Next), int64(l.cfg.TTL)), 1)
 	}
 	l.bound.Touch(e)

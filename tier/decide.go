@@ -290,11 +290,12 @@ func cachedDenial(ent *leasesync.Entry, left, now int64) Decision {
 	w, held := ent.WordAndUnits()
 	// Redis's RetryAfter (the cache may ask again sooner, at left, or
 	// later: its share's next batch).
-	retry := ent.RetryAt() - now
+	at, share := ent.RetryAt()
+	retry := at - now
 	if retry <= 0 {
-		retry = left
+		retry, share = left, true
 	}
-	return Decision{Source: Cached, Limit: w.Limit, RetryAfter: time.Duration(retry),
+	return Decision{Source: Cached, Limit: w.Limit, RetryAfter: time.Duration(retry), FairShare: share,
 		Remaining:  w.Remaining + held,
 		ResetAfter: time.Duration(max(0, w.ResetAt-now))}
 }

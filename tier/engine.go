@@ -114,6 +114,9 @@ type Decision struct {
 	// Blocked: denied because the key is blocked (Block); RetryAfter is
 	// the block's time left, as far as this instance knows it.
 	Blocked bool
+	// FairShare: denied by this instance's fair share of the key while
+	// the limits had room (lease mode); RetryAfter is the share's wait.
+	FairShare bool
 	// Debt: set by Charge, the units Limit owes beyond its room.
 	Debt int64
 	// At: Redis's time (µs) of a decision Redis made (Decision.At), for

@@ -140,6 +140,7 @@ func decision(d remote.Decision) Decision {
 		RetryAfter: d.RetryAfter,
 		ResetAfter: d.ResetAfter,
 		Blocked:    d.Blocked,
+		FairShare:  d.FairShare,
 		At:         d.At,
 	}
 }

@@ -274,11 +274,12 @@ end
 -- if later: its share's next batch. Neither past the end of a window of the
 -- key's (valid): a new window is shared anew, and a member that waited
 -- past its start would strand its part.
-local function deny(remaining, reset, retry, ask, decider)
+-- share: the limits had room for the request; this member's share had not.
+local function deny(remaining, reset, retry, ask, decider, share)
   retry = max(1, retry)
   if valid > 0 and ask > valid then ask = max(retry, valid) end
   if ask <= retry then ask = 0 end
-  return reply(0, NOW, remaining, reset, 0, retry, decider - 1, ask, members)
+  return reply(0, NOW, remaining, reset, 0, retry, decider - 1, ask, members, share and 2 or 0)
 end
 
 -- Short of a batch under the fair share while the limits have room for
@@ -302,7 +303,7 @@ if refill > 0 and cap < need and not limits_deny then
     save(0)
     local alg, rate, period, burst = limit(tight)
     local reset = ALG[alg].reset(S1[tight], S2[tight], S3[tight], rate, period, burst)
-    return deny(AV[tight], reset, retry, 0, tight)
+    return deny(AV[tight], reset, retry, 0, tight, true)
   end
 end
 
@@ -366,7 +367,7 @@ if grant < need then
       decider, retry, reset = denier(n, S1, S2, S3, AV, minimum, reserve)
       return deny(AV[decider], reset, retry, ask, decider)
     end
-    return deny(AV[decider], reset, ask, 0, decider)
+    return deny(AV[decider], reset, ask, 0, decider, true)
   end
 end
 

@@ -83,7 +83,9 @@ local NOW
 --                call names no member
 --   blocked      1 when denied because the key is blocked (then decider 0,
 --                remaining 0, retry_after and reset_after the block's time
---                left, members 0), else 0
+--                left, members 0); 2 when denied by this member's fair
+--                share while the limits had room for min units
+--                (acquire.lua: retry_after is this member's wait); else 0
 --   debt         (charge.lua only) units the decider owes beyond its room
 
 -- reply(...) is the reply of a decision: its 4 to 11 integers as one
