@@ -285,6 +285,10 @@ func (e *Entry[P]) WordAndUnits() (Word, int64) {
 // (the instances that lease it), or 0 when unknown.
 func (e *Entry[P]) Members() int64 { return e.members.Load() }
 
+// ClearMembers forgets the member count of the last lease (Members is 0
+// until a lease names one again).
+func (e *Entry[P]) ClearMembers() { e.members.Store(0) }
+
 // Shared reports whether at the last lease other members wanted the key
 // too, and Redis held this one to its share or denied it.
 func (e *Entry[P]) Shared() bool { return e.shared.Load() }

@@ -379,9 +379,13 @@ func (l *Leaser) plan(e *Entry, st local.Lease, n, now int64) *call {
 	}
 	size = max(min(size, p.Capacity()), least)
 	demand := int64(math.Ceil(rate))
-	if n > 0 && st.Back == 0 && !st.Waiting && want < float64(2*least) && l.cfg.Min <= least {
+	if n > 0 && st.Back == 0 && !st.Waiting && l.cfg.Min <= least &&
+		(want < float64(2*least) || crowdShare(p, e.Members(), h) < float64(2*least)) {
 		// This instance uses the key seldom: a horizon's demand is less
 		// than two requests, so a lease would serve this request and
+		// hardly another. Or the key is crowded: divided among the members
+		// it had at the last lease, what it makes in a horizon is less than
+		// two requests a member, and a lease would bring this one and
 		// hardly another. It goes as an exact decision, for the request
 		// alone and naming no member: it costs Redis what an exact call
 		// does (a member's call costs several), holds nothing, and the
@@ -394,6 +398,21 @@ func (l *Leaser) plan(e *Entry, st local.Lease, n, now int64) *call {
 			Back: st.Back, BackAt: st.BackAt},
 		entry: e, start: now, epoch: st.Epoch, done: make(chan struct{}),
 	}
+}
+
+// crowdShare is what a key of p makes in a horizon h, at most (each
+// limit's capacity and what it refills meanwhile; the least of them),
+// divided among its members: m, the members at its last lease; +Inf
+// when m is 1 or unknown.
+func crowdShare(p *remote.Policy, m int64, h time.Duration) float64 {
+	if m <= 1 {
+		return math.Inf(1)
+	}
+	supply := math.Inf(1)
+	for _, lim := range p.Limits() {
+		supply = min(supply, float64(lim.Burst)+float64(lim.Rate)*float64(h)/float64(lim.Period))
+	}
+	return supply / float64(m)
 }
 
 // growth bounds a lease to growth × the last grant, and at least
@@ -423,6 +442,10 @@ func (l *Leaser) apply(c *call, n int64) {
 	l.offset.Store(d.At - now/1e3)
 	if d.Members > 0 {
 		l.sawMembers(d.Members, now)
+	} else if c.req.Demand == 0 && d.Granted > 0 && 2*d.Remaining >= c.req.Policy.Capacity() {
+		// An exact decision found the key half full or more: not
+		// crowded (any more), whatever its members were.
+		e.ClearMembers()
 	}
 	// ResetAt on the hit's reading of the time, which hits report it
 	// against (a precise one would put it up to the coarse clock's lag

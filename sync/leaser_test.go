@@ -615,3 +615,60 @@ func TestSeldomKeyNamesNoMember(t *testing.T) {
 		t.Error("a key used every 5ms: the leaser did not join its members")
 	}
 }
+
+// A crowded key, whose rate divided among the members of its last lease
+// is less than two requests a member per horizon, is asked as exact mode
+// asks it, naming no member, however often this instance uses it: a lease
+// would bring the request and hardly another, at a member call's price.
+// Once an exact decision finds the key half full, it is not crowded any
+// more, and the next lease names the member again.
+func TestCrowdedKeyNamesNoMember(t *testing.T) {
+	mr := redistest.StartMini(t)
+	clk := clock.NewManual(mr.Now())
+	c := mr.Client(t)
+	l := newLeaser(t, c, clk, leasesync.Config{Min: 1, Refresh: 100 * time.Millisecond, TTL: time.Second, LowWater: 0.25, MaxKeys: 100})
+	p, err := remote.NewPolicy("p", []remote.Limit{{Algorithm: remote.TokenBucket, Rate: 20, Period: time.Second, Burst: 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	s := remote.NewStore(c, "t")
+	for i := range 30 { // the crowd: 30 members wanting 20/s each
+		if _, err := s.Acquire(ctx, remote.Request{Policy: p, Key: "k", Min: 1, Max: 1, Member: fmt.Sprintf("other%d", i), Demand: 20, Horizon: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := l.NewTable(p, nil).GetOrCreate("k")
+	entry := func() string {
+		v, err := c.HGet(ctx, "t:{p:k}:m", leasesync.ID(l)).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			t.Fatal(err)
+		}
+		return v
+	}
+	lease := func(times int) {
+		for range times {
+			mr.Advance(5 * time.Millisecond)
+			clk.Advance(5 * time.Millisecond)
+			if _, _, err := l.Lease(ctx, e, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	lease(4) // a demand of 200/s: it leases, and learns of the crowd
+	if e.Members() < 30 || entry() == "" {
+		t.Fatalf("after its first leases: %d members known, entry %q; want the crowd counted, and this member in it", e.Members(), entry())
+	}
+	before := entry()
+	lease(20)
+	if after := entry(); after != before {
+		t.Fatalf("a key of 20/s among %d members, asked 200/s: its member entry went from %q to %q; want exact decisions, naming no member", e.Members(), before, after)
+	}
+	// The crowd leaves; the key refills.
+	mr.Advance(5 * time.Second)
+	clk.Advance(5 * time.Second)
+	lease(20)
+	if e.Members() != 1 || entry() == "" {
+		t.Fatalf("the crowd gone, the key full: %d members known, entry %q; want this member leasing alone", e.Members(), entry())
+	}
+}

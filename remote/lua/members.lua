@@ -17,11 +17,10 @@
 --            uw (us), or 0 0
 --   class    the class its demand was counted in (class_of)
 -- and the field '#' (no member id starts with '#'), the key's aggregates:
---   "newest cursor U uw" then, for each live generation,
+--   "newest U uw" then, for each live generation,
 --   ";start P T F FT Z" and " idx count sum" for each demand class
 -- where
 --   newest   us, when the member that joined last joined
---   cursor   where the sweep of dead entries goes on (HSCAN)
 --   U, uw    what the members together had taken of their parts of the
 --            window that started at uw
 --   start, P the generation's start and length (us)
@@ -41,8 +40,8 @@
 -- (start + P), and a generation is dropped with all its members once
 -- GENS generation lengths have passed since its start. So nothing walks the
 -- members to find who lapsed. A dead member's entry stays in the hash,
--- counting for nothing, until the sweep (HSCAN, a few fields a call, only
--- while dead entries outnumber the live) deletes it, or the hash expires
+-- counting for nothing, until the sweep (a few fields a call, drawn at
+-- random, only while dead entries outnumber the live) deletes it, or the hash expires
 -- with its last generation. Instances that never lease the key cost it
 -- nothing; exact mode never names a member.
 
@@ -117,13 +116,13 @@ end
 --   M.U, M.uw  what the others took of their window parts (see above)
 local function read_members(mkey, member, demand, ttl)
   local raw = call('HMGET', mkey, '#', member)
-  local M = { key = mkey, member = member, demand = demand, gens = {}, newest = 0, cursor = '0', U = 0, uw = 0 }
+  local M = { key = mkey, member = member, demand = demand, gens = {}, newest = 0, U = 0, uw = 0 }
   local agg = raw[1]
   if agg then
     local head, rest = match(agg, '^([^;]*)(.*)$')
-    local newest, cursor, U, uw = match(head, '^(%d+) (%d+) (%S+) (%d+)')
+    local newest, U, uw = match(head, '^(%d+) (%S+) (%d+)')
     if newest then
-      M.newest, M.cursor, M.U, M.uw = tonumber(newest), cursor, tonumber(U), tonumber(uw)
+      M.newest, M.U, M.uw = tonumber(newest), tonumber(U), tonumber(uw)
       for gs in gmatch(rest, '[^;]+') do
         local start, P, T, F, FT, Z, cls = match(gs, '^(%d+) (%d+) (%S+) (%S+) (%S+) (%S+)(.*)$')
         start, P = tonumber(start), tonumber(P)
@@ -191,28 +190,29 @@ local function classes(M)
 end
 
 -- Deletes up to SWEEP entries of dead members while they outnumber the
--- live ones (see Generations), going on from the last call's cursor.
+-- live ones (see Generations), drawn at random: more than half of them
+-- dead. (Not HSCAN: a small hash, a listpack, is scanned whole whatever
+-- its COUNT, and a reply of hundreds of fields costs more than the rest
+-- of the call.)
 local function sweep(M)
   if call('HLEN', M.key) <= 2 * M.n + SWEEP then return end
   local live = {}
   for k = 1, #M.gens do live[M.gens[k].start] = true end
-  local r = call('HSCAN', M.key, M.cursor, 'COUNT', SWEEP)
-  M.cursor = r[1]
-  local kv = r[2]
+  local kv = call('HRANDFIELD', M.key, SWEEP, 'WITHVALUES')
   for j = 1, #kv, 2 do
     local f = kv[j]
     if f ~= '#' and f ~= M.member then
       -- (An entry of another format, another release's, is left for its
       -- writer: it goes with the hash.)
-      local e = parse_entry(kv[j + 1])
-      if e and not live[e.gen] then call('HDEL', M.key, f) end
+      local gen = match(kv[j + 1], '^(%d+) %d+ %S+ %d+ %d+ %S+ %S+ %S+ %d+ %-?%d+$')
+      if gen and not live[tonumber(gen)] then call('HDEL', M.key, f) end
     end
   end
 end
 
 -- The aggregates as stored (see above).
 local function format_members(M)
-  local out = { format('%d %s %.17g %d', M.newest, M.cursor, M.U, M.uw) }
+  local out = { format('%d %.17g %d', M.newest, M.U, M.uw) }
   for k = 1, #M.gens do
     local g = M.gens[k]
     if g.n > 0 then
