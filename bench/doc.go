@@ -33,9 +33,15 @@
 //     per decision and their µs (INFO commandstats), the bound and the
 //     worst instance's max-min fair share.
 //
-// The command in cmd/benchreport runs them all and writes docs/benchmarks.md:
+// The command in cmd/benchreport runs them all and writes docs/benchmarks.md,
+// and the shared-key workload's full table to docs/fleet.md:
 //
 //	cd bench && go run ./cmd/benchreport
+//
+// The shared-key workload alone, which writes docs/fleet.md and its plot
+// only:
+//
+//	cd bench && go run ./cmd/benchreport -only shared-key
 //
 // The decision benchmarks also run under go test, for benchstat:
 //
