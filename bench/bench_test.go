@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"slices"
@@ -254,5 +255,84 @@ func TestCeiling(t *testing.T) {
 	for _, p := range peersNamed(t, "ratelease-exact", "redis_rate") {
 		r, err := CeilingCluster(p, cl.Addrs(), cfg)
 		check(p.Name+" on a cluster of 3 masters", r, err)
+	}
+}
+
+// The shared-key workload, shortened (10 and 100 instances on one key, 3 s
+// in each mode), checked against lease mode's targets with the defaults
+// (New(client), PerSecond): Redis CPU at most half exact mode's on the same
+// demand (a tenth with 10 instances), no decision by the failure mode
+// while Redis is up, the bound held, and every instance admitted at least
+// 0.9 of its max-min fair share. (docs/fleet.md has the full workload's
+// figures.)
+func TestSharedKey(t *testing.T) {
+	cfg := DefaultSharedKey
+	cfg.Cells = []SharedKeyCell{{Instances: 10}, {Instances: 100}}
+	cfg.Duration = 3 * time.Second
+	for _, c := range cfg.Cells {
+		t.Run(c.String(), func(t *testing.T) {
+			r, err := SharedKey(context.Background(), addr, cfg, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Log(r)
+			checkSharedKey(t, r)
+		})
+	}
+}
+
+// checkSharedKey asserts a cell's targets (see TestSharedKey). The bound
+// holds on any machine; the others are targets with a guard for a loaded
+// one (see target).
+func checkSharedKey(t *testing.T, r SharedKeyResult) {
+	t.Helper()
+	want, held := 0.5, 0.8
+	switch {
+	case r.Cell.Keys > 0:
+		// Each instance sees a key of many far less than once a lease's
+		// life: no lease serves two decisions, and the key is asked per
+		// decision in both modes (see docs/scaling.md). Held at about
+		// exact mode's cost.
+		held = 1.6
+	case r.Cell.Instances <= 10:
+		want, held = 0.1, 0.2
+	}
+	target(t, r.CPURatio() <= want, r.CPURatio() <= held,
+		"%s: lease mode's Redis CPU %.2fx exact mode's, target at most %.2f (held at %.2f)", r.Cell, r.CPURatio(), want, held)
+	target(t, r.Lease.Fallback == 0, r.Lease.Fallback <= r.Lease.Decisions/100,
+		"%s: %d of lease mode's %d decisions by the failure mode while Redis was up, target none (held at 1%%)", r.Cell, r.Lease.Fallback, r.Lease.Decisions)
+	if r.Cell.Keys == 0 {
+		if float64(r.Lease.Admitted) > r.Lease.Bound {
+			t.Errorf("%s: lease mode admitted %d > the bound %.0f", r.Cell, r.Lease.Admitted, r.Lease.Bound)
+		}
+		target(t, r.Lease.Worst >= 0.9, r.Lease.Worst >= 0.75,
+			"%s: the worst instance had %.2f of its max-min fair share, target at least 0.9 (held at 0.75)", r.Cell, r.Lease.Worst)
+	}
+	// A machine too busy to keep up offers less than intended: the
+	// figures are then those of what it did offer (a target of 5%), and
+	// only a run that offered less than three quarters fails, for it no
+	// longer measured the regime it names.
+	off := math.Abs(float64(r.Lease.Decisions-r.Lease.Intended)) / float64(r.Lease.Intended)
+	target(t, off <= 0.05, off <= 0.25,
+		"%s: lease mode made %d decisions, intended %d: the machine did not keep up", r.Cell, r.Lease.Decisions, r.Lease.Intended)
+}
+
+// targetsEnv, set to 1, makes every target a failure when missed (see
+// target), as in the root module's tests.
+const targetsEnv = "RATELEASE_TARGETS"
+
+// target reports a figure against its target (met) and its regression
+// guard (held). A target is what the engine reaches on a machine of its
+// own; how much of the machine a run gets moves the figure, so a target
+// not met is logged as such, and the test fails only past the guard
+// (RATELEASE_TARGETS=1: on every target missed).
+func target(t *testing.T, met, held bool, format string, args ...any) {
+	t.Helper()
+	switch {
+	case met:
+	case !held || os.Getenv(targetsEnv) == "1":
+		t.Errorf(format, args...)
+	default:
+		t.Logf("TARGET NOT MET: "+format, args...)
 	}
 }

@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -64,9 +65,19 @@ func InfoField(tb testing.TB, c *redis.Client, section, field string) float64 {
 // reset, from INFO commandstats.
 func ScriptStats(tb testing.TB, c *redis.Client) (usec, calls float64) {
 	tb.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
+	usec, calls, err := ReadScriptStats(context.Background(), c)
 	if err != nil {
 		tb.Fatal(err)
+	}
+	return usec, calls
+}
+
+// ReadScriptStats is ScriptStats for programs without a testing.TB (a
+// measuring tool): it returns an error where ScriptStats fails its test.
+func ReadScriptStats(ctx context.Context, c *redis.Client) (usec, calls float64, err error) {
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return 0, 0, err
 	}
 	for _, line := range strings.Split(info, "\r\n") {
 		name, stats, ok := strings.Cut(line, ":")
@@ -80,7 +91,7 @@ func ScriptStats(tb testing.TB, c *redis.Client) (usec, calls float64) {
 			}
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil {
-				tb.Fatalf("redistest: INFO commandstats %s: %v", line, err)
+				return 0, 0, fmt.Errorf("redistest: INFO commandstats %s: %w", line, err)
 			}
 			if k == "usec" {
 				usec += f
@@ -89,5 +100,5 @@ func ScriptStats(tb testing.TB, c *redis.Client) (usec, calls float64) {
 			}
 		}
 	}
-	return usec, calls
+	return usec, calls, nil
 }

@@ -1,5 +1,5 @@
 // Command benchreport runs ratelease's comparison benchmarks and writes
-// docs/benchmarks.md. Run it from bench/:
+// docs/benchmarks.md and docs/fleet.md. Run it from bench/:
 //
 //	go run ./cmd/benchreport
 //
@@ -7,9 +7,17 @@
 // PATH), runs the decision benchmarks of package bench -count times with
 // the peers interleaved round by round (so that a slow spell of a shared
 // machine hits them all alike), then the accuracy workloads, then the
-// everyday and fleet workloads (-accuracy-runs times each), and writes the
-// report (-o) and the raw benchmark lines (-raw, for benchstat). It stops
-// the server it started, and only that one, by its PID.
+// everyday and fleet workloads (-accuracy-runs times each), the ceiling
+// and permits workloads, and last the shared-key workload (once, each of
+// its cells on a redis-server of its own), and writes the report (-o), the
+// raw benchmark lines (-raw, for benchstat) and the shared-key workload's
+// report (-fleet, docs/fleet.md, with its plot beside it, docs/fleet.svg).
+// It stops the servers it started, and only those, by their PIDs.
+//
+// The whole run takes a while; the shared-key workload runs alone, and
+// writes docs/fleet.md and docs/fleet.svg only, with
+//
+//	go run ./cmd/benchreport -only shared-key
 //
 // The report is stamped with the commit it measured, so it refuses to run
 // on a tree with uncommitted changes (the report's own outputs aside),
@@ -59,14 +67,28 @@ func main() {
 	accuracyRuns := flag.Int("accuracy-runs", 3, "runs of each accuracy workload, and of the everyday and fleet workloads")
 	out := flag.String("o", "../docs/benchmarks.md", "the report to write")
 	raw := flag.String("raw", "out/decisions.txt", "the benchmark lines to write, for benchstat")
+	fleet := flag.String("fleet", "../docs/fleet.md", "the shared-key workload's report to write; its plot is written beside it, as .svg")
+	only := flag.String("only", "", "run one part alone: "+sharedKeyOnly+" runs the shared-key workload and writes -fleet and its plot, not -o or -raw")
 	dirty := flag.Bool("dirty", false, "run on a tree that is not a commit's (uncommitted changes, or no git checkout), marking every ratelease row of the report as such")
 	flag.Parse()
 	if err := flag.Set("test.benchtime", benchtime.String()); err != nil {
 		fail(err)
 	}
-	if err := run(*count, *accuracyRuns, *out, *raw, *dirty); err != nil {
+	if *only != "" && *only != sharedKeyOnly {
+		fail(fmt.Errorf("-only %q: the only part that runs alone is %s", *only, sharedKeyOnly))
+	}
+	o := options{count: *count, accuracyRuns: *accuracyRuns, out: *out, raw: *raw, fleet: *fleet, sharedKeyOnly: *only == sharedKeyOnly, dirty: *dirty}
+	if err := run(o); err != nil {
 		fail(err)
 	}
+}
+
+// options are the command's flags.
+type options struct {
+	count, accuracyRuns int
+	out, raw, fleet     string
+	sharedKeyOnly       bool
+	dirty               bool
 }
 
 func fail(err error) {
@@ -74,19 +96,19 @@ func fail(err error) {
 	os.Exit(1)
 }
 
-func run(count, accuracyRuns int, out, raw string, dirty bool) error {
+func run(o options) error {
 	began := time.Now()
 	// The tree is read before the run, not after: what was built is what
 	// the tree held then (go run compiles first), and a commit made during
 	// the run must not be named as the one measured.
-	src, err := readTree(out, raw)
+	src, err := readTree(o.out, o.raw, o.fleet, plotPath(o.fleet))
 	if err != nil {
-		if !dirty {
+		if !o.dirty {
 			return fmt.Errorf("%w: %v; pass -dirty to mark every ratelease row as not a commit's", errDirty, err)
 		}
 		src = tree{}
 	}
-	if err := checkTree(src, dirty); err != nil {
+	if err := checkTree(src, o.dirty); err != nil {
 		return err
 	}
 	bin, err := exec.LookPath("redis-server")
@@ -111,20 +133,36 @@ func run(count, accuracyRuns int, out, raw string, dirty bool) error {
 		if cl := running.Load(); cl != nil {
 			cl.Kill()
 		}
+		if s := serving.Load(); s != nil {
+			s.Kill()
+		}
 		os.RemoveAll(dir)
 		os.Exit(130)
 	}()
-
-	if err := os.MkdirAll(filepath.Dir(raw), 0o755); err != nil {
+	env, err := environment(srv.Addr)
+	if err != nil {
 		return err
 	}
-	rawFile, err := os.Create(raw)
+	env.src = src
+	env.command = "cd bench && go run ./cmd/benchreport " + strings.Join(os.Args[1:], " ")
+	if o.sharedKeyOnly {
+		rows, err := sharedKeys(bin, dir)
+		if err != nil {
+			return err
+		}
+		return writeSharedKeyFiles(o.fleet, env, rows)
+	}
+
+	if err := os.MkdirAll(filepath.Dir(o.raw), 0o755); err != nil {
+		return err
+	}
+	rawFile, err := os.Create(o.raw)
 	if err != nil {
 		return err
 	}
 	defer rawFile.Close()
 	peers := bench.Peers()
-	dec, err := decisions(peers, srv.Addr, count, goroutineCounts, io.MultiWriter(rawFile, os.Stdout))
+	dec, err := decisions(peers, srv.Addr, o.count, goroutineCounts, io.MultiWriter(rawFile, os.Stdout))
 	if err != nil {
 		return err
 	}
@@ -133,44 +171,48 @@ func run(count, accuracyRuns int, out, raw string, dirty bool) error {
 	if err != nil {
 		return err
 	}
-	byAlg, err := decisions(append(bench.ExactAlgorithms(), algs...), srv.Addr, count, []int{1}, io.MultiWriter(rawFile, os.Stdout))
+	byAlg, err := decisions(append(bench.ExactAlgorithms(), algs...), srv.Addr, o.count, []int{1}, io.MultiWriter(rawFile, os.Stdout))
 	if err != nil {
 		return err
 	}
 
 	var acc []accuracyRow
 	for _, w := range workloads() {
-		rows, err := accuracy(peers, srv.Addr, w, accuracyRuns)
+		rows, err := accuracy(peers, srv.Addr, w, o.accuracyRuns)
 		if err != nil {
 			return err
 		}
 		acc = append(acc, rows...)
 	}
-	reg, err := regimes(peers, srv.Addr, accuracyRuns)
+	reg, err := regimes(peers, srv.Addr, o.accuracyRuns)
 	if err != nil {
 		return err
 	}
-	if reg.ceiling, err = ceilings(peers, srv.Addr, accuracyRuns); err != nil {
+	if reg.ceiling, err = ceilings(peers, srv.Addr, o.accuracyRuns); err != nil {
 		return err
 	}
-	if reg.cluster, err = clusterCeilings(peers, bin, dir, accuracyRuns); err != nil {
+	if reg.cluster, err = clusterCeilings(peers, bin, dir, o.accuracyRuns); err != nil {
 		return err
 	}
-	if reg.permits, err = permits(srv.Addr, accuracyRuns); err != nil {
+	if reg.permits, err = permits(srv.Addr, o.accuracyRuns); err != nil {
 		return err
 	}
-	env, err := environment(srv.Addr)
-	if err != nil {
+	if reg.sharedKey, err = sharedKeys(bin, dir); err != nil {
 		return err
 	}
-	env.src = src
 	env.took = time.Since(began).Round(time.Second)
-	env.command = "cd bench && go run ./cmd/benchreport " + strings.Join(os.Args[1:], " ")
-	f, err := os.Create(out)
+	if err := writeSharedKeyFiles(o.fleet, env, reg.sharedKey); err != nil {
+		return err
+	}
+	if env.fleet, err = filepath.Rel(filepath.Dir(o.out), o.fleet); err != nil {
+		return err
+	}
+	env.fleet = filepath.ToSlash(env.fleet)
+	f, err := os.Create(o.out)
 	if err != nil {
 		return err
 	}
-	if err := write(f, env, peers, dec, byAlg, acc, reg, count, accuracyRuns, raw); err != nil {
+	if err := write(f, env, peers, dec, byAlg, acc, reg, o.count, o.accuracyRuns, o.raw); err != nil {
 		f.Close()
 		return err
 	}
@@ -283,6 +325,8 @@ type regimeResults struct {
 	cluster []ceilingRow
 	// permits holds one row per mode: exact, lease.
 	permits []permitRow
+	// sharedKey holds one result per cell of bench.DefaultSharedKey.
+	sharedKey []bench.SharedKeyResult
 }
 
 // permitRow is the permits workload's runs in one mode.
@@ -467,6 +511,7 @@ type env struct {
 	src                                        tree        // the ratelease measured
 	took                                       time.Duration
 	command                                    string
+	fleet                                      string // the shared-key workload's report, relative to this one
 }
 
 func environment(addr string) (env, error) {

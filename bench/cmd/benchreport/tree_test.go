@@ -170,9 +170,10 @@ func TestReportMarksADirtyTree(t *testing.T) {
 		run := bench.FleetRun{Decisions: 100, RoundTrips: 1}
 		reg.fleet = append(reg.fleet, fleetRow{impl: n, runs: []bench.FleetResult{{Alone: run, Beside: run}}})
 	}
+	reg.sharedKey = sharedKeyResults()
 	render := func(src tree) string {
 		var b strings.Builder
-		if err := write(&b, env{src: src, command: "cd bench && go run ./cmd/benchreport"}, peers, dec, nil, acc, reg, 2, 1, "out/decisions.txt"); err != nil {
+		if err := write(&b, env{src: src, command: "cd bench && go run ./cmd/benchreport", fleet: "fleet.md"}, peers, dec, nil, acc, reg, 2, 1, "out/decisions.txt"); err != nil {
 			t.Fatal(err)
 		}
 		return b.String()
@@ -187,12 +188,13 @@ func TestReportMarksADirtyTree(t *testing.T) {
 		if strings.HasPrefix(line, "## ") {
 			section = line
 		}
-		if !strings.HasPrefix(line, "| ") || strings.HasPrefix(line, "| peer") || strings.HasPrefix(line, "| goal") || strings.HasPrefix(line, "| |") {
+		if !strings.HasPrefix(line, "| ") || strings.HasPrefix(line, "| peer") || strings.HasPrefix(line, "| goal") || strings.HasPrefix(line, "| cell") || strings.HasPrefix(line, "| |") {
 			continue
 		}
-		// Every goal is lease mode's; elsewhere, the rows of a ratelease
-		// peer (and the ratelease row of the header's table).
-		ours := section == "## Goals" || strings.HasPrefix(line, "| ratelease")
+		// Every goal is lease mode's, and every cell of the shared-key
+		// workload ratelease's; elsewhere, the rows of a ratelease peer
+		// (and the ratelease row of the header's table).
+		ours := section == "## Goals" || section == "## A fleet on one key" || strings.HasPrefix(line, "| ratelease")
 		if marked := strings.Contains(line, dirtyMark); marked != ours {
 			t.Errorf("marked %v, want %v: %s", marked, ours, line)
 		}

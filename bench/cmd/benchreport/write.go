@@ -129,6 +129,7 @@ func write(w io.Writer, e env, peers []bench.Peer, dec, byAlg map[decisionKey]de
 	writeCeiling(p, e, reg.ceiling, accuracyRuns)
 	writeCluster(p, e, reg.cluster, accuracyRuns)
 	writePermits(p, e, reg.permits, accuracyRuns)
+	writeSharedKey(p, e, reg.sharedKey, e.fleet)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
