@@ -76,7 +76,11 @@ func retryAgainstExact(t *testing.T, rng *rand.Rand, p *remote.Policy, members i
 		// A calendar's windows are named by the host's clock: here Redis's.
 		f.s.SetClock(&wallClock{Manual: clock.NewManual(f.Now()), now: f.Now()})
 		m := rng.IntN(members)
-		req := remote.Request{Policy: p, Key: "k", Min: 1, Max: 1 + rng.Int64N(30),
+		least := int64(1)
+		if rng.IntN(3) == 0 {
+			least = 2 + rng.Int64N(4)
+		}
+		req := remote.Request{Policy: p, Key: "k", Min: least, Max: least + rng.Int64N(30),
 			Member: fmt.Sprintf("m%d", m), Demand: demands[m], Horizon: 100 * time.Millisecond}
 		exact, err := f.s.Peek(ctx, p, "k")
 		if err != nil {
@@ -87,7 +91,7 @@ func retryAgainstExact(t *testing.T, rng *rand.Rand, p *remote.Policy, members i
 			t.Fatal(err)
 		}
 		if d.Granted > 0 {
-			if exact.Granted == 0 {
+			if exact.Granted == 0 && least == 1 {
 				t.Fatalf("step %d: %s granted %+v where exact mode denies: %+v", step, req.Member, d, exact)
 			}
 			if end := windowEnd(t, f, p); end > 0 && d.Next > end {
@@ -102,6 +106,14 @@ func retryAgainstExact(t *testing.T, rng *rand.Rand, p *remote.Policy, members i
 		if end := windowEnd(t, f, p); end > 0 && d.Next > end {
 			t.Fatalf("step %d: %s denied %+v: Next past the window's end in %v", step, req.Member, d, end)
 		}
+		if least > 1 {
+			// (Peek is exact mode's word for one unit: for more, only that
+			// neither time passes the window's end.)
+			if end := windowEnd(t, f, p); end > 0 && d.FairShare && d.RetryAfter > end {
+				t.Fatalf("step %d: %s denied %d units by the fair share: %+v, past the window's end in %v", step, req.Member, least, d, end)
+			}
+			continue
+		}
 		if exact.Granted == 0 {
 			byLimits++
 			if d.RetryAfter != exact.RetryAfter || d.ResetAfter != exact.ResetAfter || d.Decider != exact.Decider || d.FairShare {
@@ -109,6 +121,9 @@ func retryAgainstExact(t *testing.T, rng *rand.Rand, p *remote.Policy, members i
 					step, req.Member, members, d, exact)
 			}
 			continue
+		}
+		if end := windowEnd(t, f, p); end > 0 && d.RetryAfter > end {
+			t.Fatalf("step %d: %s denied by the fair share alone: %+v, past the window's end in %v", step, req.Member, d, end)
 		}
 		if d.RetryAfter <= 0 || d.Next != 0 || !d.FairShare {
 			t.Fatalf("step %d: %s denied by the fair share alone: %+v; want its own wait in RetryAfter, no Next, FairShare", step, req.Member, d)

@@ -277,6 +277,9 @@ end
 -- share: the limits had room for the request; this member's share had not.
 local function deny(remaining, reset, retry, ask, decider, share)
   retry = max(1, retry)
+  -- (The share's wait, too: the limits' own retry is theirs, as exact
+  -- mode's, even past the window of another limit.)
+  if share and valid > 0 and retry > valid then retry = valid end
   if valid > 0 and ask > valid then ask = max(retry, valid) end
   if ask <= retry then ask = 0 end
   return reply(0, NOW, remaining, reset, 0, retry, decider - 1, ask, members, share and 2 or 0)
