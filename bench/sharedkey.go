@@ -1,12 +1,10 @@
 package bench
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -257,7 +255,7 @@ func sharedKeyRun(ctx context.Context, addr string, cfg SharedKeyConfig, c Share
 		for i, in := range ins {
 			demands[i] = float64(in.decisions)
 		}
-		shares := waterFill(float64(cfg.Rate)*seconds, demands)
+		shares := redistest.WaterFill(float64(cfg.Rate)*seconds, demands)
 		res.Worst = math.Inf(1)
 		for i, in := range ins {
 			res.Worst = min(res.Worst, ratio(float64(in.admitted), shares[i]))
@@ -290,24 +288,6 @@ func evenly(start time.Time, perSecond float64, d time.Duration, ask func() bool
 			}
 		}
 	}
-}
-
-// waterFill returns the max-min fair shares of capacity among demands: each
-// gets its demand or an equal part of what the smaller demands left,
-// whichever is less.
-func waterFill(capacity float64, demands []float64) []float64 {
-	idx := make([]int, len(demands))
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(demands[a], demands[b]) })
-	shares := make([]float64, len(demands))
-	left := capacity
-	for k, i := range idx {
-		shares[i] = min(demands[i], left/float64(len(idx)-k))
-		left -= shares[i]
-	}
-	return shares
 }
 
 // ratio is a/b, 0 when b is 0.

@@ -1,12 +1,10 @@
 package remote_test
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -409,7 +407,7 @@ func TestWholeWindowIsShared(t *testing.T) {
 		for i := range demands {
 			demands[i] = float64(rate) * (0.2 + 2*rng.Float64())
 		}
-		parts := maxMin(float64(rate), demands)
+		parts := redistest.WaterFill(float64(rate), demands)
 		f.Advance(time.Second - time.Duration(f.Now().UnixNano()%int64(time.Second)))
 		got := make([]int64, members)
 		for w := range 3 {
@@ -433,20 +431,4 @@ func TestWholeWindowIsShared(t *testing.T) {
 			}
 		}
 	}
-}
-
-// maxMin is the max-min fair division of supply among demands: the
-// smallest demands met first, the rest divided evenly among the others.
-func maxMin(supply float64, demands []float64) []float64 {
-	order := make([]int, len(demands))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(demands[a], demands[b]) })
-	out := make([]float64, len(demands))
-	for k, i := range order {
-		out[i] = min(demands[i], supply/float64(len(order)-k))
-		supply -= out[i]
-	}
-	return out
 }

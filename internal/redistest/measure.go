@@ -1,9 +1,11 @@
 package redistest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -101,4 +103,22 @@ func ReadScriptStats(ctx context.Context, c *redis.Client) (usec, calls float64,
 		}
 	}
 	return usec, calls, nil
+}
+
+// WaterFill returns the max-min fair shares of capacity among demands:
+// each gets its demand or an equal part of what the smaller demands left,
+// whichever is less.
+func WaterFill(capacity float64, demands []float64) []float64 {
+	idx := make([]int, len(demands))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(demands[a], demands[b]) })
+	shares := make([]float64, len(demands))
+	left := capacity
+	for k, i := range idx {
+		shares[i] = min(demands[i], left/float64(len(idx)-k))
+		left -= shares[i]
+	}
+	return shares
 }

@@ -138,7 +138,7 @@ func TestLeaseFairShare(t *testing.T) {
 				counts[i], offered[i] = in.admitted.Load(), float64(in.decisions.Load())
 				all += float64(counts[i])
 			}
-			fair := waterFill(all, offered)
+			fair := redistest.WaterFill(all, offered)
 			var sum, squares float64
 			for i := range counts {
 				x := float64(counts[i]) / fair[i]

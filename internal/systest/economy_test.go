@@ -205,7 +205,7 @@ func TestEconomyBindingLimit(t *testing.T) {
 		for i := range offeredRates {
 			offeredRates[i] = float64(offered[i]) / runFor.Seconds()
 		}
-		fair := waterFill(rate, offeredRates)
+		fair := redistest.WaterFill(rate, offeredRates)
 		var perInstance, offeredRatio []string
 		lowest := math.Inf(1) // the least admitted rate over fair share
 		for i, in := range ins {

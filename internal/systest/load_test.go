@@ -5,7 +5,6 @@ package systest_test
 // (phasedLoad), with the scheduler's lag measured meanwhile (lagProbe).
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"math"
@@ -149,25 +148,6 @@ func flatOut(d time.Duration, goroutines int, fn func(g int)) {
 		})
 	}
 	wg.Wait()
-}
-
-// waterFill returns the max-min fair shares of capacity among demands: each
-// gets its demand or an equal part of what the smaller demands left,
-// whichever is less.
-func waterFill(capacity float64, demands []float64) []float64 {
-	idx := make([]int, len(demands))
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(demands[a], demands[b]) })
-	shares := make([]float64, len(demands))
-	left := capacity
-	for k, i := range idx {
-		part := left / float64(len(idx)-k)
-		shares[i] = min(demands[i], part)
-		left -= shares[i]
-	}
-	return shares
 }
 
 // lagProbe measures the scheduler's lag while a load runs: how much later

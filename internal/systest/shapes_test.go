@@ -440,7 +440,7 @@ func worstShare(ins []*instance, n int, wait bool) float64 {
 	if all == 0 {
 		return 1
 	}
-	fair := waterFill(all, offered)
+	fair := redistest.WaterFill(all, offered)
 	worst := math.Inf(1)
 	for i, in := range ins {
 		if fair[i] > 0 {
