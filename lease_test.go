@@ -347,3 +347,62 @@ func TestLeaseFairShareOfSeveralLimits(t *testing.T) {
 		})
 	}
 }
+
+// Lease-mode instances that meet part-way through a long window (a
+// calendar day, an hour, a minute: a fleet's restart, a scale-out) still
+// lease it: three of them wanting 100 requests a second each, 1200 of the
+// window's 3000 over 4s, admit all of it with few Redis calls, however
+// long the window's rest. (A window's room counted short over all of its
+// rest, where it is not shared by parts, made every lease a unit or two.)
+// Simulated time.
+func TestLongWindowJoinedLate(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		l    ratelease.Limit
+	}{
+		{"calendar day", ratelease.PerCalendarDay(3000, nil)},
+		{"hour", ratelease.Limit{Rate: 3000, Period: time.Hour, Algorithm: ratelease.FixedWindow}},
+		{"minute", ratelease.Limit{Rate: 3000, Period: time.Minute, Algorithm: ratelease.FixedWindow}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			mr := redistest.StartMini(t)
+			mr.Advance(10*time.Hour + 7*time.Minute + 3*time.Second)
+			clk := clock.NewManual(mr.Now())
+			p := policy(t, "q", c.l)
+			var ls []*ratelease.Limiter
+			for range 3 {
+				l, err := ratelease.New(mr.Client(t), ratelease.WithClock(clk), ratelease.WithRedisTimeout(5*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = l.Close() })
+				ls = append(ls, l)
+			}
+			allowed := 0
+			for range 200 { // 4s: 2 requests per 20ms each
+				for _, l := range ls {
+					for range 2 {
+						res, err := l.Allow(context.Background(), p, "k")
+						if err != nil {
+							t.Fatal(err)
+						}
+						if res.Allowed {
+							allowed++
+						}
+					}
+				}
+				time.Sleep(time.Millisecond) // the leases in flight land
+				mr.Advance(20 * time.Millisecond)
+				clk.Set(mr.Now())
+			}
+			var remote uint64
+			for _, l := range ls {
+				remote += l.Stats().Remote
+			}
+			if allowed != 1200 || remote > 60 {
+				t.Fatalf("admitted %d of 1200 wanted, %d decisions by Redis; want all, and at most 60 (a lease serves 20 or more)", allowed, remote)
+			}
+			t.Logf("admitted %d, %d decisions by Redis", allowed, remote)
+		})
+	}
+}

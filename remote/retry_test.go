@@ -62,12 +62,15 @@ func retryAgainstExact(t *testing.T, rng *rand.Rand, p *remote.Policy, members i
 	}
 	denials, byLimits := 0, 0
 	for step := range 600 {
+		// (The host's clock first: an exact call names the calendar's window by it.)
+		f.s.SetClock(&wallClock{Manual: clock.NewManual(f.Now()), now: f.Now()})
 		switch r := rng.IntN(20); {
 		case r < 4:
 			f.Advance(time.Duration(rng.Int64N(int64(300 * time.Millisecond))))
 		case r == 4:
 			f.Advance(time.Duration(rng.Int64N(int64(3 * time.Hour))))
 		case r == 5:
+			f.s.SetClock(&wallClock{Manual: clock.NewManual(f.Now()), now: f.Now()})
 			acquire(t, f.s, p, "k", 1, 1+rng.Int64N(5), false) // an exact caller
 			continue
 		case r == 6:

@@ -209,13 +209,13 @@ if mkey then
     room_rate = max(f, R - growth)
     spare = max(0, room - max(0, tokens))
     -- The shares are held to only while the room is short (less than the
-    -- members want over a horizon; from a window whose room comes whole,
-    -- over what is left of it: that room is all there is until it ends).
-    -- With room to spare, anyone takes what it asks for, and what it takes
+    -- members want over a horizon; from a window shared by parts, over
+    -- what is left of it: that room is all there is until it ends). With
+    -- room to spare, anyone takes what it asks for, and what it takes
     -- beyond its bucket is a debt (down to the capacity) that it pays off
     -- once the room is short: so the shares hold over time.
     local span = horizon
-    if whole then span = max(horizon, tv) end
+    if windowed then span = max(horizon, tv) end
     if avail < total * span / 1000000 then
       -- (Its own bucket, too, when the buckets together hold more than
       -- the room: each is at least min, which a small rate's share may
@@ -228,6 +228,9 @@ if mkey then
       refill = f
     else
       debt = true
+      -- (From a whole window, no more at once than this member's part of
+      -- what is left of it.)
+      if whole then cap = max(minimum, floor(avail * f / R)) end
     end
   else
     tokens = nil -- the demand fits: no bucket of its own
