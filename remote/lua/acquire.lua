@@ -109,7 +109,7 @@ local cap, need, members, refill = HUGE, minimum, 0, 0
 local tokens -- this member's bucket, while the demand exceeds the rate
 local spare = 0 -- room no member's bucket claims
 local room, room_rate = 0, 0 -- room beyond the others' buckets, and how fast it grows (units/s)
-local paced, pace_len -- a whole window's room made so far, when it is paced (below), and over how long (us) it is made
+local paced, pace_len, ahead -- a whole window's room made so far, when it is paced (below), over how long (us) it is made, and how far the window's grants ran ahead of the pace
 local debt = false -- a grant is charged to the bucket in full, into debt
 local M -- the key's members (members.lua), when the call names one
 local fair, size = demand, 0 -- this member's fair rate and its bucket's size, for its entry
@@ -160,6 +160,7 @@ if mkey then
         -- none. S2: the units the window has granted, for both algorithms.)
         local made = rate - floor(rate * (pend - NOW) / pace_len) - S2[tight]
         paced = max(0, min(AV[tight], made))
+        ahead = max(0, -made)
         if paced < least then least = paced end
       end
     end
@@ -335,7 +336,7 @@ if grant < need then
   if paced and paced < need then
     -- Short of the window's paced room: back when it has been made.
     local alg, rate, period, burst = limit(tight)
-    local p = cdiv((need - paced) * pace_len, rate)
+    local p = cdiv((need - paced + ahead) * pace_len, rate)
     if p > retry then
       decider, retry = tight, p
       reset = ALG[alg].reset(S1[tight], S2[tight], S3[tight], rate, period, burst)
