@@ -53,7 +53,9 @@ type Result struct {
 	// could next be admitted (if nobody else takes the units first). When
 	// Shadowed it is the would-be denial's; when Blocked, the time left of
 	// the block (as far as this instance knows: within the lease TTL in
-	// lease mode).
+	// lease mode); when FairShare, this instance's wait for its share. In
+	// lease mode, a denial from memory (SourceCached) of more units than
+	// Redis denied says the time for the fewer: a lower bound.
 	RetryAfter time.Duration
 	// ResetAfter is how long until the deciding limit is fully
 	// replenished, as if nothing more were admitted.
