@@ -76,9 +76,18 @@ func (s *Store) Charge(ctx context.Context, p *Policy, key string, units int64) 
 		return Decision{}, s.named(p, key, err)
 	}
 	d, err := parseDecision(p, v)
-	// (parseDecision reads a grant's retry_after as Next.)
-	d.RetryAfter, d.Next, d.ValidFor = d.Next, 0, 0
-	return d, s.named(p, key, err)
+	return chargeDecision(d), s.named(p, key, err)
+}
+
+// chargeDecision is d, parsed from charge.lua's reply, with its
+// retry_after in RetryAfter whether or not units were charged
+// (parseDecision reads a grant's as Next), and no Next or ValidFor.
+func chargeDecision(d Decision) Decision {
+	if d.Granted > 0 {
+		d.RetryAfter = d.Next
+	}
+	d.Next, d.ValidFor = 0, 0
+	return d
 }
 
 // ChargeFit charges each call of rs, in one pipeline, r.Max units (1 to
@@ -125,7 +134,7 @@ func (s *Store) ChargeFit(ctx context.Context, rs []Request) ([]Decision, []erro
 		v, err := c.Text()
 		if err == nil {
 			ds[i], err = parseDecision(rs[i].Policy, v)
-			ds[i].RetryAfter, ds[i].Next, ds[i].ValidFor = ds[i].Next, 0, 0
+			ds[i] = chargeDecision(ds[i])
 		}
 		errs[i] = s.named(rs[i].Policy, rs[i].Key, err)
 	}

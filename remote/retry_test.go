@@ -163,3 +163,20 @@ func windowEnd(t *testing.T, f *fake, p *remote.Policy) time.Duration {
 	}
 	return end.Round(time.Microsecond) + time.Microsecond
 }
+
+// ChargeFit on a key whose window is used up charges nothing and says when
+// one unit fits again: the window's end, not 0 (its RetryAfter was read as
+// a grant's, of which there was none).
+func TestChargeFitNothingToTake(t *testing.T) {
+	f := newFake(t)
+	p := mustPolicy(t, "p", win(remote.FixedWindow, 5, time.Second))
+	f.Advance(time.Second - time.Duration(f.Now().UnixNano()%int64(time.Second)) + 200*ms)
+	acquire(t, f.s, p, "k", 5, 5, false)
+	ds, errs := f.s.ChargeFit(context.Background(), []remote.Request{{Policy: p, Key: "k", Max: 3}})
+	if errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	if d := ds[0]; d.Granted != 0 || d.RetryAfter != 800*ms || d.Next != 0 {
+		t.Fatalf("ChargeFit(3) on a used-up window: %+v; want nothing taken, RetryAfter 800ms (the window's end)", d)
+	}
+}
