@@ -106,16 +106,22 @@ func (c *Cluster) Kill() {
 	}
 }
 
-// waitClusterOK waits until the node at addr reports cluster_state:ok and
-// knows all n masters.
+// waitClusterOK waits until the node at addr reports cluster_state:ok,
+// knows all n masters and knows an owner for every slot.
 func waitClusterOK(ctx context.Context, addr string, n int) error {
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer c.Close()
 	var last string
 	for ctx.Err() == nil {
 		info, err := c.ClusterInfo(ctx).Result()
+		// Every slot assigned as well as ok: with full coverage not
+		// required, a node says ok before gossip has told it the others'
+		// slots, and a client that took the slots from it would miss a
+		// master (a library loaded into every master it knows of would
+		// be missing from that one).
 		if err == nil && strings.Contains(info, "cluster_state:ok") &&
-			strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", n)) {
+			strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", n)) &&
+			strings.Contains(info, "cluster_slots_assigned:16384") {
 			return nil
 		}
 		last = fmt.Sprint(info, err)
