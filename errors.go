@@ -3,7 +3,8 @@ package ratelease
 import (
 	"errors"
 
-	"github.com/ratelease/ratelease/tier"
+	"github.com/ratelease/ratelease/internal/door"
+	"github.com/ratelease/ratelease/remote"
 )
 
 // The errors of ratelease, matched with errors.Is. A denial is never an
@@ -59,10 +60,10 @@ var (
 // engineSentinels pairs each sentinel that the engine (package tier) has
 // a word for with the root's own, of the same message.
 var engineSentinels = [...]struct{ root, engine error }{
-	{ErrInvalidPolicy, tier.ErrInvalidPolicy},
-	{ErrUnavailable, tier.ErrUnavailable},
-	{ErrClosed, tier.ErrClosed},
-	{ErrEvictionPolicy, tier.ErrEvictionPolicy},
+	{ErrInvalidPolicy, remote.ErrInvalidPolicy},
+	{ErrUnavailable, door.ErrUnavailable},
+	{ErrClosed, door.ErrClosed},
+	{ErrEvictionPolicy, door.ErrEvictionPolicy},
 }
 
 // rootErr returns err, an error of the engine, in the root's words: when

@@ -14,7 +14,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelease/ratelease"
+	"github.com/ratelease/ratelease/internal/door"
 	"github.com/ratelease/ratelease/internal/redistest"
+	"github.com/ratelease/ratelease/remote"
 	"github.com/ratelease/ratelease/tier"
 )
 
@@ -116,7 +118,7 @@ func TestEngineErrorsMatchTheRootSentinels(t *testing.T) {
 		errs := calls(e.l, p)
 		errs["Ping"] = e.l.Ping(ctx)
 		for what, err := range errs {
-			engineErr(t, what, err, ratelease.ErrClosed, tier.ErrClosed)
+			engineErr(t, what, err, ratelease.ErrClosed, door.ErrClosed)
 		}
 	})
 
@@ -139,14 +141,14 @@ func TestEngineErrorsMatchTheRootSentinels(t *testing.T) {
 		p := policy(t, "p", ratelease.PerSecond(10))
 		// The first call, before the breaker opens, has the dial's cause.
 		_, err = l.Allow(ctx, p, "k")
-		engineErr(t, "Allow", err, ratelease.ErrUnavailable, tier.ErrUnavailable)
+		engineErr(t, "Allow", err, ratelease.ErrUnavailable, door.ErrUnavailable)
 		if !errors.Is(err, syscall.ECONNREFUSED) {
 			t.Errorf("Allow: %v; want its cause, syscall.ECONNREFUSED, found", err)
 		}
 		errs := calls(l, p)
 		errs["Ping"] = l.Ping(ctx)
 		for what, err := range errs {
-			engineErr(t, what, err, ratelease.ErrUnavailable, tier.ErrUnavailable)
+			engineErr(t, what, err, ratelease.ErrUnavailable, door.ErrUnavailable)
 		}
 		mu.Lock()
 		defer mu.Unlock()
@@ -155,13 +157,13 @@ func TestEngineErrorsMatchTheRootSentinels(t *testing.T) {
 		}
 		for _, ev := range evs {
 			if ev.Err != nil {
-				engineErr(t, "the Err of an event "+ev.Kind.String(), ev.Err, ratelease.ErrUnavailable, tier.ErrUnavailable)
+				engineErr(t, "the Err of an event "+ev.Kind.String(), ev.Err, ratelease.ErrUnavailable, door.ErrUnavailable)
 			}
 		}
 		if len(outcomes) == 0 {
 			t.Fatal("the hook heard of no round trip")
 		}
-		engineErr(t, "the outcome of a round trip", outcomes[0], ratelease.ErrUnavailable, tier.ErrUnavailable)
+		engineErr(t, "the outcome of a round trip", outcomes[0], ratelease.ErrUnavailable, door.ErrUnavailable)
 		if !errors.Is(outcomes[0], syscall.ECONNREFUSED) {
 			t.Errorf("the outcome of a round trip: %v; want its cause, syscall.ECONNREFUSED, found", outcomes[0])
 		}
@@ -181,7 +183,7 @@ func TestEngineErrorsMatchTheRootSentinels(t *testing.T) {
 		}
 		e.advance(tier.RedefinitionGrace)
 		for what, err := range calls(e.l, old) {
-			engineErr(t, what, err, ratelease.ErrInvalidPolicy, tier.ErrInvalidPolicy)
+			engineErr(t, what, err, ratelease.ErrInvalidPolicy, remote.ErrInvalidPolicy)
 			if err != nil && !strings.Contains(err.Error(), "redefined") {
 				t.Errorf("%s: %q; want it to say the policy was redefined", what, err)
 			}
@@ -211,6 +213,6 @@ func TestEngineErrorsMatchTheRootSentinels(t *testing.T) {
 		if len(evs) != 1 || evs[0].Kind != ratelease.EventWarning {
 			t.Fatalf("events %+v; want one warning", evs)
 		}
-		engineErr(t, "the warning's Err", evs[0].Err, ratelease.ErrEvictionPolicy, tier.ErrEvictionPolicy)
+		engineErr(t, "the warning's Err", evs[0].Err, ratelease.ErrEvictionPolicy, door.ErrEvictionPolicy)
 	})
 }

@@ -3,7 +3,7 @@ package ratelease
 import (
 	"fmt"
 
-	"github.com/ratelease/ratelease/tier"
+	"github.com/ratelease/ratelease/internal/door"
 )
 
 // Event is something that happened between a Limiter and Redis, told with
@@ -54,7 +54,7 @@ const (
 )
 
 // String returns "first-failure", "breaker", "warning", or "unknown".
-func (k EventKind) String() string { return tier.EventKind(k).String() }
+func (k EventKind) String() string { return door.EventKind(k).String() }
 
 // MarshalText makes the kind a word in JSON and logs, as String says it.
 func (k EventKind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
@@ -90,20 +90,20 @@ func WithEvents(f func(Event)) Option {
 }
 
 // observer returns f for the engine, taking its states; nil for nil.
-func observer(f func(BreakerState)) func(tier.BreakerState) {
+func observer(f func(BreakerState)) func(door.BreakerState) {
 	if f == nil {
 		return nil
 	}
-	return func(s tier.BreakerState) { f(BreakerState(s)) }
+	return func(s door.BreakerState) { f(BreakerState(s)) }
 }
 
 // events returns f for the engine, converting each of its events; nil for
 // nil.
-func events(f func(Event)) func(tier.Event) {
+func events(f func(Event)) func(door.Event) {
 	if f == nil {
 		return nil
 	}
-	return func(e tier.Event) {
+	return func(e door.Event) {
 		f(Event{Kind: EventKind(e.Kind), Breaker: BreakerState(e.Breaker), Err: rootErr(e.Err), Node: e.Node})
 	}
 }

@@ -266,7 +266,7 @@ func (l *Limiter) AllowN(ctx context.Context, p *Policy, key string, n int) (Res
 func (l *Limiter) admission(p *Policy, d tier.Decision) Result {
 	r := p.result(d)
 	switch {
-	case !d.Allowed || d.Source == tier.Fallback:
+	case !d.Allowed || d.Source == tier.SourceFallback:
 	case d.At != 0:
 		r.Receipt.at = d.At
 	default:

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ratelease/ratelease/clock"
+	"github.com/ratelease/ratelease/internal/door"
 	"github.com/ratelease/ratelease/tier"
 )
 
@@ -259,7 +260,7 @@ const (
 )
 
 // String returns "closed", "open", "half-open", or "unknown".
-func (s BreakerState) String() string { return tier.BreakerState(s).String() }
+func (s BreakerState) String() string { return door.BreakerState(s).String() }
 
 // MarshalText makes the state a word in JSON, expvar and logs, as String
 // says it.

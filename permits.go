@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ratelease/ratelease/internal/door"
 	"github.com/ratelease/ratelease/remote"
 	"github.com/ratelease/ratelease/tier"
 )
@@ -53,7 +54,7 @@ const MaxPermitTTL = 24 * time.Hour
 // state.
 func NewConcurrency(name string, limit int, ttl time.Duration) (*Concurrency, error) {
 	if err := remote.CheckName(name); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
+		return nil, rootErr(err)
 	}
 	if limit < 1 {
 		return nil, fmt.Errorf("%w: concurrency %q: limit %d is below 1", ErrInvalidLimit, name, limit)
@@ -119,7 +120,7 @@ func (l *Limiter) AcquirePermit(ctx context.Context, c *Concurrency, key string)
 		return nil, res, nil
 	}
 	res.Granted = 1
-	return &Permit{l: l, c: c, key: key, id: id, hold: d.Hold, fallback: d.Source == tier.Fallback}, res, nil
+	return &Permit{l: l, c: c, key: key, id: id, hold: d.Hold, fallback: d.Source == tier.SourceFallback}, res, nil
 }
 
 // WaitPermit acquires a permit of key under c, waiting while c.Limit() are
@@ -164,7 +165,7 @@ func (p *Permit) Release(ctx context.Context) error {
 	held, err := p.l.engine.ReleasePermit(ctx, p.c.name, p.key, p.id, p.hold)
 	switch {
 	case err != nil:
-		if !errors.Is(err, tier.ErrUnavailable) {
+		if !errors.Is(err, door.ErrUnavailable) {
 			p.released.Store(false) // not sent: it may be released again
 		}
 		return rootErr(err)

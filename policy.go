@@ -57,12 +57,12 @@ func NewPolicy(name string, limits ...Limit) (*Policy, error) {
 	}
 	compiled, err := remote.NewPolicy(name, rl)
 	switch {
-	case errors.Is(err, remote.ErrName):
-		return nil, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
+	case errors.Is(err, remote.ErrInvalidPolicy):
+		return nil, rootErr(err)
 	case err != nil:
 		// remote's words, less its own "invalid limit: ": ErrInvalidLimit
 		// says it once.
-		detail := strings.Replace(err.Error(), remote.ErrLimit.Error()+": ", "", 1)
+		detail := strings.Replace(err.Error(), remote.ErrInvalidLimit.Error()+": ", "", 1)
 		return nil, fmt.Errorf("%w: policy %q: %s", ErrInvalidLimit, name, detail)
 	}
 	p := &Policy{name: name, limits: make([]Limit, len(limits)), compiled: compiled}

@@ -136,7 +136,7 @@ func doorHook(h RedisHook) door.Hook {
 	if h == nil {
 		return nil
 	}
-	return func(ctx context.Context, op door.Op, keys int) (context.Context, func(door.Outcome)) {
+	return func(ctx context.Context, op door.RedisOp, keys int) (context.Context, func(door.RedisOutcome)) {
 		hctx, end := h(ctx, RedisCall{Op: RedisOp(op), Keys: keys})
 		if hctx == nil {
 			hctx = ctx
@@ -144,7 +144,7 @@ func doorHook(h RedisHook) door.Hook {
 		if end == nil {
 			return hctx, nil
 		}
-		return hctx, func(o door.Outcome) {
+		return hctx, func(o door.RedisOutcome) {
 			if o.Err != nil {
 				o.Err = rootErr(o.Err)
 			}

@@ -10,11 +10,11 @@ import (
 // The exported constants show their values in godoc; these hold them to
 // the internal ones they stand for.
 func TestExportedConstantsMatchTheirInternals(t *testing.T) {
-	for op, want := range map[RedisOp]door.Op{
-		RedisDecide: door.OpDecide, RedisLease: door.OpLease, RedisRefund: door.OpRefund,
-		RedisCharge: door.OpCharge, RedisPeek: door.OpPeek, RedisReset: door.OpReset,
-		RedisBlock: door.OpBlock, RedisUnblock: door.OpUnblock, RedisPing: door.OpPing,
-		RedisConfig: door.OpConfig,
+	for op, want := range map[RedisOp]door.RedisOp{
+		RedisDecide: door.RedisDecide, RedisLease: door.RedisLease, RedisRefund: door.RedisRefund,
+		RedisCharge: door.RedisCharge, RedisPeek: door.RedisPeek, RedisReset: door.RedisReset,
+		RedisBlock: door.RedisBlock, RedisUnblock: door.RedisUnblock, RedisPing: door.RedisPing,
+		RedisConfig: door.RedisConfig,
 	} {
 		if uint8(op) != uint8(want) {
 			t.Errorf("%v is %d, the door's op %d", op, op, want)

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/ratelease/ratelease/internal/door"
 	"github.com/ratelease/ratelease/tier"
 )
 
@@ -21,19 +22,19 @@ func TestVocabularyAgrees(t *testing.T) {
 			rootN      int64
 			tierN      int64
 		}{
-			{"SourceLocal", SourceLocal, tier.Local, int64(SourceLocal), int64(tier.Local)},
-			{"SourceRemote", SourceRemote, tier.Remote, int64(SourceRemote), int64(tier.Remote)},
-			{"SourceFallback", SourceFallback, tier.Fallback, int64(SourceFallback), int64(tier.Fallback)},
-			{"SourceCached", SourceCached, tier.Cached, int64(SourceCached), int64(tier.Cached)},
+			{"SourceLocal", SourceLocal, tier.SourceLocal, int64(SourceLocal), int64(tier.SourceLocal)},
+			{"SourceRemote", SourceRemote, tier.SourceRemote, int64(SourceRemote), int64(tier.SourceRemote)},
+			{"SourceFallback", SourceFallback, tier.SourceFallback, int64(SourceFallback), int64(tier.SourceFallback)},
+			{"SourceCached", SourceCached, tier.SourceCached, int64(SourceCached), int64(tier.SourceCached)},
 			{"FailLocal", FailLocal, tier.FailLocal, int64(FailLocal), int64(tier.FailLocal)},
 			{"FailOpen", FailOpen, tier.FailOpen, int64(FailOpen), int64(tier.FailOpen)},
 			{"FailClosed", FailClosed, tier.FailClosed, int64(FailClosed), int64(tier.FailClosed)},
-			{"BreakerClosed", BreakerClosed, tier.BreakerClosed, int64(BreakerClosed), int64(tier.BreakerClosed)},
-			{"BreakerOpen", BreakerOpen, tier.BreakerOpen, int64(BreakerOpen), int64(tier.BreakerOpen)},
-			{"BreakerHalfOpen", BreakerHalfOpen, tier.BreakerHalfOpen, int64(BreakerHalfOpen), int64(tier.BreakerHalfOpen)},
-			{"EventFirstFailure", EventFirstFailure, tier.FirstFailure, int64(EventFirstFailure), int64(tier.FirstFailure)},
-			{"EventBreaker", EventBreaker, tier.BreakerChange, int64(EventBreaker), int64(tier.BreakerChange)},
-			{"EventWarning", EventWarning, tier.Warning, int64(EventWarning), int64(tier.Warning)},
+			{"BreakerClosed", BreakerClosed, door.BreakerClosed, int64(BreakerClosed), int64(door.BreakerClosed)},
+			{"BreakerOpen", BreakerOpen, door.BreakerOpen, int64(BreakerOpen), int64(door.BreakerOpen)},
+			{"BreakerHalfOpen", BreakerHalfOpen, door.BreakerHalfOpen, int64(BreakerHalfOpen), int64(door.BreakerHalfOpen)},
+			{"EventFirstFailure", EventFirstFailure, door.EventFirstFailure, int64(EventFirstFailure), int64(door.EventFirstFailure)},
+			{"EventBreaker", EventBreaker, door.EventBreaker, int64(EventBreaker), int64(door.EventBreaker)},
+			{"EventWarning", EventWarning, door.EventWarning, int64(EventWarning), int64(door.EventWarning)},
 		}
 		for _, p := range pairs {
 			if p.rootN != p.tierN || fmt.Sprint(p.root) != fmt.Sprint(p.tier) {
@@ -54,16 +55,16 @@ func TestVocabularyAgrees(t *testing.T) {
 				t.Errorf("FailureMode(%d): root %v %q, tier %v %q", v, FailureMode(v), a, tier.FailureMode(v), b)
 			}
 			a, _ = EventKind(v).MarshalText()
-			b, _ = tier.EventKind(v).MarshalText()
-			if EventKind(v).String() != tier.EventKind(v).String() || string(a) != string(b) {
-				t.Errorf("EventKind(%d): root %v %q, tier %v %q", v, EventKind(v), a, tier.EventKind(v), b)
+			b, _ = door.EventKind(v).MarshalText()
+			if EventKind(v).String() != door.EventKind(v).String() || string(a) != string(b) {
+				t.Errorf("EventKind(%d): root %v %q, tier %v %q", v, EventKind(v), a, door.EventKind(v), b)
 			}
 		}
 		for v := int32(-4); v < 256; v++ {
 			a, _ := BreakerState(v).MarshalText()
-			b, _ := tier.BreakerState(v).MarshalText()
-			if BreakerState(v).String() != tier.BreakerState(v).String() || string(a) != string(b) {
-				t.Errorf("BreakerState(%d): root %v %q, tier %v %q", v, BreakerState(v), a, tier.BreakerState(v), b)
+			b, _ := door.BreakerState(v).MarshalText()
+			if BreakerState(v).String() != door.BreakerState(v).String() || string(a) != string(b) {
+				t.Errorf("BreakerState(%d): root %v %q, tier %v %q", v, BreakerState(v), a, door.BreakerState(v), b)
 			}
 		}
 	})
@@ -71,11 +72,11 @@ func TestVocabularyAgrees(t *testing.T) {
 		for _, p := range [][2]reflect.Type{
 			{reflect.TypeFor[Source](), reflect.TypeFor[tier.Source]()},
 			{reflect.TypeFor[FailureMode](), reflect.TypeFor[tier.FailureMode]()},
-			{reflect.TypeFor[BreakerState](), reflect.TypeFor[tier.BreakerState]()},
+			{reflect.TypeFor[BreakerState](), reflect.TypeFor[door.BreakerState]()},
 			{reflect.TypeFor[Stats](), reflect.TypeFor[tier.Stats]()},
 			{reflect.TypeFor[PolicyStats](), reflect.TypeFor[tier.PolicyStats]()},
-			{reflect.TypeFor[EventKind](), reflect.TypeFor[tier.EventKind]()},
-			{reflect.TypeFor[Event](), reflect.TypeFor[tier.Event]()},
+			{reflect.TypeFor[EventKind](), reflect.TypeFor[door.EventKind]()},
+			{reflect.TypeFor[Event](), reflect.TypeFor[door.Event]()},
 		} {
 			root, eng := p[0], p[1]
 			if root.PkgPath() != "github.com/ratelease/ratelease" {
@@ -92,7 +93,7 @@ func TestVocabularyAgrees(t *testing.T) {
 	// events converts every field of an event.
 	t.Run("event", func(t *testing.T) {
 		cause := errors.New("OOM command not allowed")
-		in := tier.Event{Kind: tier.BreakerChange, Breaker: tier.BreakerOpen, Err: cause, Node: "10.0.0.1:6379"}
+		in := door.Event{Kind: door.EventBreaker, Breaker: door.BreakerOpen, Err: cause, Node: "10.0.0.1:6379"}
 		var out Event
 		events(func(ev Event) { out = ev })(in)
 		if out != (Event{Kind: EventBreaker, Breaker: BreakerOpen, Err: cause, Node: "10.0.0.1:6379"}) ||
@@ -101,9 +102,9 @@ func TestVocabularyAgrees(t *testing.T) {
 		}
 		// An event's cause that is one of the engine's sentinels matches
 		// the root's.
-		in.Kind, in.Breaker, in.Err = tier.Warning, tier.BreakerClosed, fmt.Errorf("%w: maxmemory-policy allkeys-lru", tier.ErrEvictionPolicy)
+		in.Kind, in.Breaker, in.Err = door.EventWarning, door.BreakerClosed, fmt.Errorf("%w: maxmemory-policy allkeys-lru", door.ErrEvictionPolicy)
 		events(func(ev Event) { out = ev })(in)
-		if !errors.Is(out.Err, ErrEvictionPolicy) || !errors.Is(out.Err, tier.ErrEvictionPolicy) || out.Err.Error() != in.Err.Error() {
+		if !errors.Is(out.Err, ErrEvictionPolicy) || !errors.Is(out.Err, door.ErrEvictionPolicy) || out.Err.Error() != in.Err.Error() {
 			t.Errorf("events(%+v): Err %v, want one matching ErrEvictionPolicy, saying the same", in, out.Err)
 		}
 	})

@@ -16,18 +16,18 @@ type CalendarUnit uint8
 
 // The calendar units. The zero value is none (not a calendar limit).
 const (
-	Day CalendarUnit = iota + 1
-	Week
-	Month
+	CalendarDay CalendarUnit = iota + 1
+	CalendarWeek
+	CalendarMonth
 )
 
 func (u CalendarUnit) String() string {
 	switch u {
-	case Day:
+	case CalendarDay:
 		return "day"
-	case Week:
+	case CalendarWeek:
 		return "week"
-	case Month:
+	case CalendarMonth:
 		return "month"
 	}
 	return "CalendarUnit(" + strconv.Itoa(int(u)) + ")"
@@ -52,9 +52,9 @@ type Calendar struct {
 // header's window), never for a boundary.
 func (c Calendar) Nominal() time.Duration {
 	switch c.Unit {
-	case Week:
+	case CalendarWeek:
 		return 7 * 24 * time.Hour
-	case Month:
+	case CalendarMonth:
 		return 31 * 24 * time.Hour
 	}
 	return 24 * time.Hour
@@ -85,9 +85,9 @@ func (c Calendar) Next(t time.Time) time.Time {
 func (c Calendar) Window(t time.Time) (s, e time.Time) {
 	d := civil(t.In(c.Location))
 	switch c.Unit {
-	case Week:
+	case CalendarWeek:
 		d -= (int64(weekday(d)) - int64(c.FirstDay) + 7) % 7
-	case Month:
+	case CalendarMonth:
 		y, m, _ := date(d)
 		d = days(y, m, 1)
 	}
@@ -106,9 +106,9 @@ func (c Calendar) Window(t time.Time) (s, e time.Time) {
 // date is d.
 func (c Calendar) after(d int64) int64 {
 	switch c.Unit {
-	case Week:
+	case CalendarWeek:
 		return d + 7
-	case Month:
+	case CalendarMonth:
 		y, m, _ := date(d)
 		return days(y, m+1, 1)
 	}
@@ -166,7 +166,7 @@ func firstInstant(d int64, loc *time.Location) time.Time {
 // validate reports why c cannot place windows, or nil.
 func (c Calendar) validate() error {
 	switch {
-	case c.Unit < Day || c.Unit > Month:
+	case c.Unit < CalendarDay || c.Unit > CalendarMonth:
 		return fmt.Errorf("unknown calendar unit %d", c.Unit)
 	case c.Location == nil:
 		return fmt.Errorf("a calendar needs a Location")
@@ -185,7 +185,7 @@ func (c Calendar) validate() error {
 // of a week), so that a changed zone or week never reads another's count.
 func (c Calendar) code() string {
 	s := c.Unit.String() + ":" + c.Location.String()
-	if c.Unit == Week {
+	if c.Unit == CalendarWeek {
 		s += ":" + strconv.Itoa(int(c.FirstDay))
 	}
 	return s

@@ -65,10 +65,10 @@ func civilDay(u time.Time) int64 {
 func firstDate(c remote.Calendar, day int64) (int64, int64) {
 	noon := time.Unix(day*86400+12*3600, 0).UTC()
 	switch c.Unit {
-	case remote.Week:
+	case remote.CalendarWeek:
 		d := day - int64((int(noon.Weekday())-int(c.FirstDay)+7)%7)
 		return d, d + 7
-	case remote.Month:
+	case remote.CalendarMonth:
 		y, m, _ := noon.Date()
 		return civilDay(time.Date(y, m, 1, 0, 0, 0, 0, time.UTC)), civilDay(time.Date(y, m+1, 1, 0, 0, 0, 0, time.UTC))
 	}
@@ -124,9 +124,9 @@ func TestCalendarWindowEveryZone(t *testing.T) {
 			continue
 		}
 		zones++
-		cals := []remote.Calendar{{Unit: remote.Day, Location: loc}, {Unit: remote.Month, Location: loc}}
+		cals := []remote.Calendar{{Unit: remote.CalendarDay, Location: loc}, {Unit: remote.CalendarMonth, Location: loc}}
 		for d := time.Sunday; d <= time.Saturday; d++ {
-			cals = append(cals, remote.Calendar{Unit: remote.Week, Location: loc, FirstDay: d})
+			cals = append(cals, remote.Calendar{Unit: remote.CalendarWeek, Location: loc, FirstDay: d})
 		}
 		var instants []time.Time
 		rng := rand.New(rand.NewPCG(uint64(zi), 38))
@@ -188,7 +188,7 @@ func TestCalendarWindowClockSetBack(t *testing.T) {
 	host := &wallClock{Manual: clock.NewManual(redisNow), now: redisNow.Add(3 * 24 * time.Hour)}
 	f.s.SetClock(host)
 	l := win(remote.CalendarWindow, 5, 24*time.Hour)
-	l.Calendar = remote.Calendar{Unit: remote.Day, Location: time.UTC}
+	l.Calendar = remote.Calendar{Unit: remote.CalendarDay, Location: time.UTC}
 	p := mustPolicy(t, "quota", l)
 	ahead := acquire(t, f.s, p, "k", 1, 1, false)
 	if want := 60 * time.Hour; ahead.ResetAfter != want {
@@ -209,7 +209,7 @@ func TestCalendarWindowErrClock(t *testing.T) {
 	f := newFake(t)
 	f.s.SetClock(&wallClock{Manual: clock.NewManual(f.Now()), now: f.Now().Add(5 * 24 * time.Hour)})
 	l := win(remote.CalendarWindow, 5, 24*time.Hour)
-	l.Calendar = remote.Calendar{Unit: remote.Day, Location: time.UTC}
+	l.Calendar = remote.Calendar{Unit: remote.CalendarDay, Location: time.UTC}
 	p := mustPolicy(t, "quota", l)
 	_, err := f.s.Acquire(ctx, remote.Request{Policy: p, Key: "k", Min: 1, Max: 1})
 	if !errors.Is(err, remote.ErrClock) || !strings.Contains(err.Error(), "far from Redis") {

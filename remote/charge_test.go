@@ -24,7 +24,7 @@ func TestChargeOnRealRedis(t *testing.T) {
 		t.Run(a.String(), func(t *testing.T) {
 			l := Limit{Algorithm: a, Rate: 10, Period: time.Hour, Burst: 10}
 			if a == CalendarWindow {
-				l.Calendar = Calendar{Unit: Month, Location: time.UTC}
+				l.Calendar = Calendar{Unit: CalendarMonth, Location: time.UTC}
 				l.Period = l.Calendar.Nominal()
 			}
 			p, err := NewPolicy("p", []Limit{l})
@@ -70,7 +70,7 @@ func TestChargeFitOnRealRedis(t *testing.T) {
 	for a := Algorithm(0); a < numAlgorithms; a++ {
 		l := Limit{Algorithm: a, Rate: 10, Period: time.Hour, Burst: 10}
 		if a == CalendarWindow {
-			l.Calendar = Calendar{Unit: Month, Location: time.UTC}
+			l.Calendar = Calendar{Unit: CalendarMonth, Location: time.UTC}
 			l.Period = l.Calendar.Nominal()
 		}
 		p, err := NewPolicy(fmt.Sprint("fit", int(a)), []Limit{{Algorithm: TokenBucket, Rate: 4, Period: 2 * time.Hour, Burst: 4}, l})

@@ -43,11 +43,12 @@ func (a Algorithm) Windowed() bool {
 	return a == FixedWindow || a == SlidingWindowLog || a == SlidingWindowCounter || a == CalendarWindow
 }
 
-// ErrLimit is wrapped by every error about a limit's values.
-var ErrLimit = errors.New("invalid limit")
+// ErrInvalidLimit is wrapped by every error about a limit's values.
+var ErrInvalidLimit = errors.New("invalid limit")
 
-// ErrName is wrapped by every error about a policy's name.
-var ErrName = errors.New("invalid policy name")
+// ErrInvalidPolicy is wrapped by every error about a policy's name, and
+// by the engine's refusal of a policy that a later one redefined.
+var ErrInvalidPolicy = errors.New("ratelease: invalid policy")
 
 // maxExact is 2^53: every integer the scripts compute must stay below it to
 // be exact in a Lua double.
@@ -77,7 +78,7 @@ type Limit struct {
 // integer arithmetic stays exact (for a CalendarWindow, Rate alone).
 func (l Limit) Validate() error {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s", ErrLimit, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: %s", ErrInvalidLimit, fmt.Sprintf(format, args...))
 	}
 	us := int64(l.Period / time.Microsecond)
 	switch {

@@ -101,7 +101,7 @@ func NewPolicy(name string, limits []Limit) (*Policy, error) {
 		return nil, err
 	}
 	if len(limits) == 0 || len(limits) > MaxLimits {
-		return nil, fmt.Errorf("%w: a policy needs 1 to %d limits, got %d", ErrLimit, MaxLimits, len(limits))
+		return nil, fmt.Errorf("%w: a policy needs 1 to %d limits, got %d", ErrInvalidLimit, MaxLimits, len(limits))
 	}
 	p := &Policy{name: name, limits: append([]Limit(nil), limits...)}
 	seen := make(map[string]int, len(limits))
@@ -112,7 +112,7 @@ func NewPolicy(name string, limits []Limit) (*Policy, error) {
 		}
 		sfx := l.suffix()
 		if j, dup := seen[sfx]; dup {
-			return nil, fmt.Errorf("%w: limits %d and %d are both a %s per %v", ErrLimit, j, i, l.Algorithm, l.Period)
+			return nil, fmt.Errorf("%w: limits %d and %d are both a %s per %v", ErrInvalidLimit, j, i, l.Algorithm, l.Period)
 		}
 		seen[sfx] = i
 		mask |= 1 << l.Algorithm
@@ -192,7 +192,7 @@ func (p *Policy) calendarArgs(now time.Time) []any {
 // ':' after it ends it).
 func CheckName(name string) error {
 	if name == "" || len(name) > MaxNameLen || strings.ContainsAny(name, ":{} \t\r\n") {
-		return fmt.Errorf("%w: %q (1 to %d bytes, no ':', '{', '}' or whitespace)", ErrName, name, MaxNameLen)
+		return fmt.Errorf("%w: %q (1 to %d bytes, no ':', '{', '}' or whitespace)", ErrInvalidPolicy, name, MaxNameLen)
 	}
 	return nil
 }

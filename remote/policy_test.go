@@ -39,7 +39,7 @@ func TestLimitValidate(t *testing.T) {
 			if c.ok && err != nil {
 				t.Fatalf("Validate() = %v, want nil", err)
 			}
-			if !c.ok && !errors.Is(err, remote.ErrLimit) {
+			if !c.ok && !errors.Is(err, remote.ErrInvalidLimit) {
 				t.Fatalf("Validate() = %v, want ErrLimit", err)
 			}
 		})
@@ -54,15 +54,15 @@ func TestNewPolicyErrors(t *testing.T) {
 		limits []remote.Limit
 		want   error
 	}{
-		{"empty name", "", []remote.Limit{ok}, remote.ErrName},
-		{"colon in name", "a:b", []remote.Limit{ok}, remote.ErrName},
-		{"brace in name", "a{b", []remote.Limit{ok}, remote.ErrName},
-		{"space in name", "a b", []remote.Limit{ok}, remote.ErrName},
-		{"long name", strings.Repeat("n", remote.MaxNameLen+1), []remote.Limit{ok}, remote.ErrName},
-		{"no limits", "p", nil, remote.ErrLimit},
-		{"too many limits", "p", make([]remote.Limit, remote.MaxLimits+1), remote.ErrLimit},
-		{"bad limit", "p", []remote.Limit{ok, tb(0, 1, time.Second)}, remote.ErrLimit},
-		{"same algorithm and period twice", "p", []remote.Limit{ok, tb(5, 9, time.Second)}, remote.ErrLimit},
+		{"empty name", "", []remote.Limit{ok}, remote.ErrInvalidPolicy},
+		{"colon in name", "a:b", []remote.Limit{ok}, remote.ErrInvalidPolicy},
+		{"brace in name", "a{b", []remote.Limit{ok}, remote.ErrInvalidPolicy},
+		{"space in name", "a b", []remote.Limit{ok}, remote.ErrInvalidPolicy},
+		{"long name", strings.Repeat("n", remote.MaxNameLen+1), []remote.Limit{ok}, remote.ErrInvalidPolicy},
+		{"no limits", "p", nil, remote.ErrInvalidLimit},
+		{"too many limits", "p", make([]remote.Limit, remote.MaxLimits+1), remote.ErrInvalidLimit},
+		{"bad limit", "p", []remote.Limit{ok, tb(0, 1, time.Second)}, remote.ErrInvalidLimit},
+		{"same algorithm and period twice", "p", []remote.Limit{ok, tb(5, 9, time.Second)}, remote.ErrInvalidLimit},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if _, err := remote.NewPolicy(c.policy, c.limits); !errors.Is(err, c.want) {

@@ -35,7 +35,7 @@ func TestLeaseRetryAfterIsExactModes(t *testing.T) {
 	}
 	t.Logf("RATELEASE_SEED=%d", seed)
 	day := win(remote.CalendarWindow, 40, 24*time.Hour)
-	day.Calendar = remote.Calendar{Unit: remote.Day, Location: time.UTC}
+	day.Calendar = remote.Calendar{Unit: remote.CalendarDay, Location: time.UTC}
 	limits := map[string][]remote.Limit{
 		"token bucket":           {tb(100, 20, time.Second)},
 		"fixed window":           {win(remote.FixedWindow, 40, time.Second)},

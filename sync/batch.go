@@ -100,7 +100,7 @@ func newBatcher(d *door.Door, o owner) *batcher {
 // nothing is queued: ctx's error. If ctx ends meanwhile, lease returns
 // ctx's error, and the call goes on: its grant lands in the entry, not
 // lost (applied by the batcher, as the requester left). Once Close has
-// begun, lease returns ErrClosed.
+// begun, lease returns door.ErrClosed.
 func (b *batcher) lease(ctx context.Context, c *call, n int64) (remote.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		// Ended already: not queued, where the batcher could take it
@@ -110,7 +110,7 @@ func (b *batcher) lease(ctx context.Context, c *call, n int64) (remote.Decision,
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		return remote.Decision{}, ErrClosed
+		return remote.Decision{}, door.ErrClosed
 	}
 	b.pending.Add(1)
 	b.calls = append(b.calls, c)

@@ -121,8 +121,8 @@ func TestBatcherCompletesCallsThroughOwner(t *testing.T) {
 		}
 	}
 	b.closing(context.Background())
-	if _, err := b.lease(context.Background(), newCall("late"), 1); !errors.Is(err, ErrClosed) {
-		t.Fatalf("lease once closing: %v, want ErrClosed", err)
+	if _, err := b.lease(context.Background(), newCall("late"), 1); !errors.Is(err, door.ErrClosed) {
+		t.Fatalf("lease once closing: %v, want door.ErrClosed", err)
 	}
 	b.queueBack(remote.Grant{Policy: p, Key: "waited", Units: 7, At: got.At})
 	b.close()

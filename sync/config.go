@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/ratelease/ratelease/internal/door"
 )
 
 // Config configures a Leaser. New checks it (see Validate).
@@ -37,12 +35,8 @@ const (
 	maxDuration = 24 * time.Hour
 )
 
-// ErrConfig is wrapped by Validate's errors.
-var ErrConfig = errors.New("invalid lease config")
-
-// ErrClosed is returned by Lease once Close has begun: the door's, as the
-// Limiter is closing.
-var ErrClosed = door.ErrClosed
+// ErrInvalidOption is wrapped by Validate's errors.
+var ErrInvalidOption = errors.New("invalid lease config")
 
 // Validate reports what is wrong with c, as an error wrapping ErrConfig
 // that names the field.
@@ -102,5 +96,5 @@ type Stats struct {
 }
 
 func errorf(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w: %s", ErrInvalidOption, fmt.Sprintf(format, args...))
 }

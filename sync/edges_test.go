@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ratelease/ratelease/clock"
+	"github.com/ratelease/ratelease/internal/door"
 	"github.com/ratelease/ratelease/internal/redistest"
 	leasesync "github.com/ratelease/ratelease/sync"
 )
@@ -65,7 +66,7 @@ func TestCloseGivesBackWhatARefusedLeaseTookAlong(t *testing.T) {
 			close(hold)
 			<-closed
 			if !prefetch {
-				if err := <-leased; !errors.Is(err, leasesync.ErrClosed) {
+				if err := <-leased; !errors.Is(err, door.ErrClosed) {
 					t.Fatalf("the refused lease returned %v, want ErrClosed", err)
 				}
 			}

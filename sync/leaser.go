@@ -209,7 +209,7 @@ func (l *Leaser) sawMembers(m, now int64) {
 // that requests before its RetryAfter are denied locally.
 func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decision, taken bool, err error) {
 	if !l.begin() {
-		return remote.Decision{}, false, ErrClosed
+		return remote.Decision{}, false, door.ErrClosed
 	}
 	defer l.leasing.Add(-1)
 	for {
@@ -257,7 +257,7 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 // the answer, a grant goes back.
 func (l *Leaser) Decide(ctx context.Context, p *remote.Policy, key string, n int64) (remote.Decision, error) {
 	if !l.begin() {
-		return remote.Decision{}, ErrClosed
+		return remote.Decision{}, door.ErrClosed
 	}
 	defer l.leasing.Add(-1)
 	c := &call{req: remote.Request{Policy: p, Key: key, Min: n, Max: n}, done: make(chan struct{})}
@@ -290,7 +290,7 @@ func (l *Leaser) begin() bool {
 // meanwhile, given back (Close waits for this before it stops the
 // batcher).
 func (l *Leaser) end(e *Entry, st local.Lease, err error) {
-	if !errors.Is(err, ErrClosed) {
+	if !errors.Is(err, door.ErrClosed) {
 		e.EndLease()
 		return
 	}

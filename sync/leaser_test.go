@@ -89,7 +89,7 @@ func TestConfigErrors(t *testing.T) {
 	} {
 		c := cfg()
 		mod(&c)
-		if err := c.Validate(); !errors.Is(err, leasesync.ErrConfig) {
+		if err := c.Validate(); !errors.Is(err, leasesync.ErrInvalidOption) {
 			t.Errorf("Validate(%+v) = %v, want ErrConfig", c, err)
 		}
 	}
@@ -380,7 +380,7 @@ func TestCloseRefundsLeaseInFlight(t *testing.T) {
 	if s := l.Stats(); s.UnitsRefunded != 9 {
 		t.Fatalf("Stats %+v, want the 9 spare units refunded by Close", s)
 	}
-	if _, _, err := l.Lease(context.Background(), e, 1); !errors.Is(err, leasesync.ErrClosed) {
+	if _, _, err := l.Lease(context.Background(), e, 1); !errors.Is(err, door.ErrClosed) {
 		t.Fatalf("Lease after Close: %v, want ErrClosed", err)
 	}
 }

@@ -97,7 +97,7 @@ func (e *Engine) afterTake(ent *leasesync.Entry, left int64) {
 // a lease, one exact Redis call, or the failure mode.
 func (e *Engine) Miss(ctx context.Context, p *remote.Policy, key string, n int64) (Decision, error) {
 	if e.closed.Load() {
-		return Decision{}, ErrClosed
+		return Decision{}, door.ErrClosed
 	}
 	v, err := e.check(p)
 	if err != nil {
@@ -196,7 +196,7 @@ func (e *Engine) decideFirst(ctx context.Context, p *remote.Policy, key string, 
 	dec := decision(d)
 	// Counted with the policy, held keys or not (a policy whose keys are
 	// all used once holds none), as an exact policy's decisions are.
-	e.countIn(&e.tables.exact(p).counts, p, Remote, dec.Allowed, deciding(dec))
+	e.countIn(&e.tables.exact(p).counts, p, SourceRemote, dec.Allowed, deciding(dec))
 	return dec, nil
 }
 
@@ -270,7 +270,7 @@ func (e *Engine) fromLocal(p *remote.Policy, ent *leasesync.Entry, n, now int64)
 		// refill no more than one.
 		runtime.Gosched()
 		d := cachedDenial(ent, left, now)
-		e.countBy(p, Cached, false, deciding(d))
+		e.countBy(p, SourceCached, false, deciding(d))
 		return d, true
 	}
 	return Decision{}, false
@@ -284,7 +284,7 @@ func (e *Engine) fromLocal(p *remote.Policy, ent *leasesync.Entry, n, now int64)
 // remaining.
 func cachedDenial(ent *leasesync.Entry, left, now int64) Decision {
 	if until := ent.BlockedUntil(); until > now {
-		return Decision{Source: Cached, Blocked: true,
+		return Decision{Source: SourceCached, Blocked: true,
 			RetryAfter: time.Duration(until - now), ResetAfter: time.Duration(until - now)}
 	}
 	w, held := ent.WordAndUnits()
@@ -295,7 +295,7 @@ func cachedDenial(ent *leasesync.Entry, left, now int64) Decision {
 	if retry <= 0 {
 		retry, share = left, true
 	}
-	return Decision{Source: Cached, Limit: w.Limit, RetryAfter: time.Duration(retry), FairShare: share,
+	return Decision{Source: SourceCached, Limit: w.Limit, RetryAfter: time.Duration(retry), FairShare: share,
 		Remaining:  w.Remaining + held,
 		ResetAfter: time.Duration(max(0, w.ResetAt-now))}
 }
@@ -319,5 +319,5 @@ func hitState(p *remote.Policy, w local.Word, held, now int64) (limit int, remai
 
 // hitDecision is the Decision of a hit, from hitState's results.
 func hitDecision(limit int, remaining int64, resetAfter time.Duration) Decision {
-	return Decision{Allowed: true, Source: Local, Limit: limit, Remaining: remaining, ResetAfter: resetAfter}
+	return Decision{Allowed: true, Source: SourceLocal, Limit: limit, Remaining: remaining, ResetAfter: resetAfter}
 }

@@ -8,11 +8,6 @@ import (
 	"github.com/ratelease/ratelease/remote"
 )
 
-// ErrInvalidPolicy: a policy the engine cannot decide with: one whose
-// name a policy with other limits, made later, redefined in the engine
-// (see Engine.check).
-var ErrInvalidPolicy = errors.New("ratelease: invalid policy")
-
 // RedefinitionGrace is how long after a redefinition of a policy's name
 // the engine still decides with an earlier policy of the name (requests
 // in flight while a config reload swapped policies), exactly; later, an
@@ -73,7 +68,7 @@ func (e *Engine) late(p *remote.Policy, d *definition) (verdict, error) {
 	e.stats.invalid.Add(1) // the one place the engine refuses a call's input
 	return current, fmt.Errorf("%w: policy %q was redefined in this Limiter by a policy made later, with other limits (%s); "+
 		"two policies of one name with other limits are not used side by side: give them other names",
-		ErrInvalidPolicy, p.Name(), d.limits)
+		remote.ErrInvalidPolicy, p.Name(), d.limits)
 }
 
 // define makes p the definition of its name, unless another was made

@@ -45,20 +45,20 @@ func TestRedefinition(t *testing.T) {
 					break
 				}
 			}
-			if err != nil || d.Remaining != 13 || d.Source != tier.Remote {
+			if err != nil || d.Remaining != 13 || d.Source != tier.SourceRemote {
 				t.Fatalf("raised to 20: Peek %+v, %v; want 13 left (7 used, the units held given back)", d, err)
 			}
 			// In flight: the earlier policy is decided exactly, with its
 			// own limits (7 used of 10, then 8), leasing nothing.
 			for i, p := range []*remote.Policy{old, same} {
-				if d, err := e.Allow(ctx, p, "k", 1); err != nil || !d.Allowed || d.Source != tier.Remote || d.Remaining != int64(2-i) {
+				if d, err := e.Allow(ctx, p, "k", 1); err != nil || !d.Allowed || d.Source != tier.SourceRemote || d.Remaining != int64(2-i) {
 					t.Fatalf("the earlier policy within the grace: %+v, %v; want %d left from Redis", d, err, 2-i)
 				}
 			}
 			clk.Advance(tier.RedefinitionGrace)
 			refused := func(what string, err error) {
 				t.Helper()
-				if !errors.Is(err, tier.ErrInvalidPolicy) {
+				if !errors.Is(err, remote.ErrInvalidPolicy) {
 					t.Fatalf("%s with the redefined policy: %v, want ErrInvalidPolicy", what, err)
 				}
 			}

@@ -11,86 +11,39 @@ import (
 	leasesync "github.com/ratelease/ratelease/sync"
 )
 
-// ErrUnavailable is wrapped, together with the cause, by every error that
-// comes from Redis failing to answer (a network error, a timeout, a script
-// error). Errors of the caller's context are returned unwrapped instead.
-var ErrUnavailable = door.ErrUnavailable
-
-// ErrClosed is returned by every call after Close.
-var ErrClosed = door.ErrClosed
-
-// BreakerState is the state of a circuit breaker in front of Redis (the
-// breakers are the door's: package internal/door).
-type BreakerState = door.BreakerState
-
-// The breaker's states.
-const (
-	// BreakerClosed: Redis answers; every call goes to it.
-	BreakerClosed = door.BreakerClosed
-	// BreakerOpen: Redis failed repeatedly; no call goes to it until the
-	// backoff has passed, and decisions come from the failure mode.
-	BreakerOpen = door.BreakerOpen
-	// BreakerHalfOpen: one call (the probe) is testing Redis; the others
-	// are decided as while open.
-	BreakerHalfOpen = door.BreakerHalfOpen
-)
-
-// Event is something that happened between the engine and Redis: a
-// breaker's change, the first failure of a run, a warning (the door's:
-// package internal/door).
-type Event = door.Event
-
-// EventKind says what an Event reports.
-type EventKind = door.EventKind
-
-// The kinds of events.
-const (
-	// FirstFailure: a call failed after a healthy period; Err is the failure.
-	FirstFailure = door.FirstFailure
-	// BreakerChange: a breaker changed state; Err, when it opens, is the
-	// failure that opened it.
-	BreakerChange = door.BreakerChange
-	// Warning: a server is configured in a way that endangers the limits.
-	Warning = door.Warning
-)
-
-// ErrEvictionPolicy is wrapped by the Err of a Warning about a server whose
-// maxmemory-policy may evict limiter keys.
-var ErrEvictionPolicy = door.ErrEvictionPolicy
-
 // Source says where a decision came from.
 type Source uint8
 
 // The sources of a decision. The zero value means no decision was made.
 const (
-	// Local: from a local allowance leased earlier; no Redis call.
-	Local Source = iota + 1
-	// Remote: from one call to Redis.
-	Remote
-	// Fallback: from the outage fallback, Redis being unavailable.
-	Fallback
-	// Cached: a denial repeated locally: Redis denied this key moments ago
+	// SourceLocal: from a local allowance leased earlier; no Redis call.
+	SourceLocal Source = iota + 1
+	// SourceRemote: from one call to Redis.
+	SourceRemote
+	// SourceFallback: from the outage fallback, Redis being unavailable.
+	SourceFallback
+	// SourceCached: a denial repeated locally: Redis denied this key moments ago
 	// (less than a lease TTL), and its RetryAfter has not passed.
-	Cached
-	// Busy: a denial because Redis is busy: the call timed out while Redis
+	SourceCached
+	// SourceBusy: a denial because Redis is busy: the call timed out while Redis
 	// answers other calls (door.ErrBusy), and the request is denied for
 	// the Redis timeout rather than decided by the failure mode.
-	Busy
+	SourceBusy
 )
 
 // String returns "local", "remote", "fallback", "cached", "busy", or
 // "none" for the zero value.
 func (s Source) String() string {
 	switch s {
-	case Local:
+	case SourceLocal:
 		return "local"
-	case Remote:
+	case SourceRemote:
 		return "remote"
-	case Fallback:
+	case SourceFallback:
 		return "fallback"
-	case Cached:
+	case SourceCached:
 		return "cached"
-	case Busy:
+	case SourceBusy:
 		return "busy"
 	}
 	return "none"
@@ -153,8 +106,8 @@ type Config struct {
 	// server's eviction policy is read once). Both are called in order,
 	// never concurrently, outside every lock, on a goroutine that called
 	// Redis: they must not block it for long (see door.Config).
-	Observer func(BreakerState)
-	Events   func(Event)
+	Observer func(door.BreakerState)
+	Events   func(door.Event)
 	// RedisHook, when not nil, is told of each Redis round trip as it
 	// starts and ends (see door.Hook).
 	RedisHook door.Hook
@@ -204,7 +157,7 @@ type Stats struct {
 	Local, Remote, Cached, Fallback, Busy uint64
 	// Invalid counts the calls refused for invalid input: those the root
 	// refused (CountInvalid) and those of a policy a redefinition replaced
-	// (ErrInvalidPolicy). None is a decision.
+	// (remote.ErrInvalidPolicy). None is a decision.
 	Invalid uint64
 	// RoundTrips counts Redis round trips (one pipeline of leases and
 	// refunds counts one); Errors the calls that failed.
@@ -225,7 +178,7 @@ type Stats struct {
 	// times it opened. With a Redis Cluster there is a breaker per master,
 	// and Breaker is the worst of them (open, half-open, closed). UnitsCharged counts the units admitted during outages
 	// (FailLocal, FailOpen) and charged to Redis once it was back.
-	Breaker      BreakerState
+	Breaker      door.BreakerState
 	BreakerOpens uint64
 	UnitsCharged uint64
 	// Policies counts decisions by policy name, for the policies the

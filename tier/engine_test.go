@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ratelease/ratelease/clock"
+	"github.com/ratelease/ratelease/internal/door"
 	"github.com/ratelease/ratelease/internal/redistest"
 	"github.com/ratelease/ratelease/remote"
 	leasesync "github.com/ratelease/ratelease/sync"
@@ -70,7 +71,7 @@ func TestDecisionSources(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d.Allowed != (i < 8) || (i == 0 && d.Source != tier.Remote) {
+		if d.Allowed != (i < 8) || (i == 0 && d.Source != tier.SourceRemote) {
 			t.Fatalf("request %d: %+v", i, d)
 		}
 		count[d.Source]++
@@ -79,12 +80,12 @@ func TestDecisionSources(t *testing.T) {
 	// Of the 8 units, 2 leases of 4, each bringing 3 for later requests
 	// (the second may be a prefetch, made in the background before the
 	// miss); once Redis has denied, the rest is Cached.
-	if count[tier.Local] < 6 || last != tier.Cached {
+	if count[tier.SourceLocal] < 6 || last != tier.SourceCached {
 		t.Fatalf("sources %v, last %v", count, last)
 	}
 	s := e.Stats()
-	if s.Allowed != 8 || s.Denied != 2 || s.Local != uint64(count[tier.Local]) || s.Remote != uint64(count[tier.Remote]) ||
-		s.Cached != uint64(count[tier.Cached]) || s.UnitsLeased != 8 {
+	if s.Allowed != 8 || s.Denied != 2 || s.Local != uint64(count[tier.SourceLocal]) || s.Remote != uint64(count[tier.SourceRemote]) ||
+		s.Cached != uint64(count[tier.SourceCached]) || s.UnitsLeased != 8 {
 		t.Fatalf("Stats %+v, sources %v", s, count)
 	}
 }
@@ -104,7 +105,7 @@ func TestTablesBySlot(t *testing.T) {
 	first := perHour(t, 1000)
 	allow := func(e *tier.Engine, p *remote.Policy, who string) {
 		t.Helper()
-		for i, want := range []tier.Source{tier.Remote, tier.Local, tier.Local, tier.Local} {
+		for i, want := range []tier.Source{tier.SourceRemote, tier.SourceLocal, tier.SourceLocal, tier.SourceLocal} {
 			if d, err := e.Allow(ctx, p, "k", 1); err != nil || d.Source != want {
 				t.Fatalf("%s, request %d: %+v, %v; want %v", who, i, d, err, want)
 			}
@@ -150,7 +151,7 @@ func TestCachedDenialIsPerSize(t *testing.T) {
 		n      int64
 		allow  bool
 		source tier.Source
-	}{{5, true, tier.Remote}, {5, true, tier.Remote}, {5, false, tier.Remote}, {6, false, tier.Cached}, {2, true, tier.Remote}} {
+	}{{5, true, tier.SourceRemote}, {5, true, tier.SourceRemote}, {5, false, tier.SourceRemote}, {6, false, tier.SourceCached}, {2, true, tier.SourceRemote}} {
 		d, err := e.Allow(ctx, p, "k", c.n)
 		if err != nil || d.Allowed != c.allow || d.Source != c.source {
 			t.Fatalf("Allow(%d) = %+v, %v; want allowed=%v from %v", c.n, d, err, c.allow, c.source)
@@ -166,10 +167,10 @@ func TestClosed(t *testing.T) {
 			t.Fatal(err)
 		}
 		_ = e.Close()
-		if _, err := e.Allow(context.Background(), p, "k", 1); !errors.Is(err, tier.ErrClosed) {
+		if _, err := e.Allow(context.Background(), p, "k", 1); !errors.Is(err, door.ErrClosed) {
 			t.Fatalf("lease %d: Allow after Close: %v", lease, err)
 		}
-		if err := e.Wait(context.Background(), p, "k", 1); !errors.Is(err, tier.ErrClosed) {
+		if err := e.Wait(context.Background(), p, "k", 1); !errors.Is(err, door.ErrClosed) {
 			t.Fatalf("lease %d: Wait after Close: %v", lease, err)
 		}
 	}
@@ -185,11 +186,11 @@ func TestRedisGone(t *testing.T) {
 			t.Fatal(err)
 		}
 		mr.Close()
-		if d, err := e.Allow(context.Background(), p, "held", 1); lease > 0 && (err != nil || d.Source != tier.Local) {
+		if d, err := e.Allow(context.Background(), p, "held", 1); lease > 0 && (err != nil || d.Source != tier.SourceLocal) {
 			t.Fatalf("leased units with Redis gone: %+v, %v", d, err)
 		}
-		if _, err := e.Allow(context.Background(), p, "new", 1); !errors.Is(err, tier.ErrUnavailable) {
-			t.Fatalf("lease %d: %v, want ErrUnavailable", lease, err)
+		if _, err := e.Allow(context.Background(), p, "new", 1); !errors.Is(err, door.ErrUnavailable) {
+			t.Fatalf("lease %d: %v, want door.ErrUnavailable", lease, err)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
@@ -201,16 +202,16 @@ func TestRedisGone(t *testing.T) {
 
 // newDegrading returns a leasing engine in mode m on a miniredis, with a
 // manual clock, counting every breaker state it reports.
-func newDegrading(t *testing.T, m tier.FailureMode, instances int64) (*tier.Engine, *redistest.Mini, *clock.Manual, *[]tier.BreakerState) {
+func newDegrading(t *testing.T, m tier.FailureMode, instances int64) (*tier.Engine, *redistest.Mini, *clock.Manual, *[]door.BreakerState) {
 	t.Helper()
 	mr := redistest.StartMini(t)
 	store := remote.NewStore(mr.Client(t), "t")
 	clk := clock.NewManual(mr.Now())
 	var mu sync.Mutex
-	states := &[]tier.BreakerState{}
+	states := &[]door.BreakerState{}
 	e, err := tier.New(tier.Config{Store: store, Clock: clk, Timeout: 300 * time.Millisecond, Guard: true,
 		Lease:       &leasesync.Config{Min: 5, Max: 5, Refresh: time.Second, TTL: time.Hour, LowWater: 0.01, MaxKeys: 10},
-		FailureMode: m, Instances: instances, Observer: func(s tier.BreakerState) {
+		FailureMode: m, Instances: instances, Observer: func(s door.BreakerState) {
 			mu.Lock()
 			*states = append(*states, s)
 			mu.Unlock()
@@ -231,16 +232,16 @@ func TestBreaker(t *testing.T) {
 	ctx := context.Background()
 	mr.Close()
 	for i := 0; i < 5; i++ {
-		if d, err := e.Allow(ctx, p, fmt.Sprint("k", i), 1); err != nil || !d.Allowed || d.Source != tier.Fallback {
+		if d, err := e.Allow(ctx, p, fmt.Sprint("k", i), 1); err != nil || !d.Allowed || d.Source != tier.SourceFallback {
 			t.Fatalf("request %d with Redis down: %+v, %v", i, d, err)
 		}
 	}
-	if s := e.Stats(); s.Breaker != tier.BreakerOpen || s.BreakerOpens != 1 {
+	if s := e.Stats(); s.Breaker != door.BreakerOpen || s.BreakerOpens != 1 {
 		t.Fatalf("after 5 failures: %+v", s)
 	}
 	calls := e.Stats().RoundTrips
 	for i := 0; i < 100; i++ {
-		if d, _ := e.Allow(ctx, p, "k", 1); d.Source != tier.Fallback {
+		if d, _ := e.Allow(ctx, p, "k", 1); d.Source != tier.SourceFallback {
 			t.Fatalf("open breaker: %+v", d)
 		}
 	}
@@ -249,7 +250,7 @@ func TestBreaker(t *testing.T) {
 	}
 	clk.Advance(100 * time.Millisecond) // the backoff: one probe, which fails
 	e.Allow(ctx, p, "k", 1)
-	if s := e.Stats(); s.Breaker != tier.BreakerOpen {
+	if s := e.Stats(); s.Breaker != door.BreakerOpen {
 		t.Fatalf("after a failed probe: %v", s.Breaker)
 	}
 	clk.Advance(100 * time.Millisecond) // the backoff doubled: not yet
@@ -262,10 +263,10 @@ func TestBreaker(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.Advance(100 * time.Millisecond)
-	if d, err := e.Allow(ctx, p, "k", 1); err != nil || d.Source != tier.Remote {
+	if d, err := e.Allow(ctx, p, "k", 1); err != nil || d.Source != tier.SourceRemote {
 		t.Fatalf("the probe after Redis came back: %+v, %v", d, err)
 	}
-	want := []tier.BreakerState{tier.BreakerOpen, tier.BreakerHalfOpen, tier.BreakerOpen, tier.BreakerHalfOpen, tier.BreakerClosed}
+	want := []door.BreakerState{door.BreakerOpen, door.BreakerHalfOpen, door.BreakerOpen, door.BreakerHalfOpen, door.BreakerClosed}
 	if fmt.Sprint(*states) != fmt.Sprint(want) {
 		t.Fatalf("observed %v, want %v", *states, want)
 	}
@@ -282,7 +283,7 @@ func TestFailureModes(t *testing.T) {
 	allowed := 0
 	for i := 0; i < 10; i++ {
 		d, err := e.Allow(ctx, p, "k", 1)
-		if err != nil || d.Source != tier.Fallback {
+		if err != nil || d.Source != tier.SourceFallback {
 			t.Fatalf("FailLocal: %+v, %v", d, err)
 		}
 		if d.Allowed {
@@ -297,20 +298,20 @@ func TestFailureModes(t *testing.T) {
 
 	e, mr, _, _ = newDegrading(t, tier.FailClosed, 1)
 	big := perHour(t, 100)
-	if d, err := e.Allow(ctx, big, "held", 1); err != nil || d.Source != tier.Remote {
+	if d, err := e.Allow(ctx, big, "held", 1); err != nil || d.Source != tier.SourceRemote {
 		t.Fatal(d, err) // a lease of 5: 4 held
 	}
 	mr.Close()
-	if _, err := e.Allow(ctx, p, "k", 1); !errors.Is(err, tier.ErrUnavailable) {
-		t.Fatalf("FailClosed: %v, want ErrUnavailable", err)
+	if _, err := e.Allow(ctx, p, "k", 1); !errors.Is(err, door.ErrUnavailable) {
+		t.Fatalf("FailClosed: %v, want door.ErrUnavailable", err)
 	}
 	for i := 0; i < 4; i++ {
-		if d, err := e.Allow(ctx, big, "held", 1); err != nil || d.Source != tier.Local {
+		if d, err := e.Allow(ctx, big, "held", 1); err != nil || d.Source != tier.SourceLocal {
 			t.Fatalf("FailClosed, leased unit %d: %+v, %v", i, d, err)
 		}
 	}
-	if _, err := e.Allow(ctx, big, "held", 1); !errors.Is(err, tier.ErrUnavailable) {
-		t.Fatalf("FailClosed, past the leased units: %v, want ErrUnavailable", err)
+	if _, err := e.Allow(ctx, big, "held", 1); !errors.Is(err, door.ErrUnavailable) {
+		t.Fatalf("FailClosed, past the leased units: %v, want door.ErrUnavailable", err)
 	}
 }
 
@@ -328,7 +329,7 @@ func TestOutageIsCharged(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.Advance(time.Second)
-	if d, err := e.Allow(ctx, p, "other", 1); err != nil || d.Source != tier.Remote {
+	if d, err := e.Allow(ctx, p, "other", 1); err != nil || d.Source != tier.SourceRemote {
 		t.Fatalf("after recovery: %+v, %v", d, err)
 	}
 	waitFor(t, func() bool { return e.Stats().UnitsCharged == 6 })
@@ -372,7 +373,7 @@ func TestOutageIsChargedToEachLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.Advance(time.Second)
-	if d, err := e.Allow(ctx, perHour(t, 10), "other", 1); err != nil || d.Source != tier.Remote {
+	if d, err := e.Allow(ctx, perHour(t, 10), "other", 1); err != nil || d.Source != tier.SourceRemote {
 		t.Fatalf("after recovery: %+v, %v", d, err)
 	}
 	waitFor(t, func() bool { return e.Stats().UnitsCharged > 0 })
@@ -399,8 +400,8 @@ func waitFor(t *testing.T, cond func() bool) {
 }
 
 func TestSourceString(t *testing.T) {
-	for s, want := range map[tier.Source]string{0: "none", tier.Local: "local", tier.Remote: "remote",
-		tier.Fallback: "fallback", tier.Cached: "cached", 99: "none"} {
+	for s, want := range map[tier.Source]string{0: "none", tier.SourceLocal: "local", tier.SourceRemote: "remote",
+		tier.SourceFallback: "fallback", tier.SourceCached: "cached", 99: "none"} {
 		if got := s.String(); got != want {
 			t.Errorf("Source(%d).String() = %q, want %q", s, got, want)
 		}
@@ -417,7 +418,7 @@ func TestFirstUseKeepsNoEntry(t *testing.T) {
 	ctx := context.Background()
 	e, _ := newEngine(t, 1)
 	p := perHour(t, 100)
-	if d, err := e.Allow(ctx, p, "k", 1); err != nil || !d.Allowed || d.Source != tier.Remote {
+	if d, err := e.Allow(ctx, p, "k", 1); err != nil || !d.Allowed || d.Source != tier.SourceRemote {
 		t.Fatalf("first use: %+v, %v", d, err)
 	}
 	if s := e.Stats(); s.Keys != 0 || s.Policies[p.Name()].Remote != 1 || s.UnitsUsed != 1 || s.UnitsHeld != 0 {

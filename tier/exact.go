@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/ratelease/ratelease/internal/door"
 	"github.com/ratelease/ratelease/remote"
 	leasesync "github.com/ratelease/ratelease/sync"
 )
@@ -55,7 +56,7 @@ func (e *Engine) Wait(ctx context.Context, p *remote.Policy, key string, n int64
 		p.Uses(remote.SlidingWindowCounter) || p.Uses(remote.SlidingWindowLog) || p.Uses(remote.CalendarWindow))
 	for {
 		if e.closed.Load() {
-			return ErrClosed
+			return door.ErrClosed
 		}
 		d, cause, err := e.door.Acquire(ctx, remote.Request{Policy: p, Key: key, Min: n, Max: n, Reserve: reserve})
 		if err != nil {
@@ -106,7 +107,7 @@ func (e *Engine) sleep(ctx context.Context, d time.Duration) error {
 		return err
 	}
 	if e.closed.Load() {
-		return ErrClosed
+		return door.ErrClosed
 	}
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
 		return context.DeadlineExceeded
@@ -117,7 +118,7 @@ func (e *Engine) sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-e.done:
-		return ErrClosed
+		return door.ErrClosed
 	case <-t.C():
 		return nil
 	}
@@ -126,7 +127,7 @@ func (e *Engine) sleep(ctx context.Context, d time.Duration) error {
 // decided counts a Redis decision on p and converts it.
 func (e *Engine) decided(p *remote.Policy, d remote.Decision) Decision {
 	dec := decision(d)
-	e.countBy(p, Remote, dec.Allowed, deciding(dec))
+	e.countBy(p, SourceRemote, dec.Allowed, deciding(dec))
 	return dec
 }
 
@@ -134,7 +135,7 @@ func (e *Engine) decided(p *remote.Policy, d remote.Decision) Decision {
 func decision(d remote.Decision) Decision {
 	return Decision{
 		Allowed:    d.Granted > 0,
-		Source:     Remote,
+		Source:     SourceRemote,
 		Limit:      d.Decider,
 		Remaining:  d.Remaining,
 		RetryAfter: d.RetryAfter,
@@ -158,13 +159,13 @@ func (e *Engine) waitLeased(ctx context.Context, p *remote.Policy, key string, n
 	}()
 	for {
 		if e.closed.Load() {
-			return ErrClosed
+			return door.ErrClosed
 		}
 		d, err := e.Allow(ctx, p, key, n)
 		if err != nil || d.Allowed {
 			return err
 		}
-		if waiting == nil && d.Source != Fallback {
+		if waiting == nil && d.Source != SourceFallback {
 			if ent, err := e.entry(p, key); err == nil {
 				waiting = ent
 				ent.Waiting(1)

@@ -78,13 +78,13 @@ func newFallback(mode FailureMode, maxKeys int, instances func(*remote.Policy, s
 func (f *fallback) decide(p *remote.Policy, key string, n int64, now time.Time, cause error) (Decision, error) {
 	switch f.mode {
 	case FailClosed:
-		if errors.Is(cause, ErrUnavailable) {
+		if errors.Is(cause, door.ErrUnavailable) {
 			return Decision{}, cause // it says so already
 		}
-		return Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, cause)
+		return Decision{}, fmt.Errorf("%w: %w", door.ErrUnavailable, cause)
 	case FailOpen:
 		f.entry(p, key).admitted.Add(n)
-		return Decision{Allowed: true, Source: Fallback, Remaining: -1}, nil
+		return Decision{Allowed: true, Source: SourceFallback, Remaining: -1}, nil
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -109,7 +109,7 @@ func (f *fallback) decide(p *remote.Policy, key string, n int64, now time.Time, 
 		if refused { // n is above this instance's share of the burst
 			wait = p.Limits()[0].Period
 		}
-		return Decision{Source: Fallback, RetryAfter: wait}, nil
+		return Decision{Source: SourceFallback, RetryAfter: wait}, nil
 	}
 	e.admitted.Add(n)
 	least := int64(-1)
@@ -118,7 +118,7 @@ func (f *fallback) decide(p *remote.Policy, key string, n int64, now time.Time, 
 			least = t
 		}
 	}
-	return Decision{Allowed: true, Source: Fallback, Remaining: max(0, least)}, nil
+	return Decision{Allowed: true, Source: SourceFallback, Remaining: max(0, least)}, nil
 }
 
 // entry returns key's entry, making it if needed.
@@ -177,15 +177,15 @@ func (e *Engine) unavailable(p *remote.Policy, key string, n int64, cause error)
 	if errors.Is(cause, door.ErrBusy) {
 		// Redis answers, slowly: the failure mode would admit beside what
 		// it admits to the others. Denied, back after a timeout's time.
-		d := Decision{Source: Busy, RetryAfter: e.door.Timeout()}
-		e.count(p, Busy, false)
+		d := Decision{Source: SourceBusy, RetryAfter: e.door.Timeout()}
+		e.count(p, SourceBusy, false)
 		return d, nil
 	}
 	d, err := e.fallback.decide(p, key, n, e.clock.Now(), cause)
 	if err != nil {
 		return Decision{}, err
 	}
-	e.count(p, Fallback, d.Allowed)
+	e.count(p, SourceFallback, d.Allowed)
 	return d, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/ratelease/ratelease/internal/door"
 	"github.com/ratelease/ratelease/remote"
 	leasesync "github.com/ratelease/ratelease/sync"
 )
@@ -34,7 +35,7 @@ func (e *Engine) held(p *remote.Policy, key string) (*leasesync.Entry, bool) {
 // Redis failure is decided by the failure mode, as Allow's.
 func (e *Engine) AllowAtMost(ctx context.Context, p *remote.Policy, key string, n int64) (Decision, error) {
 	if e.closed.Load() {
-		return Decision{}, ErrClosed
+		return Decision{}, door.ErrClosed
 	}
 	if _, err := e.check(p); err != nil {
 		return Decision{}, err
@@ -161,7 +162,7 @@ func (e *Engine) RefundAt(ctx context.Context, p *remote.Policy, key string, n, 
 // with the denial cached for key dropped before and after it.
 func (e *Engine) giveBack(p *remote.Policy, key string, give func() error) error {
 	if e.closed.Load() {
-		return ErrClosed
+		return door.ErrClosed
 	}
 	if _, err := e.check(p); err != nil {
 		return err
@@ -199,7 +200,7 @@ func (e *Engine) RedisTime() int64 {
 // the failure mode: nothing is kept to charge later.
 func (e *Engine) Charge(ctx context.Context, p *remote.Policy, key string, n int64) (Decision, error) {
 	if e.closed.Load() {
-		return Decision{}, ErrClosed
+		return Decision{}, door.ErrClosed
 	}
 	if _, err := e.check(p); err != nil {
 		return Decision{}, err
@@ -224,7 +225,7 @@ func (e *Engine) Charge(ctx context.Context, p *remote.Policy, key string, n int
 // failure mode.
 func (e *Engine) Peek(ctx context.Context, p *remote.Policy, key string) (Decision, error) {
 	if e.closed.Load() {
-		return Decision{}, ErrClosed
+		return Decision{}, door.ErrClosed
 	}
 	if _, err := e.check(p); err != nil {
 		return Decision{}, err
@@ -245,7 +246,7 @@ func (e *Engine) Peek(ctx context.Context, p *remote.Policy, key string) (Decisi
 	if err != nil {
 		return Decision{}, err
 	}
-	d := Decision{Allowed: r.Granted > 0, Granted: r.Granted, Source: Remote, Limit: r.Decider,
+	d := Decision{Allowed: r.Granted > 0, Granted: r.Granted, Source: SourceRemote, Limit: r.Decider,
 		Remaining: r.Remaining, RetryAfter: r.RetryAfter, ResetAfter: r.ResetAfter, Blocked: r.Blocked}
 	if found {
 		d.Remaining += ent.Units()
@@ -262,7 +263,7 @@ func (e *Engine) Peek(ctx context.Context, p *remote.Policy, key string) (Decisi
 // ErrUnavailable; the local state is forgotten all the same.
 func (e *Engine) Reset(ctx context.Context, p *remote.Policy, key string) error {
 	if e.closed.Load() {
-		return ErrClosed
+		return door.ErrClosed
 	}
 	if _, err := e.check(p); err != nil {
 		return err
@@ -295,7 +296,7 @@ func (f *fallback) forget(p *remote.Policy, key string) {
 // failure of Redis is an error wrapping ErrUnavailable, and blocks nothing.
 func (e *Engine) Block(ctx context.Context, p *remote.Policy, key string, d time.Duration) error {
 	if e.closed.Load() {
-		return ErrClosed
+		return door.ErrClosed
 	}
 	if _, err := e.check(p); err != nil {
 		return err
@@ -317,7 +318,7 @@ func (e *Engine) Block(ctx context.Context, p *remote.Policy, key string, d time
 // wrapping ErrUnavailable; the local block is dropped all the same.
 func (e *Engine) Unblock(ctx context.Context, p *remote.Policy, key string) error {
 	if e.closed.Load() {
-		return ErrClosed
+		return door.ErrClosed
 	}
 	if _, err := e.check(p); err != nil {
 		return err

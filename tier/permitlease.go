@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ratelease/ratelease/internal/door"
 	"github.com/ratelease/ratelease/remote"
 )
 
@@ -152,7 +153,7 @@ func (e *Engine) pool(k poolKey) *permitPool {
 func (e *Engine) acquireLeased(ctx context.Context, k poolKey, id string) (PermitDecision, error) {
 	pl := e.pool(k)
 	if pl == nil {
-		return PermitDecision{}, ErrClosed
+		return PermitDecision{}, door.ErrClosed
 	}
 	pl.mu.Lock()
 	defer func() { pl.mu.Unlock() }()
@@ -164,7 +165,7 @@ func (e *Engine) acquireLeased(ctx context.Context, k poolKey, id string) (Permi
 			next := e.pool(k)
 			if next == nil {
 				pl.mu.Lock() // for the deferred Unlock
-				return PermitDecision{}, ErrClosed
+				return PermitDecision{}, door.ErrClosed
 			}
 			pl = next
 			pl.mu.Lock()
@@ -193,7 +194,7 @@ func (e *Engine) acquireLeased(ctx context.Context, k poolKey, id string) (Permi
 		}
 		now = e.pnow()
 		if d, ok := pl.grant(id, now, true); ok {
-			d.Source = Remote // the call's
+			d.Source = SourceRemote // the call's
 			return d, nil
 		}
 		// Back when the first permit or slot held expires: this instance's
@@ -202,7 +203,7 @@ func (e *Engine) acquireLeased(ctx context.Context, k poolKey, id string) (Permi
 		for _, d := range pl.inUse {
 			retry = min(retry, time.Duration(d-now))
 		}
-		return PermitDecision{Held: r.Held, RetryAfter: max(time.Microsecond, retry), Source: Remote}, nil
+		return PermitDecision{Held: r.Held, RetryAfter: max(time.Microsecond, retry), Source: SourceRemote}, nil
 	}
 }
 
@@ -226,8 +227,8 @@ func (pl *permitPool) grant(id string, now int64, reply bool) (PermitDecision, b
 	pl.reapAt = min(pl.reapAt, from+int64(pl.k.ttl))
 	pl.peak = max(pl.peak, int64(len(pl.inUse)))
 	pl.lastGrant = now
-	return PermitDecision{Granted: true, Held: pl.held - pl.slots + int64(len(pl.inUse)), Source: Local,
-		Hold: PermitHold{source: Local, pool: pl, epoch: pl.epoch}}, true
+	return PermitDecision{Granted: true, Held: pl.held - pl.slots + int64(len(pl.inUse)), Source: SourceLocal,
+		Hold: PermitHold{source: SourceLocal, pool: pl, epoch: pl.epoch}}, true
 }
 
 // reap frees the slots of permits past their TTL, with pl.mu held: a walk
@@ -358,7 +359,7 @@ func (e *Engine) extendLeased(ctx context.Context, h PermitHold, id string, ttl 
 		return true, nil
 	}
 	if e.closed.Load() {
-		return false, ErrClosed
+		return false, door.ErrClosed
 	}
 	pl.inUse[id] = now + int64(ttl) // the call leases the slots to cover it
 	epoch := pl.epoch

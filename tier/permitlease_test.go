@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelease/ratelease/clock"
+	"github.com/ratelease/ratelease/internal/door"
 	"github.com/ratelease/ratelease/internal/redistest"
 	"github.com/ratelease/ratelease/remote"
 	leasesync "github.com/ratelease/ratelease/sync"
@@ -127,7 +128,7 @@ func TestExtendAfterALeaseCallInFlight(t *testing.T) {
 	t.Run("released meanwhile", func(t *testing.T) {
 		pe := newPermitEngine(t)
 		p := pe.acquire(t, "p", 2, time.Minute) // leases both slots
-		if d := pe.acquire(t, "p2", 2, time.Minute); d.Source != tier.Local {
+		if d := pe.acquire(t, "p2", 2, time.Minute); d.Source != tier.SourceLocal {
 			t.Fatalf("p2: %+v, want a local permit", d)
 		}
 		q := pe.acquireGated(t, "q", 2, time.Minute) // no slot free: a call
@@ -191,8 +192,8 @@ func TestPermitsAcquireRacingClose(t *testing.T) {
 		pe := newPermitEngine(t)
 		_ = pe.e.Close()
 		d, err := tier.AcquireLeasedPastCheck(ctx, pe.e, "jobs", "k", "p", 3, time.Hour)
-		if !errors.Is(err, tier.ErrClosed) {
-			t.Fatalf("an acquire past Close's start: %+v, %v; want ErrClosed", d, err)
+		if !errors.Is(err, door.ErrClosed) {
+			t.Fatalf("an acquire past Close's start: %+v, %v; want door.ErrClosed", d, err)
 		}
 		if z, _ := pe.mr.ZMembers("t:{jobs:k}:permits"); len(z) != 0 {
 			t.Fatalf("held after Close: %v", z)

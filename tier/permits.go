@@ -44,7 +44,7 @@ type localPermits struct {
 // fallback.
 func (e *Engine) AcquirePermit(ctx context.Context, name, key, id string, limit int64, ttl time.Duration) (PermitDecision, error) {
 	if e.closed.Load() {
-		return PermitDecision{}, ErrClosed
+		return PermitDecision{}, door.ErrClosed
 	}
 	var err error
 	if e.leaser != nil {
@@ -56,9 +56,9 @@ func (e *Engine) AcquirePermit(ctx context.Context, name, key, id string, limit 
 		var r remote.PermitReply
 		r, err = e.door.Permit(ctx, remote.PermitCall{Name: name, Key: key, ID: id, Op: remote.PermitAcquire, Limit: limit, TTL: ttl})
 		if err == nil {
-			return PermitDecision{Granted: r.Done, Held: r.Held, RetryAfter: r.RetryAfter, Source: Remote, Hold: PermitHold{source: Remote}}, nil
+			return PermitDecision{Granted: r.Done, Held: r.Held, RetryAfter: r.RetryAfter, Source: SourceRemote, Hold: PermitHold{source: SourceRemote}}, nil
 		}
-		if !errors.Is(err, ErrClosed) {
+		if !errors.Is(err, door.ErrClosed) {
 			// Redis may have granted it (the caller's context ended, or
 			// the reply came too late): released, so that it is not held
 			// until its TTL with no holder. Best effort, on a context of
@@ -72,9 +72,9 @@ func (e *Engine) AcquirePermit(ctx context.Context, name, key, id string, limit 
 		// Redis answers, slowly: a permit of the failure mode's would be
 		// held beside those Redis grants the others. Denied, back after a
 		// timeout's time.
-		return PermitDecision{RetryAfter: e.door.Timeout(), Source: Busy}, nil
+		return PermitDecision{RetryAfter: e.door.Timeout(), Source: SourceBusy}, nil
 	}
-	if !errors.Is(err, ErrUnavailable) || e.fallback.mode == FailClosed {
+	if !errors.Is(err, door.ErrUnavailable) || e.fallback.mode == FailClosed {
 		return PermitDecision{}, err
 	}
 	share := int64(-1) // FailOpen: no bound
@@ -89,10 +89,10 @@ func (e *Engine) AcquirePermit(ctx context.Context, name, key, id string, limit 
 	}
 	held := e.permits.held[k]
 	if share >= 0 && held >= share {
-		return PermitDecision{Held: held, RetryAfter: ttl, Source: Fallback}, nil
+		return PermitDecision{Held: held, RetryAfter: ttl, Source: SourceFallback}, nil
 	}
 	e.permits.held[k] = held + 1
-	return PermitDecision{Granted: true, Held: held + 1, Source: Fallback, Hold: PermitHold{source: Fallback}}, nil
+	return PermitDecision{Granted: true, Held: held + 1, Source: SourceFallback, Hold: PermitHold{source: SourceFallback}}, nil
 }
 
 // ReleasePermit releases permit id of name's key: in Redis, in this
@@ -105,9 +105,9 @@ func (e *Engine) AcquirePermit(ctx context.Context, name, key, id string, limit 
 // ends.
 func (e *Engine) ReleasePermit(ctx context.Context, name, key, id string, h PermitHold) (bool, error) {
 	switch h.source {
-	case Local:
+	case SourceLocal:
 		return e.releaseLeased(ctx, h, id)
-	case Fallback:
+	case SourceFallback:
 		k := [2]string{name, key}
 		e.permits.mu.Lock()
 		defer e.permits.mu.Unlock()
@@ -129,13 +129,13 @@ func (e *Engine) ReleasePermit(ctx context.Context, name, key, id string, h Perm
 // Errors are ReleasePermit's.
 func (e *Engine) ExtendPermit(ctx context.Context, name, key, id string, ttl time.Duration, h PermitHold) (bool, error) {
 	switch h.source {
-	case Local:
+	case SourceLocal:
 		return e.extendLeased(ctx, h, id, ttl)
-	case Fallback:
+	case SourceFallback:
 		return true, nil
 	}
 	if e.closed.Load() {
-		return false, ErrClosed
+		return false, door.ErrClosed
 	}
 	r, err := e.door.Permit(ctx, remote.PermitCall{Name: name, Key: key, ID: id, Op: remote.PermitExtend, TTL: ttl})
 	return r.Done, err

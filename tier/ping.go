@@ -1,13 +1,17 @@
 package tier
 
-import "context"
+import (
+	"context"
+
+	"github.com/ratelease/ratelease/internal/door"
+)
 
 // Ping reports whether Redis answers, for a readiness probe: nil, or an
 // error wrapping ErrUnavailable and the cause; ErrClosed after Close; ctx's
 // own error unwrapped.
 func (e *Engine) Ping(ctx context.Context) error {
 	if e.closed.Load() {
-		return ErrClosed
+		return door.ErrClosed
 	}
 	return e.door.Ping(ctx)
 }

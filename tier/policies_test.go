@@ -85,11 +85,11 @@ func TestPolicyStats(t *testing.T) {
 						wantBy[c.p.Name()][tier.LimitName(c.p.Limits()[d.Limit])]++
 					}
 					switch d.Source {
-					case tier.Local:
+					case tier.SourceLocal:
 						w.Local++
-					case tier.Remote:
+					case tier.SourceRemote:
 						w.Remote++
-					case tier.Cached:
+					case tier.SourceCached:
 						w.Cached++
 					}
 				}
@@ -127,7 +127,7 @@ func TestPolicyStatsFallback(t *testing.T) {
 	p := named(t, "down", remote.TokenBucket, 100)
 	mr.Close()
 	for i := range 3 {
-		if d, err := e.Allow(context.Background(), p, fmt.Sprint("k", i), 1); err != nil || d.Source != tier.Fallback {
+		if d, err := e.Allow(context.Background(), p, fmt.Sprint("k", i), 1); err != nil || d.Source != tier.SourceFallback {
 			t.Fatalf("%+v, %v", d, err)
 		}
 	}
@@ -160,7 +160,7 @@ func TestPolicyStateGoesWithItsKeys(t *testing.T) {
 	if got := e.PolicyStats("run-0"); got != (tier.PolicyStats{}) {
 		t.Fatalf("a dropped policy's stats: %+v", got)
 	}
-	if d, err := e.Allow(ctx, ps[0], "k", 1); err != nil || !d.Allowed || d.Source != tier.Remote {
+	if d, err := e.Allow(ctx, ps[0], "k", 1); err != nil || !d.Allowed || d.Source != tier.SourceRemote {
 		t.Fatalf("a dropped policy used again: %+v, %v", d, err)
 	}
 	if got := e.PolicyStats("run-0"); got != (tier.PolicyStats{Allowed: 1, Remote: 1}) {

@@ -54,7 +54,7 @@ func LimitName(l remote.Limit) string {
 	switch l.Algorithm {
 	case remote.CalendarWindow:
 		c := l.Calendar
-		if c.Unit == remote.Week {
+		if c.Unit == remote.CalendarWeek {
 			return fmt.Sprintf("%d req/calendar week (%s, from %s)", l.Rate, c.Location, c.FirstDay)
 		}
 		return fmt.Sprintf("%d req/calendar %s (%s)", l.Rate, c.Unit, c.Location)
@@ -87,13 +87,13 @@ type counts struct {
 // that denied it, or -1 (allowed, or no limit decided).
 func (c *counts) add(p *remote.Policy, s Source, allowed bool, by int) {
 	switch s {
-	case Remote:
+	case SourceRemote:
 		c.remote.Add(1)
-	case Cached:
+	case SourceCached:
 		c.cached.Add(1)
-	case Fallback:
+	case SourceFallback:
 		c.fallback.Add(1)
-	case Busy:
+	case SourceBusy:
 		c.busy.Add(1)
 	}
 	if allowed {
@@ -176,13 +176,13 @@ func (e *Engine) countBy(p *remote.Policy, s Source, allowed bool, by int) {
 // countIn is countBy with the policy's counters c given.
 func (e *Engine) countIn(c *counts, p *remote.Policy, s Source, allowed bool, by int) {
 	switch s {
-	case Remote:
+	case SourceRemote:
 		e.stats.remote.Add(1)
-	case Cached:
+	case SourceCached:
 		e.stats.cached.Add(1)
-	case Fallback:
+	case SourceFallback:
 		e.stats.fallback.Add(1)
-	case Busy:
+	case SourceBusy:
 		e.stats.busy.Add(1)
 	}
 	if allowed {

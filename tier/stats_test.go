@@ -78,10 +78,10 @@ func TestStatsInvalidAndKeys(t *testing.T) {
 	}
 	mr.Advance(2 * tier.RedefinitionGrace)
 	clk.Set(mr.Now())
-	if _, err := e.Allow(ctx, old, "k", 1); !errors.Is(err, tier.ErrInvalidPolicy) {
+	if _, err := e.Allow(ctx, old, "k", 1); !errors.Is(err, remote.ErrInvalidPolicy) {
 		t.Fatalf("%v, want ErrInvalidPolicy", err)
 	}
-	if _, err := e.Peek(ctx, old, "k"); !errors.Is(err, tier.ErrInvalidPolicy) {
+	if _, err := e.Peek(ctx, old, "k"); !errors.Is(err, remote.ErrInvalidPolicy) {
 		t.Fatalf("%v, want ErrInvalidPolicy", err)
 	}
 	e.CountInvalid()

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ratelease/ratelease/internal/door"
 	"github.com/ratelease/ratelease/remote"
 )
 
@@ -72,7 +73,7 @@ func (e *Engine) joinWait(ctx context.Context, p *remote.Policy, key string) (le
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-e.done:
-		err = ErrClosed
+		err = door.ErrClosed
 	}
 	leave(0) // a turn that came meanwhile goes to the next
 	return nil, err

@@ -219,7 +219,7 @@ func (b *breaker) failure(now int64, probe bool, err error) {
 	case b.State() == BreakerClosed:
 		fails := b.fails.Add(1)
 		if fails == 1 {
-			b.note.post(Event{Kind: FirstFailure, Breaker: BreakerClosed, Err: err, Node: b.node})
+			b.note.post(Event{Kind: EventFirstFailure, Breaker: BreakerClosed, Err: err, Node: b.node})
 		}
 		if fails >= breakerFailures {
 			b.probeAt = now + int64(b.backoff)
@@ -252,7 +252,7 @@ func (b *breaker) setLocked(s BreakerState, cause error) {
 	if s == BreakerOpen {
 		b.opens.Add(1)
 	}
-	b.note.post(Event{Kind: BreakerChange, Breaker: s, Err: cause, Node: b.node})
+	b.note.post(Event{Kind: EventBreaker, Breaker: s, Err: cause, Node: b.node})
 }
 
 // newBreaker returns a breaker for the server named node; when it closes
@@ -353,7 +353,7 @@ func (d *Door) Leave(pass Pass, err error) error {
 				if stalled == 1 {
 					// The first call of a run to time out is told, as
 					// a failure's first is: Redis is slow.
-					b.note.post(Event{Kind: FirstFailure, Breaker: b.State(), Err: cause, Node: b.node})
+					b.note.post(Event{Kind: EventFirstFailure, Breaker: b.State(), Err: cause, Node: b.node})
 					b.note.deliver()
 				}
 				return cause

@@ -34,7 +34,7 @@ func (d *Door) acquire(ctx context.Context, r remote.Request, node string) (remo
 	if err := ctx.Err(); err != nil {
 		return remote.Decision{}, err
 	}
-	hctx, end := d.start(ctx, OpDecide, 1)
+	hctx, end := d.start(ctx, RedisDecide, 1)
 	var dec remote.Decision
 	var err error
 	if d.guard {
@@ -117,7 +117,7 @@ func (d *Door) Refund(p *remote.Policy, key string, units, at int64) {
 // refund makes one refund call on the calling goroutine, bounded by the
 // timeout. It reports whether Redis took it.
 func (d *Door) refund(p *remote.Policy, key string, units, at int64) bool {
-	ctx, end := d.start(context.Background(), OpRefund, 1)
+	ctx, end := d.start(context.Background(), RedisRefund, 1)
 	ctx, cancel := d.Bound(ctx)
 	defer cancel()
 	d.single.roundTrips.Add(1)
@@ -153,7 +153,7 @@ func (d *Door) Charge(node string, take func(on func(*remote.Policy, string) boo
 		if len(rs) == 0 {
 			return 0, nil
 		}
-		ctx, end := d.start(ctx, OpCharge, len(rs))
+		ctx, end := d.start(ctx, RedisCharge, len(rs))
 		ds, errs := d.store.ChargeFit(ctx, rs)
 		if end != nil {
 			end(outcome(ds, errs, nil))
@@ -184,9 +184,9 @@ func (d *Door) Charge(node string, take func(on func(*remote.Policy, string) boo
 // outlives its deadline every call fails with the deadline's error, and the
 // grants that arrive later are refunded as they arrive: nobody holds them.
 func (d *Door) Batch(ctx context.Context, rs []remote.Request, gs []remote.Grant) ([]remote.Decision, []error, []error) {
-	op := OpLease
+	op := RedisLease
 	if len(rs) == 0 {
-		op = OpRefund
+		op = RedisRefund
 	}
 	node := ""
 	switch {
@@ -201,7 +201,7 @@ func (d *Door) Batch(ctx context.Context, rs []remote.Request, gs []remote.Grant
 // pipeline is Batch as op to the server named node: one round trip, told
 // to the hook and counted. classify, when not nil, gives each acquire
 // call's error as its caller sees it, before the hook and the counters do.
-func (d *Door) pipeline(ctx context.Context, op Op, node string, rs []remote.Request, gs []remote.Grant,
+func (d *Door) pipeline(ctx context.Context, op RedisOp, node string, rs []remote.Request, gs []remote.Grant,
 	classify func(i int, err error) error) ([]remote.Decision, []error, []error) {
 	ctx, end := d.start(ctx, op, len(rs)+len(gs))
 	rctx := d.begin(ctx, node)
@@ -265,7 +265,7 @@ func (d *Door) refundLate(rs []remote.Request, ds []remote.Decision, errs []erro
 	if len(late) == 0 {
 		return
 	}
-	ctx, end := d.start(context.Background(), OpRefund, len(late))
+	ctx, end := d.start(context.Background(), RedisRefund, len(late))
 	ctx, cancel := d.Bound(ctx)
 	defer cancel()
 	d.batched.roundTrips.Add(1)
@@ -302,7 +302,7 @@ func (d *Door) Ping(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	hctx, end := d.start(ctx, OpPing, 0)
+	hctx, end := d.start(ctx, RedisPing, 0)
 	_, err := bounded(d, hctx, "", func(ctx context.Context) (struct{}, error) { return struct{}{}, d.store.Ping(ctx) }, nil)
 	if end != nil {
 		end(single(err, 0))

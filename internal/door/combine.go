@@ -140,7 +140,7 @@ func (d *Door) sendQueued(waiting []*queued, node string) {
 	}
 	// The hook sees the round trip as made for the oldest caller (its
 	// values, a trace's span), never ended by it.
-	ds, errs, _ := d.pipeline(context.WithoutCancel(live[0].ctx), OpDecide, node, rs, nil,
+	ds, errs, _ := d.pipeline(context.WithoutCancel(live[0].ctx), RedisDecide, node, rs, nil,
 		func(i int, err error) error { return Classify(live[i].ctx, err) })
 	// The grants of callers gone meanwhile go back: refundLate refunds
 	// what is left granted.

@@ -18,14 +18,14 @@ import (
 
 // slowDoor is a Door to a real Redis through a proxy that delays its
 // replies (once delay is set), its hook counting the decisions of each
-// OpDecide round trip, and a Store straight to the server to check what
+// RedisDecide round trip, and a Store straight to the server to check what
 // Redis holds.
 type slowDoor struct {
 	d      *door.Door
 	proxy  *redistest.Proxy
 	direct *remote.Store
 	p      *remote.Policy
-	// trips and decided: OpDecide round trips, and the decisions in them.
+	// trips and decided: RedisDecide round trips, and the decisions in them.
 	trips, decided atomic.Int64
 }
 
@@ -39,8 +39,8 @@ func newSlowDoor(t *testing.T) *slowDoor {
 	t.Cleanup(func() { _ = dc.Close() })
 	s.direct = remote.NewStore(dc, "t")
 	s.d = door.New(door.Config{Store: remote.NewStore(c, "t"), Clock: clock.System{}, Timeout: 5 * time.Second,
-		Hook: func(ctx context.Context, op door.Op, keys int) (context.Context, func(door.Outcome)) {
-			if op == door.OpDecide {
+		Hook: func(ctx context.Context, op door.RedisOp, keys int) (context.Context, func(door.RedisOutcome)) {
+			if op == door.RedisDecide {
 				s.trips.Add(1)
 				s.decided.Add(int64(keys))
 			}

@@ -66,7 +66,7 @@ func TestRefusedDialEndsTheCall(t *testing.T) {
 				}
 			}
 			evs := rec.take()
-			if len(evs) == 0 || evs[0].Kind != door.FirstFailure || !errors.Is(evs[0].Err, syscall.ECONNREFUSED) ||
+			if len(evs) == 0 || evs[0].Kind != door.EventFirstFailure || !errors.Is(evs[0].Err, syscall.ECONNREFUSED) ||
 				!strings.Contains(evs[0].Err.Error(), addr) {
 				t.Errorf("events %q: want the first failure, the refusal naming %s", describe(evs), addr)
 			}

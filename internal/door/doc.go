@@ -38,7 +38,7 @@
 // (Acquire, Refund, Charge, Batch), combine.go, breaker.go, events.go (Event, the
 // notifier, the eviction check), operator.go (Peek, GiveBack, Reset, Block,
 // Unblock: the operators' calls, whose caller waits for the outcome),
-// hook.go (Hook, Op, Outcome).
+// hook.go (Hook, RedisOp, RedisOutcome).
 //
 // It must not decide requests or choose what a failure means to them
 // (package tier does, and charges what its fallback admitted through

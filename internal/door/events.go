@@ -21,29 +21,29 @@ type EventKind uint8
 
 // The kinds of events. The zero value is no event.
 const (
-	// FirstFailure: a call through a breaker failed after a healthy
+	// EventFirstFailure: a call through a breaker failed after a healthy
 	// period: the breaker is closed, and the calls through it since the
 	// last one that failed have succeeded (or there were none yet). Err is
 	// the failure, wrapping ErrUnavailable and Redis's error.
-	FirstFailure EventKind = iota + 1
-	// BreakerChange: a breaker changed state, to Breaker. When it opens,
+	EventFirstFailure EventKind = iota + 1
+	// EventBreaker: a breaker changed state, to Breaker. When it opens,
 	// Err is the failure that opened it (the last of a run, or the failed
 	// probe's; the last failure seen when a probe was abandoned); nil
 	// otherwise.
-	BreakerChange
-	// Warning: a server is configured in a way that endangers the limits;
+	EventBreaker
+	// EventWarning: a server is configured in a way that endangers the limits;
 	// Err says how (ErrEvictionPolicy).
-	Warning
+	EventWarning
 )
 
 // String returns "first-failure", "breaker", "warning", or "unknown".
 func (k EventKind) String() string {
 	switch k {
-	case FirstFailure:
+	case EventFirstFailure:
 		return "first-failure"
-	case BreakerChange:
+	case EventBreaker:
 		return "breaker"
-	case Warning:
+	case EventWarning:
 		return "warning"
 	}
 	return "unknown"
@@ -91,7 +91,7 @@ func newNotifier(observer func(BreakerState), events func(Event)) *notifier {
 
 // post queues ev for the observers that take it.
 func (n *notifier) post(ev Event) {
-	if n == nil || n.events == nil && ev.Kind != BreakerChange {
+	if n == nil || n.events == nil && ev.Kind != EventBreaker {
 		return
 	}
 	n.mu.Lock()
@@ -127,7 +127,7 @@ func (n *notifier) run(q []Event) {
 		n.mu.Unlock()
 	}()
 	for _, ev := range q {
-		if n.observer != nil && ev.Kind == BreakerChange {
+		if n.observer != nil && ev.Kind == EventBreaker {
 			n.observer(ev.Breaker)
 		}
 		if n.events != nil {
@@ -140,7 +140,7 @@ func (n *notifier) run(q []Event) {
 // servers behind b, on a goroutine of its own (Close waits for it, within
 // its timeout), and posts a Warning for each that may evict limiter keys.
 // The reading is a round trip like the others: counted, and told to the
-// hook (OpConfig).
+// hook (RedisConfig).
 // It runs after a call through b succeeded (Leave): the first time the
 // Door reaches a server, off the caller's path; a reading that fails is
 // made again after a later success, up to evictionTries readings. Only
@@ -154,7 +154,7 @@ func (d *Door) checkEviction(b *breaker) {
 		return
 	}
 	d.guards.Go(func() {
-		ctx, end := d.start(context.Background(), OpConfig, 0)
+		ctx, end := d.start(context.Background(), RedisConfig, 0)
 		ctx, cancel := d.Bound(ctx)
 		defer cancel()
 		policies, err := d.store.MaxmemoryPolicies(ctx, b.node)
@@ -178,7 +178,7 @@ func (d *Door) checkEviction(b *breaker) {
 				if addr != "" {
 					on = " on " + addr
 				}
-				d.note.post(Event{Kind: Warning, Node: addr,
+				d.note.post(Event{Kind: EventWarning, Node: addr,
 					Err: fmt.Errorf("%w: maxmemory-policy %s%s (use noeviction, or a Redis of its own)", ErrEvictionPolicy, p, on)})
 				posted = true
 			}

@@ -143,7 +143,7 @@ func TestEventsInOrder(t *testing.T) {
 				t.Error("observers called concurrently")
 			}
 			time.Sleep(10 * time.Microsecond) // widen the window for a reordering
-			if ev.Kind == door.BreakerChange {
+			if ev.Kind == door.EventBreaker {
 				mu.Lock()
 				states = append(states, ev.Breaker)
 				mu.Unlock()
@@ -263,7 +263,7 @@ func TestWarningOfEviction(t *testing.T) {
 
 // An EventKind is a word in JSON.
 func TestEventKindJSON(t *testing.T) {
-	b, err := json.Marshal([]door.EventKind{door.FirstFailure, door.BreakerChange, door.Warning, 0})
+	b, err := json.Marshal([]door.EventKind{door.EventFirstFailure, door.EventBreaker, door.EventWarning, 0})
 	if err != nil || string(b) != `["first-failure","breaker","warning","unknown"]` {
 		t.Fatalf("%s, %v", b, err)
 	}

@@ -15,7 +15,7 @@ import (
 // ErrUnavailable when Redis could not answer (the breaker is open, or the
 // call failed), ctx's error unwrapped, or ErrClosed.
 func (d *Door) Peek(ctx context.Context, p *remote.Policy, key string) (remote.Decision, error) {
-	return call(d, ctx, OpPeek, p, key, func(ctx context.Context) (remote.Decision, error) {
+	return call(d, ctx, RedisPeek, p, key, func(ctx context.Context) (remote.Decision, error) {
 		return d.store.Peek(ctx, p, key)
 	})
 }
@@ -24,7 +24,7 @@ func (d *Door) Peek(ctx context.Context, p *remote.Policy, key string) (remote.D
 // (remote.Store.GiveBack): for a caller that waits for the outcome, so
 // with the caller's context, unlike Refund. Errors are Peek's.
 func (d *Door) GiveBack(ctx context.Context, p *remote.Policy, key string, units int64) error {
-	_, err := call(d, ctx, OpRefund, p, key, func(ctx context.Context) (struct{}, error) {
+	_, err := call(d, ctx, RedisRefund, p, key, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, d.store.GiveBack(ctx, p, key, units)
 	})
 	return err
@@ -35,7 +35,7 @@ func (d *Door) GiveBack(ctx context.Context, p *remote.Policy, key string, units
 // them back only while it is the window of at), with the caller's
 // context. Errors are Peek's.
 func (d *Door) RefundAt(ctx context.Context, p *remote.Policy, key string, units, at int64) error {
-	_, err := call(d, ctx, OpRefund, p, key, func(ctx context.Context) (struct{}, error) {
+	_, err := call(d, ctx, RedisRefund, p, key, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, d.store.Refund(ctx, p, key, units, at)
 	})
 	return err
@@ -45,7 +45,7 @@ func (d *Door) RefundAt(ctx context.Context, p *remote.Policy, key string, units
 // left (remote.Store.Charge), with the caller's context. Errors are
 // Peek's.
 func (d *Door) Debit(ctx context.Context, p *remote.Policy, key string, units int64) (remote.Decision, error) {
-	return call(d, ctx, OpCharge, p, key, func(ctx context.Context) (remote.Decision, error) {
+	return call(d, ctx, RedisCharge, p, key, func(ctx context.Context) (remote.Decision, error) {
 		return d.store.Charge(ctx, p, key, units)
 	})
 }
@@ -59,9 +59,9 @@ func (d *Door) Debit(ctx context.Context, p *remote.Policy, key string, units in
 // within the timeout (a client that ignores deadlines ends it at its own
 // timeouts).
 func (d *Door) Permit(ctx context.Context, c remote.PermitCall) (remote.PermitReply, error) {
-	op := OpDecide
+	op := RedisDecide
 	if c.Op == remote.PermitRelease {
-		op = OpRefund
+		op = RedisRefund
 	}
 	// Through the breaker of the server holding the permits' key.
 	enter := func() (Pass, error) { return d.EnterKey(d.store.PermitKey(c.Name, c.Key)) }
@@ -97,7 +97,7 @@ func untracked[T any](d *Door, ctx context.Context, node string, fn func(context
 // Reset deletes key's state under p in Redis (remote.Store.Reset). Errors
 // are Peek's.
 func (d *Door) Reset(ctx context.Context, p *remote.Policy, key string) error {
-	_, err := call(d, ctx, OpReset, p, key, func(ctx context.Context) (struct{}, error) {
+	_, err := call(d, ctx, RedisReset, p, key, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, d.store.Reset(ctx, p, key)
 	})
 	return err
@@ -106,7 +106,7 @@ func (d *Door) Reset(ctx context.Context, p *remote.Policy, key string) error {
 // Block blocks key under p in Redis for d (remote.Store.Block). Errors
 // are Peek's.
 func (d *Door) Block(ctx context.Context, p *remote.Policy, key string, dur time.Duration) error {
-	_, err := call(d, ctx, OpBlock, p, key, func(ctx context.Context) (struct{}, error) {
+	_, err := call(d, ctx, RedisBlock, p, key, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, d.store.Block(ctx, p, key, dur)
 	})
 	return err
@@ -115,7 +115,7 @@ func (d *Door) Block(ctx context.Context, p *remote.Policy, key string, dur time
 // Unblock lifts a block of key under p in Redis (remote.Store.Unblock).
 // Errors are Peek's.
 func (d *Door) Unblock(ctx context.Context, p *remote.Policy, key string) error {
-	_, err := call(d, ctx, OpUnblock, p, key, func(ctx context.Context) (struct{}, error) {
+	_, err := call(d, ctx, RedisUnblock, p, key, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, d.store.Unblock(ctx, p, key)
 	})
 	return err
@@ -125,13 +125,13 @@ func (d *Door) Unblock(ctx context.Context, p *remote.Policy, key string) error 
 // bounds it by the timeout and ctx, guards it when the client ignores
 // deadlines, counts it, tells the hook, and tells the breaker its outcome. A failure of Redis is an error
 // wrapping ErrUnavailable; ctx's own error comes back unwrapped.
-func call[T any](d *Door, ctx context.Context, op Op, p *remote.Policy, key string, fn func(context.Context) (T, error)) (T, error) {
+func call[T any](d *Door, ctx context.Context, op RedisOp, p *remote.Policy, key string, fn func(context.Context) (T, error)) (T, error) {
 	return callVia(d, ctx, op, func() (Pass, error) { return d.Enter(p, key) }, fn, false)
 }
 
 // callVia is call, through the breaker enter picks; with detach, fn runs
 // untracked (see untracked).
-func callVia[T any](d *Door, ctx context.Context, op Op, enter func() (Pass, error), fn func(context.Context) (T, error), detach bool) (T, error) {
+func callVia[T any](d *Door, ctx context.Context, op RedisOp, enter func() (Pass, error), fn func(context.Context) (T, error), detach bool) (T, error) {
 	var zero T
 	if err := ctx.Err(); err != nil {
 		return zero, err
@@ -150,7 +150,7 @@ func callVia[T any](d *Door, ctx context.Context, op Op, enter func() (Pass, err
 	}
 	if end != nil {
 		var granted int64
-		if dec, ok := any(v).(remote.Decision); ok && op == OpCharge {
+		if dec, ok := any(v).(remote.Decision); ok && op == RedisCharge {
 			granted = dec.Granted // Debit's units
 		}
 		end(single(err, granted))
