@@ -9,45 +9,31 @@ import (
 )
 
 // Algorithm is how a Limit counts. The zero value is TokenBucket.
+// docs/operations.md ("Choosing an algorithm") compares them.
 type Algorithm int
 
 const (
-	// TokenBucket: a bucket of Burst units refilled at Rate per Period.
-	// Allows bursts up to Burst; over any span T admits at most
-	// Burst + Rate·T/Period. One integer of state per key (GCRA).
+	// TokenBucket: a bucket of Burst units refilled at Rate per Period;
+	// over any span T it admits at most Burst + Rate·T/Period.
 	TokenBucket Algorithm = iota
 	// FixedWindow: at most Rate units in each window of length Period,
-	// aligned to the Unix epoch. Cheapest; admits up to 2·Rate across a
-	// window boundary.
+	// aligned to the Unix epoch; up to 2·Rate across a window boundary.
 	FixedWindow
 	// SlidingWindowLog: at most Rate units in every span of length Period,
-	// exactly. Keeps one entry per admitted unit: memory grows with Rate.
+	// exactly, with one entry per admitted unit (at most 1000 units a
+	// request).
 	SlidingWindowLog
 	// SlidingWindowCounter: the two-window weighted estimate of a sliding
-	// window; two counters per key, close to the log's accuracy.
+	// window.
 	SlidingWindowCounter
-	// LeakyBucket: output smoothed to exactly Rate per Period. Allow admits
-	// only when the queue is empty; Wait queues up to Burst units and
-	// sleeps until its slot.
+	// LeakyBucket: output smoothed to exactly Rate per Period; Allow admits
+	// only when the queue is empty, Wait queues up to Burst units.
 	LeakyBucket
 	// CalendarWindow: at most Rate units in each day, week or month of a
 	// calendar (Limit.Calendar), from local midnight to local midnight in
-	// its time zone, whatever the window's length in hours (a day of a DST
-	// change, a month of 28 to 31 days). A window begins at the first
-	// instant of its first civil date (on a day whose midnight a DST change
-	// skips, as where DST begins at 00:00 in Santiago, the first instant
-	// that exists: 01:00) and ends where the next begins. A quota: "10,000 calls per
-	// calendar month". Period is left 0: NewPolicy sets it to the nominal
-	// window (24h, 7 days, 31 days), which stands in where one length must
-	// do (the outage fallback's share, a header's window), never for a
-	// boundary. Decided on Redis's clock, as
-	// every limit is; each call names the window that holds this host's
-	// time plus an hour, as its calendar places it, and Redis's clock picks
-	// that window or the one before, so the host's clock must be no more
-	// than an hour behind Redis's, nor almost a window ahead (a call then
-	// fails, whatever is decided, but is not counted against Redis's
-	// breaker). Its Rate may be any count below 2^53. In lease mode it is
-	// leased as a FixedWindow is: a lease ends at the window's end.
+	// its time zone, whatever the window's length in hours. Period is left
+	// 0: NewPolicy sets it to the nominal window (24h, 7 days, 31 days).
+	// This host's clock must be within an hour of Redis's.
 	CalendarWindow
 )
 
@@ -59,64 +45,50 @@ func (a Algorithm) String() string {
 	return remote.Algorithm(a).String()
 }
 
-// MarshalText makes the algorithm a word in JSON and logs, as String says
-// it.
-func (a Algorithm) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
-
 // Limit is one rate limit: Rate events per Period. Its zero value is not a
-// valid limit; PerSecond, PerMinute and PerHour make the common ones.
+// valid limit; PerSecond and its siblings make the common ones.
 type Limit struct {
 	// Rate is the number of events allowed per Period; > 0.
 	Rate int
-	// Period is the length of time Rate applies to; > 0, at least a
-	// millisecond, and a whole number of microseconds. Rate·Period and
-	// Burst·Period in µs must stay below 2^53 (10^9 per second is fine);
-	// a SlidingWindowLog, which keeps one entry per unit, takes at most one
-	// unit per microsecond.
+	// Period is the length of time Rate applies to: at least a
+	// millisecond, a whole number of microseconds, with Rate·Period and
+	// Burst·Period in µs below 2^53 (10^9 per second is fine).
 	Period time.Duration
-	// Burst is the bucket capacity of TokenBucket (the most admitted at
-	// once) and the queue length of LeakyBucket; 0 means Rate. The window
-	// algorithms have no burst of their own: Burst must be 0 or Rate.
+	// Burst is TokenBucket's capacity and LeakyBucket's queue; 0 means
+	// Rate. The windows have none: 0 or Rate.
 	Burst int
 	// Algorithm is how the limit counts; the zero value is TokenBucket.
 	Algorithm Algorithm
-	// Calendar places a CalendarWindow's windows; the other algorithms
-	// have none.
+	// Calendar places a CalendarWindow's windows.
 	Calendar Calendar
 }
 
 // CalendarUnit is the length of a CalendarWindow's windows.
-type CalendarUnit int
+type CalendarUnit string
 
-// The calendar units. The zero value is none.
+// The calendar units.
 const (
-	// CalendarDay: from local midnight to the next (23 to 25 hours; a
-	// midnight a DST change skips is the day's first instant, 01:00).
-	CalendarDay CalendarUnit = iota + 1
+	// CalendarDay: from local midnight to the next (23 to 25 hours; where
+	// a DST change skips midnight, from the day's first instant).
+	CalendarDay CalendarUnit = "day"
 	// CalendarWeek: from local midnight of Calendar.FirstDay, for 7 days.
-	CalendarWeek
-	// CalendarMonth: from local midnight of the 1st to that of the next
-	// month's.
-	CalendarMonth
+	CalendarWeek CalendarUnit = "week"
+	// CalendarMonth: from local midnight of the 1st to the next month's.
+	CalendarMonth CalendarUnit = "month"
 )
 
-// String returns "day", "week" or "month".
-func (u CalendarUnit) String() string { return remote.CalendarUnit(u).String() }
-
-// MarshalText makes the unit a word in JSON and logs, as String says it.
-func (u CalendarUnit) MarshalText() ([]byte, error) { return []byte(u.String()), nil }
+// calendarUnits are the engine's units by name.
+var calendarUnits = map[CalendarUnit]remote.CalendarUnit{
+	CalendarDay: remote.CalendarDay, CalendarWeek: remote.CalendarWeek, CalendarMonth: remote.CalendarMonth,
+}
 
 // Calendar says where a CalendarWindow's windows begin and end.
 type Calendar struct {
-	// Unit is the window's length: CalendarDay, CalendarWeek or
-	// CalendarMonth.
 	Unit CalendarUnit
 	// Location is the time zone whose midnights start the windows; nil
-	// means UTC. Not time.Local, whose zone differs by machine: load the
-	// zone by name (time.LoadLocation("Europe/Berlin")).
+	// means UTC. Load it by name: time.Local differs by machine.
 	Location *time.Location
-	// FirstDay is the day a CalendarWeek starts on (time.Sunday is the
-	// zero value); ignored for the others.
+	// FirstDay is the day a CalendarWeek starts on.
 	FirstDay time.Weekday
 }
 
@@ -151,6 +123,15 @@ func PerHour(rate int) Limit { return Limit{Rate: rate, Period: time.Hour, Burst
 // window)" or "5 req/s (leaky bucket, queue 10)".
 func (l Limit) String() string { return tier.LimitName(l.resolved()) }
 
+// calendarUnit returns the engine's unit u names; for a name it does not
+// know, one that NewPolicy refuses.
+func calendarUnit(u CalendarUnit) remote.CalendarUnit {
+	if r, ok := calendarUnits[u]; ok || u == "" {
+		return r
+	}
+	return remote.CalendarMonth + 1
+}
+
 // resolved returns l with Burst filled in, as the scripts see it.
 func (l Limit) resolved() remote.Limit {
 	r := remote.Limit{Algorithm: remote.Algorithm(l.Algorithm), Rate: int64(l.Rate), Period: l.Period, Burst: int64(l.Burst)}
@@ -158,7 +139,7 @@ func (l Limit) resolved() remote.Limit {
 		r.Burst = r.Rate
 	}
 	if l.Calendar != (Calendar{}) {
-		r.Calendar = remote.Calendar{Unit: remote.CalendarUnit(l.Calendar.Unit), Location: l.Calendar.Location, FirstDay: l.Calendar.FirstDay}
+		r.Calendar = remote.Calendar{Unit: calendarUnit(l.Calendar.Unit), Location: l.Calendar.Location, FirstDay: l.Calendar.FirstDay}
 		if r.Calendar.Location == nil {
 			r.Calendar.Location = time.UTC
 		}

@@ -14,43 +14,25 @@ import (
 )
 
 // Concurrency is a limit on work in flight: at most Limit permits of a key
-// held at once, across every instance, for work that takes a while ("at
-// most 5 exports in flight per tenant"). A permit is held from
-// AcquirePermit or WaitPermit until its Release, or until its TTL ends,
-// so that a holder that crashed (its process killed, its network gone)
-// gives it back by itself; a holder of long work extends it (Extend).
+// held at once across every instance ("at most 5 exports in flight per
+// tenant"). A permit is held until its Release or until its TTL ends, so
+// that a crashed holder gives it back by itself; long work extends it.
 // Make one with NewConcurrency; it is immutable and safe for concurrent
-// use.
-//
-// Their state is a sorted set in Redis, on Redis's clock: in exact mode
-// of permit ids by expiry, one call for each acquire, release and
-// extension. In lease mode an instance leases slots of a key in batches
-// (members of that set, under a fair share of the slots by the instances'
-// demands) and grants permits from them: an acquire and a release are
-// usually local; a call leases or renews slots (at most 100ms after the
-// last, and within half the TTL), and gives back those no permit has used
-// for 100ms, or at once when other instances wait (a free slot goes to
-// the instance that has waited longest). The bound:
-// never more than Limit held across the fleet at any instant of Redis's
-// clock, a crashed holder's permits counted until their TTL ends (exact
-// mode) or its slots expire, within 1.5 TTLs of its last call (lease
-// mode). While Redis is unavailable the failure mode decides (see
-// AcquirePermit).
+// use. docs/operations.md says how permits are kept and leased, and the
+// bound: never more than Limit held at any instant of Redis's clock.
 type Concurrency struct {
 	name  string
 	limit int
 	ttl   time.Duration
 }
 
-// MaxPermitTTL is the longest TTL of a permit: work longer than that
-// extends its permit (Permit.Extend).
-const MaxPermitTTL = 24 * time.Hour
+// maxPermitTTL is the longest TTL of a permit.
+const maxPermitTTL = 24 * time.Hour
 
-// NewConcurrency returns a concurrency limit of limit permits per key,
-// each held for ttl (1ms to MaxPermitTTL) unless released sooner or
-// extended. Its name is a policy's (see NewPolicy): errors wrap
-// ErrInvalidPolicy; a limit below 1 is ErrInvalidLimit, a ttl out of range
-// ErrInvalidDuration. A Concurrency and a Policy of one name keep apart
+// NewConcurrency returns a limit of limit permits per key, each held for
+// ttl (1ms to 24h; else ErrInvalidDuration) unless released or extended.
+// Its name follows NewPolicy's rules (else ErrInvalidPolicy); a limit below
+// 1 is ErrInvalidLimit. A Concurrency and a Policy of one name keep apart
 // state.
 func NewConcurrency(name string, limit int, ttl time.Duration) (*Concurrency, error) {
 	if err := remote.CheckName(name); err != nil {
@@ -59,8 +41,8 @@ func NewConcurrency(name string, limit int, ttl time.Duration) (*Concurrency, er
 	if limit < 1 {
 		return nil, fmt.Errorf("%w: concurrency %q: limit %d is below 1", ErrInvalidLimit, name, limit)
 	}
-	if ttl < time.Millisecond || ttl > MaxPermitTTL {
-		return nil, fmt.Errorf("%w: concurrency %q: permit TTL %v is not within 1ms and %v", ErrInvalidDuration, name, ttl, MaxPermitTTL)
+	if ttl < time.Millisecond || ttl > maxPermitTTL {
+		return nil, fmt.Errorf("%w: concurrency %q: permit TTL %v is not within 1ms and %v", ErrInvalidDuration, name, ttl, maxPermitTTL)
 	}
 	return &Concurrency{name: name, limit: limit, ttl: ttl}, nil
 }
@@ -81,31 +63,17 @@ type Permit struct {
 	c        *Concurrency
 	key, id  string
 	hold     tier.PermitHold // where it was granted: Redis, leased slots, the fallback
-	fallback bool            // granted by the failure mode: this instance's alone
 	released atomic.Bool
 }
 
-// Fallback reports whether the permit was granted by the failure mode
-// while Redis was unavailable: it is this instance's alone (FailLocal's
-// share, or FailOpen's), and its Release and Extend stay here.
-func (p *Permit) Fallback() bool { return p.fallback }
-
 // AcquirePermit acquires a permit of key under c if fewer than c.Limit()
-// are held, without waiting: the Permit, and a Result with Allowed and
-// Granted (1 or 0), Remaining (the permits left after the call, across
-// every instance, as Redis last said in lease mode), RetryAfter when
-// denied (until the first permit or leased slot held expires: a release
-// frees one sooner) and Source (SourceRemote; SourceLocal for a permit
-// from this instance's leased slots; SourceFallback). Result.Limit is the
-// zero Limit. A denial is a nil Permit, and no error.
-//
-// While Redis is unavailable the failure mode decides: FailClosed returns
-// an error wrapping ErrUnavailable; FailOpen grants a permit; FailLocal
-// grants while this instance holds fewer fallback permits of key than its
-// share of the limit (c.Limit() over WithInstances, at least 1). A
-// fallback permit is this instance's alone (Permit.Fallback). Errors:
-// ErrInvalidPolicy (a nil or zero Concurrency), ErrInvalidKey, ErrClosed,
-// ctx's error unwrapped, ErrUnavailable as above.
+// are held, without waiting. A denial is a nil Permit and no error; the
+// Result says Allowed, Remaining permits, RetryAfter (until the first one
+// held expires) and Source (SourceFallback: the failure mode granted it,
+// and it is this instance's alone). While Redis is unavailable, FailClosed
+// returns ErrUnavailable, FailOpen grants, and FailLocal grants up to this
+// instance's share of the limit. Errors: ErrInvalidPolicy (a nil
+// Concurrency), ErrInvalidKey, ErrClosed, ErrUnavailable, ctx's error.
 func (l *Limiter) AcquirePermit(ctx context.Context, c *Concurrency, key string) (*Permit, Result, error) {
 	if err := checkConcurrency(c, key); err != nil {
 		return nil, Result{}, err
@@ -120,14 +88,12 @@ func (l *Limiter) AcquirePermit(ctx context.Context, c *Concurrency, key string)
 		return nil, res, nil
 	}
 	res.Granted = 1
-	return &Permit{l: l, c: c, key: key, id: id, hold: d.Hold, fallback: d.Source == tier.SourceFallback}, res, nil
+	return &Permit{l: l, c: c, key: key, id: id, hold: d.Hold}, res, nil
 }
 
-// WaitPermit acquires a permit of key under c, waiting while c.Limit() are
-// held: it asks again when one may be free, at least every 100ms (a
-// release is not announced) and at the latest when the first permit held
-// expires. It returns ctx's error, unwrapped, when ctx ends first, and
-// ErrClosed when the Limiter closes. Other errors are AcquirePermit's.
+// WaitPermit acquires a permit of key under c, asking again while c.Limit()
+// are held (a release is not announced: at least every 100ms). Errors are
+// AcquirePermit's.
 func (l *Limiter) WaitPermit(ctx context.Context, c *Concurrency, key string) (*Permit, error) {
 	backoff := 2 * time.Millisecond
 	for {
@@ -150,14 +116,10 @@ func (l *Limiter) WaitPermit(ctx context.Context, c *Concurrency, key string) (*
 	}
 }
 
-// Release gives the permit back, for another holder at once. It returns
-// ErrPermitLost if the permit was no longer held (its TTL ended first, or
-// it was released already); an error wrapping ErrUnavailable if Redis
-// cannot take it, whatever the failure mode (the permit then comes back
-// when its TTL ends); ctx's error, unwrapped. A fallback permit is
-// released here. After the Limiter's Close a Release still gives the
-// permit back to Redis (in lease mode, its slot), bounded by the Redis
-// timeout, so that a graceful shutdown's permits are free at once.
+// Release gives the permit back, for another holder at once, even after
+// the Limiter's Close. It returns ErrPermitLost if the permit was no longer
+// held, and ErrUnavailable if Redis cannot take it (it then comes back when
+// its TTL ends).
 func (p *Permit) Release(ctx context.Context) error {
 	if !p.released.CompareAndSwap(false, true) {
 		return ErrPermitLost
@@ -175,13 +137,12 @@ func (p *Permit) Release(ctx context.Context) error {
 	return nil
 }
 
-// Extend makes the permit last ttl (1ms to MaxPermitTTL) from now, for
-// work longer than its TTL: call it before the TTL ends. Errors: Release's,
-// and ErrInvalidDuration for a ttl out of range. A fallback permit has no
-// TTL: Extend does nothing.
+// Extend makes the permit last ttl (1ms to 24h) from now, for work longer
+// than its TTL. Errors: Release's, and ErrInvalidDuration. A permit of the
+// failure mode has no TTL: Extend does nothing.
 func (p *Permit) Extend(ctx context.Context, ttl time.Duration) error {
-	if ttl < time.Millisecond || ttl > MaxPermitTTL {
-		return fmt.Errorf("%w: permit TTL %v is not within 1ms and %v", ErrInvalidDuration, ttl, MaxPermitTTL)
+	if ttl < time.Millisecond || ttl > maxPermitTTL {
+		return fmt.Errorf("%w: permit TTL %v is not within 1ms and %v", ErrInvalidDuration, ttl, maxPermitTTL)
 	}
 	if p.released.Load() {
 		return ErrPermitLost

@@ -90,7 +90,7 @@ func (d *Dimension) describe() {
 		if len(limits) > 1 {
 			label := periodLabel(l.Period)
 			if l.Algorithm == ratelease.CalendarWindow {
-				label = l.Calendar.Unit.String()
+				label = string(l.Calendar.Unit)
 			}
 			name += "-" + label
 			if seen[name] {
