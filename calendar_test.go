@@ -320,11 +320,16 @@ func (c calWindows) Next(t time.Time) time.Time {
 	return s.AddDate(0, 0, 1)
 }
 
+// fuzzUnits are the calendar units a fuzzed number picks: the three and
+// one that is none.
+var fuzzUnits = [4]ratelease.CalendarUnit{"", ratelease.CalendarDay, ratelease.CalendarWeek, ratelease.CalendarMonth}
+
 // Calendars that cannot place windows are refused, by name.
 func TestCalendarWindowBadInput(t *testing.T) {
 	for _, l := range []ratelease.Limit{
 		{Rate: 5, Algorithm: ratelease.CalendarWindow},
-		{Rate: 5, Algorithm: ratelease.CalendarWindow, Calendar: ratelease.Calendar{Unit: 9}},
+		{Rate: 5, Algorithm: ratelease.CalendarWindow, Calendar: ratelease.Calendar{Unit: "fortnight"}},
+		{Rate: 5, Algorithm: ratelease.CalendarWindow, Calendar: ratelease.Calendar{Unit: "Day"}},
 		{Rate: 5, Algorithm: ratelease.CalendarWindow, Calendar: ratelease.Calendar{Unit: ratelease.CalendarDay, Location: time.Local}},
 		{Rate: 5, Algorithm: ratelease.CalendarWindow, Calendar: ratelease.Calendar{Unit: ratelease.CalendarWeek, FirstDay: 7}},
 		{Rate: 5, Period: time.Hour, Algorithm: ratelease.CalendarWindow, Calendar: ratelease.Calendar{Unit: ratelease.CalendarDay}},
@@ -482,7 +487,7 @@ func FuzzCalendarWindow(f *testing.F) {
 			return // not a zone: LoadLocation's own business
 		}
 		l := ratelease.Limit{Rate: rate, Algorithm: ratelease.CalendarWindow,
-			Calendar: ratelease.Calendar{Unit: ratelease.CalendarUnit(unit), Location: loc, FirstDay: time.Weekday(first)}}
+			Calendar: ratelease.Calendar{Unit: fuzzUnits[unit&3], Location: loc, FirstDay: time.Weekday(first)}}
 		p, err := ratelease.NewPolicy("q", l)
 		if err != nil {
 			if !errors.Is(err, ratelease.ErrInvalidLimit) {

@@ -17,23 +17,16 @@ import (
 	"github.com/ratelease/ratelease/internal/redistest"
 )
 
-// eventLog keeps the events and breaker states a Limiter reports.
+// eventLog keeps the events a Limiter reports.
 type eventLog struct {
 	mu     sync.Mutex
 	events []ratelease.Event
-	states []ratelease.BreakerState
 }
 
 func (e *eventLog) event(ev ratelease.Event) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.events = append(e.events, ev)
-}
-
-func (e *eventLog) state(s ratelease.BreakerState) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.states = append(e.states, s)
 }
 
 // take returns the events so far, and forgets them.
@@ -56,8 +49,7 @@ func kinds(evs []ratelease.Event) string {
 
 // A Redis killed and restarted under a Limiter: WithEvents tells the first
 // failure with its cause (connection refused), the breaker's opening with
-// the failure that opened it, its probe and its close; WithObserver hears
-// the same changes. The server's eviction policy is read once per Limiter
+// the failure that opened it, its probe and its close. The server's eviction policy is read once per Limiter
 // life: the restarted server's, evicting now, is not read again, unless
 // the first reading failed (the kill came before it was made): then it is
 // made again once Redis is back, and warns of the new policy.
@@ -67,7 +59,7 @@ func TestEventsOfAnOutage(t *testing.T) {
 	defer client.Close()
 	var log eventLog
 	l, err := ratelease.New(client, ratelease.WithExact(), ratelease.WithRedisTimeout(time.Second),
-		ratelease.WithEvents(log.event), ratelease.WithObserver(log.state))
+		ratelease.WithEvents(log.event))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,17 +114,10 @@ func TestEventsOfAnOutage(t *testing.T) {
 	if n := len(evs); evs[n-1].Kind == ratelease.EventWarning {
 		evs = evs[:n-1] // the second reading's (see above)
 	}
-	var states []string
 	for _, ev := range evs {
 		if (ev.Breaker == ratelease.BreakerOpen) != (ev.Err != nil) {
 			t.Fatalf("%v/%v event: cause %v; want one for an opening only", ev.Kind, ev.Breaker, ev.Err)
 		}
-		states = append(states, ev.Breaker.String())
-	}
-	log.mu.Lock()
-	defer log.mu.Unlock()
-	if got, want := fmt.Sprint(log.states), fmt.Sprint(append([]string{"open"}, states...)); got != want {
-		t.Fatalf("the observer heard %s, the events said %s", got, want)
 	}
 }
 

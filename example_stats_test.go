@@ -11,7 +11,7 @@ import (
 // Each policy's decisions, by outcome and by source, and its denials by
 // the limit that decided: what a metrics exporter publishes, with the
 // policy's name as a label.
-func ExampleLimiter_PolicyStats() {
+func ExampleStats() {
 	client, done := exampleRedis()
 	defer done()
 

@@ -45,6 +45,9 @@ func (a Algorithm) String() string {
 	return remote.Algorithm(a).String()
 }
 
+// MarshalText makes the algorithm a word in JSON, as String says it.
+func (a Algorithm) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
+
 // Limit is one rate limit: Rate events per Period. Its zero value is not a
 // valid limit; PerSecond and its siblings make the common ones.
 type Limit struct {

@@ -105,18 +105,22 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-// A request takes at most MaxLogUnits of a SlidingWindowLog, whatever its
+// maxLogUnits is the most units a request takes of a SlidingWindowLog
+// (Algorithm's doc).
+const maxLogUnits = 1000
+
+// A request takes at most maxLogUnits of a SlidingWindowLog, whatever its
 // rate: the log writes an entry per unit, and a large n would stall Redis.
 func TestLogUnitsPerRequest(t *testing.T) {
 	e := newEnv(t)
 	p := policy(t, "log", ratelease.Limit{Rate: 300_000, Period: time.Second, Algorithm: ratelease.SlidingWindowLog})
-	if p.Capacity() != ratelease.MaxLogUnits {
-		t.Fatalf("capacity %d, want MaxLogUnits %d", p.Capacity(), ratelease.MaxLogUnits)
+	if p.Capacity() != maxLogUnits {
+		t.Fatalf("capacity %d, want MaxLogUnits %d", p.Capacity(), maxLogUnits)
 	}
-	if _, err := e.l.AllowN(context.Background(), p, "k", ratelease.MaxLogUnits+1); !errors.Is(err, ratelease.ErrExceedsCapacity) {
+	if _, err := e.l.AllowN(context.Background(), p, "k", maxLogUnits+1); !errors.Is(err, ratelease.ErrExceedsCapacity) {
 		t.Fatalf("AllowN(MaxLogUnits+1): %v, want ErrExceedsCapacity", err)
 	}
-	if res, err := e.l.AllowN(context.Background(), p, "k", ratelease.MaxLogUnits); err != nil || !res.Allowed {
+	if res, err := e.l.AllowN(context.Background(), p, "k", maxLogUnits); err != nil || !res.Allowed {
 		t.Fatalf("AllowN(MaxLogUnits): %+v, %v", res, err)
 	}
 }
@@ -184,7 +188,6 @@ func TestNewErrors(t *testing.T) {
 		{"zero timeout", c, []ratelease.Option{ratelease.WithRedisTimeout(0)}},
 		{"empty prefix", c, []ratelease.Option{ratelease.WithKeyPrefix("")}},
 		{"brace in prefix", c, []ratelease.Option{ratelease.WithKeyPrefix("a{b")}},
-		{"nil observer", c, []ratelease.Option{ratelease.WithObserver(nil)}},
 		{"nil events", c, []ratelease.Option{ratelease.WithEvents(nil)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -208,8 +211,8 @@ func TestAllowResult(t *testing.T) {
 	}
 	// The admission's Receipt names it by Redis's time of the grant; a
 	// denial's names none.
-	if !res.Receipt.At().Equal(e.mr.Now()) {
-		t.Fatalf("AllowN(4): Receipt at %v, want Redis's time %v", res.Receipt.At(), e.mr.Now())
+	if !ratelease.ReceiptAt(res.Receipt).Equal(e.mr.Now()) {
+		t.Fatalf("AllowN(4): Receipt at %v, want Redis's time %v", ratelease.ReceiptAt(res.Receipt), e.mr.Now())
 	}
 	want := ratelease.Result{Allowed: true, Limit: second, Remaining: 1, ResetAfter: 400 * time.Millisecond, Source: ratelease.SourceRemote, Granted: 4,
 		Receipt: res.Receipt}
@@ -580,22 +583,6 @@ func TestLateGrantIsRefunded(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("after the late grant: %+v, %v; want both units back", res, err)
 		}
-	}
-}
-
-// The defaults are a function's value: what code does to the deprecated
-// DefaultLease variable changes no Limiter.
-func TestDefaultLeaseCannotBeChangedByAccident(t *testing.T) {
-	saved := ratelease.DefaultLease
-	t.Cleanup(func() { ratelease.DefaultLease = saved })
-	ratelease.DefaultLease.TTL = -time.Second // invalid, were it read
-	l, err := ratelease.New(redistest.StartMini(t).Client(t))
-	if err != nil {
-		t.Fatalf("New read the changed DefaultLease: %v", err)
-	}
-	defer l.Close()
-	if c := ratelease.DefaultLeaseConfig(); c.TTL != 1500*time.Millisecond {
-		t.Fatalf("DefaultLeaseConfig().TTL = %v", c.TTL)
 	}
 }
 

@@ -378,10 +378,10 @@ func TestAllowAtMostWithAPrefetchInFlight(t *testing.T) {
 		}
 		return ctx, func(ratelease.RedisOutcome) {
 			switch c.Op {
-			case ratelease.RedisLease: // the prefetch: answered, not yet applied
+			case "lease": // the prefetch: answered, not yet applied
 				close(arrived)
 				<-release
-			case ratelease.RedisDecide: // the AllowAtMost's own call
+			case "decide": // the AllowAtMost's own call
 				close(release)
 			}
 		}

@@ -190,6 +190,9 @@ const (
 // String returns "fail-local", "fail-open", "fail-closed", or "unknown".
 func (m FailureMode) String() string { return tier.FailureMode(m).String() }
 
+// MarshalText makes the mode a word in JSON, as String says it.
+func (m FailureMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+
 // BreakerState is the state of a Limiter's circuit breaker (Stats().Breaker,
 // Event.Breaker).
 type BreakerState string

@@ -13,13 +13,13 @@ import (
 	"github.com/ratelease/ratelease/tier"
 )
 
-// Concurrency is a limit on work in flight: at most Limit permits of a key
+// Concurrency is a limit on work in flight: at most limit permits of a key
 // held at once across every instance ("at most 5 exports in flight per
 // tenant"). A permit is held until its Release or until its TTL ends, so
 // that a crashed holder gives it back by itself; long work extends it.
 // Make one with NewConcurrency; it is immutable and safe for concurrent
 // use. docs/operations.md says how permits are kept and leased, and the
-// bound: never more than Limit held at any instant of Redis's clock.
+// bound: never more than limit held at any instant of Redis's clock.
 type Concurrency struct {
 	name  string
 	limit int
@@ -50,12 +50,6 @@ func NewConcurrency(name string, limit int, ttl time.Duration) (*Concurrency, er
 // Name returns the limit's name.
 func (c *Concurrency) Name() string { return c.name }
 
-// Limit returns the most permits of a key held at once.
-func (c *Concurrency) Limit() int { return c.limit }
-
-// TTL returns how long a permit is held unless released or extended.
-func (c *Concurrency) TTL() time.Duration { return c.ttl }
-
 // Permit is one permit of a Concurrency's key, held: Release it when the
 // work ends. Safe for concurrent use.
 type Permit struct {
@@ -66,7 +60,7 @@ type Permit struct {
 	released atomic.Bool
 }
 
-// AcquirePermit acquires a permit of key under c if fewer than c.Limit()
+// AcquirePermit acquires a permit of key under c if fewer than the limit
 // are held, without waiting. A denial is a nil Permit and no error; the
 // Result says Allowed, Remaining permits, RetryAfter (until the first one
 // held expires) and Source (SourceFallback: the failure mode granted it,
@@ -91,7 +85,7 @@ func (l *Limiter) AcquirePermit(ctx context.Context, c *Concurrency, key string)
 	return &Permit{l: l, c: c, key: key, id: id, hold: d.Hold}, res, nil
 }
 
-// WaitPermit acquires a permit of key under c, asking again while c.Limit()
+// WaitPermit acquires a permit of key under c, asking again while the limit
 // are held (a release is not announced: at least every 100ms). Errors are
 // AcquirePermit's.
 func (l *Limiter) WaitPermit(ctx context.Context, c *Concurrency, key string) (*Permit, error) {

@@ -7,26 +7,25 @@ import (
 	"github.com/ratelease/ratelease/remote"
 )
 
-// The exported constants show their values in godoc; these hold them to
-// the internal ones they stand for.
+// The exported constants show their values in godoc, and the docs name the
+// engine's limits as numbers: these hold them to the engine's.
 func TestExportedConstantsMatchTheirInternals(t *testing.T) {
-	for op, want := range map[RedisOp]door.RedisOp{
-		RedisDecide: door.RedisDecide, RedisLease: door.RedisLease, RedisRefund: door.RedisRefund,
-		RedisCharge: door.RedisCharge, RedisPeek: door.RedisPeek, RedisReset: door.RedisReset,
-		RedisBlock: door.RedisBlock, RedisUnblock: door.RedisUnblock, RedisPing: door.RedisPing,
-		RedisConfig: door.RedisConfig,
-	} {
-		if uint8(op) != uint8(want) {
-			t.Errorf("%v is %d, the door's op %d", op, op, want)
+	for op := door.RedisDecide; op <= door.RedisConfig; op++ {
+		if redisOps[op] == "" {
+			t.Errorf("the door's op %d has no name", op)
 		}
 	}
-	if MaxKeyLen != remote.MaxKeyLen {
-		t.Errorf("MaxKeyLen %d, remote's %d", MaxKeyLen, remote.MaxKeyLen)
-	}
-	if MaxLogUnits != remote.MaxLogUnits {
-		t.Errorf("MaxLogUnits %d, remote's %d", MaxLogUnits, remote.MaxLogUnits)
-	}
-	if MaxPolicyNameLen != remote.MaxNameLen {
-		t.Errorf("MaxPolicyNameLen %d, remote's MaxNameLen %d", MaxPolicyNameLen, remote.MaxNameLen)
+	for _, c := range []struct {
+		name      string
+		got, want int64
+	}{
+		{"MaxKeyLen", MaxKeyLen, remote.MaxKeyLen},
+		{"MaxCharge", MaxCharge, remote.MaxCharge},
+		{"a SlidingWindowLog's most units a request (Algorithm's doc)", 1000, remote.MaxLogUnits},
+		{"the longest policy name (NewPolicy's doc)", 128, remote.MaxNameLen},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: %d, the engine's %d", c.name, c.got, c.want)
+		}
 	}
 }

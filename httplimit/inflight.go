@@ -16,7 +16,7 @@ import (
 var ErrNoConcurrency = errors.New("httplimit: no concurrency limit")
 
 // InFlight returns middleware that holds a permit of c for each request
-// while the next handler serves it: at most c.Limit() requests of a key in
+// while the next handler serves it: at most the limit's permits of a key in
 // flight at once, across every instance (ratelease.Concurrency). The key
 // is WithKey's (the client IP by default), and WithMissingKey,
 // WithDeniedHandler and WithErrorHandler apply; the other options do not.
@@ -24,7 +24,7 @@ var ErrNoConcurrency = errors.New("httplimit: no concurrency limit")
 // default with the body "too many requests in flight") with Retry-After:
 // how long this middleware's permits were held, a decaying average of the
 // requests it served (see holdTimes), at least 1s, and never later than
-// when the first permit held expires (c.TTL() at most), which is what it
+// when the first permit held expires (the permit TTL at most), which is what it
 // says before any request was served. ResultFrom gives the denied handler
 // the Result, its RetryAfter that estimate. A limiter error goes to the
 // error handler.

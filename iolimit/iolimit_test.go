@@ -105,7 +105,7 @@ func TestDefaultChunk(t *testing.T) {
 		{"slow: at least MinChunk", []ratelease.Limit{ratelease.PerSecond(2048)}, iolimit.MinChunk},
 		{"slow and small: the capacity", []ratelease.Limit{ratelease.PerSecond(100)}, 100},
 		{"the tightest limit", []ratelease.Limit{ratelease.PerSecond(1_000_000), {Rate: 2_000_000, Period: 10 * time.Second}}, 20_000},
-		{"a log's capacity", []ratelease.Limit{{Rate: 1_000_000, Period: time.Second, Algorithm: ratelease.SlidingWindowLog}}, ratelease.MaxLogUnits},
+		{"a log's capacity", []ratelease.Limit{{Rate: 1_000_000, Period: time.Second, Algorithm: ratelease.SlidingWindowLog}}, 1000}, // a log takes at most 1000 units a request,
 		{"a fixed window", []ratelease.Limit{{Rate: 600_000, Period: time.Minute, Algorithm: ratelease.FixedWindow}}, 1024},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -207,5 +207,5 @@ func clamp(v uint64) int64 {
 // stateValue returns the breaker state attribute's value for s: closed,
 // open or half_open.
 func stateValue(s ratelease.BreakerState) string {
-	return strings.ReplaceAll(s.String(), "-", "_")
+	return strings.ReplaceAll(string(s), "-", "_")
 }

@@ -106,8 +106,8 @@ const (
 	// BreakerStateKey is a circuit breaker state: "closed", "open" or
 	// "half_open".
 	BreakerStateKey = attribute.Key("ratelease.breaker.state")
-	// RedisOpKey is what a Redis round trip does (ratelease.RedisOp's
-	// String: "decide", "lease", "refund", …).
+	// RedisOpKey is what a Redis round trip does (ratelease.RedisCall.Op:
+	// "decide", "lease", "refund", …).
 	RedisOpKey = attribute.Key("ratelease.redis.op")
 	// RedisKeysKey is the number of calls a round trip carries, each about
 	// one key (ratelease.RedisCall.Keys).

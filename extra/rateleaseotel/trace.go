@@ -41,7 +41,7 @@ func NewRedisHook(opts ...Option) (ratelease.RedisHook, error) {
 	tracer := cfg.tracers.Tracer(ScopeName)
 	base := cfg.attrs
 	return func(ctx context.Context, call ratelease.RedisCall) (context.Context, func(ratelease.RedisOutcome)) {
-		op := call.Op.String()
+		op := call.Op
 		attrs := make([]attribute.KeyValue, 0, 3+len(base))
 		attrs = append(attrs, semconv.DBSystemNameRedis, RedisOpKey.String(op), RedisKeysKey.Int(call.Keys))
 		attrs = append(attrs, base...)
@@ -49,13 +49,13 @@ func NewRedisHook(opts ...Option) (ratelease.RedisHook, error) {
 		return ctx, func(o ratelease.RedisOutcome) {
 			span.SetAttributes(RedisFailedKey.Int(o.Failed))
 			switch call.Op {
-			case ratelease.RedisDecide, ratelease.RedisLease, ratelease.RedisCharge:
+			case "decide", "lease", "charge":
 				span.SetAttributes(UnitsGrantedKey.Int64(o.Granted))
 			}
 			if o.Err != nil {
 				span.RecordError(o.Err)
 				span.SetStatus(codes.Error, o.Err.Error())
-			} else if call.Op == ratelease.RedisDecide {
+			} else if call.Op == "decide" {
 				outcome := allowed
 				if o.Granted == 0 {
 					outcome = denied

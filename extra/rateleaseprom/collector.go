@@ -272,7 +272,7 @@ func constMetric(desc *prometheus.Desc, t prometheus.ValueType, v float64, label
 // stateLabel returns the state label's value for s: closed, open or
 // half_open.
 func stateLabel(s ratelease.BreakerState) string {
-	return strings.ReplaceAll(s.String(), "-", "_")
+	return strings.ReplaceAll(string(s), "-", "_")
 }
 
 // policies returns m with its names made valid label values (labeled).

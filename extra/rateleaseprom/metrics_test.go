@@ -122,7 +122,7 @@ func (cs *calls) hook(ctx context.Context, call ratelease.RedisCall) (context.Co
 		if cs.ops == nil {
 			cs.ops = map[string]uint64{}
 		}
-		cs.ops[call.Op.String()]++
+		cs.ops[call.Op]++
 	}
 }
 

@@ -17,7 +17,7 @@ var redisCallBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .
 
 // TimeRedisCalls returns the two halves of the histogram
 // ratelease_redis_call_duration_seconds{op}, the time of each Redis round
-// trip of one Limiter by what it does (op: ratelease.RedisOp's String,
+// trip of one Limiter by what it does (op: ratelease.RedisCall.Op,
 // "decide", "lease", "refund", …), from its start to its end: a Redis
 // call and what it waited for (a pooled connection, the batch it rode
 // in). Neither half works alone:
@@ -82,7 +82,7 @@ func (t *redisTimes) hook(ctx context.Context, call ratelease.RedisCall) (contex
 	}
 	start := time.Now()
 	return ctx, func(o ratelease.RedisOutcome) {
-		t.vec.WithLabelValues(call.Op.String()).Observe(time.Since(start).Seconds())
+		t.vec.WithLabelValues(call.Op).Observe(time.Since(start).Seconds())
 		for i := len(ends) - 1; i >= 0; i-- {
 			ends[i](o)
 		}

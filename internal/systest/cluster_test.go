@@ -299,8 +299,8 @@ func TestClusterPermitsMasterKilled(t *testing.T) {
 	for i, l := range ls {
 		// Enough failures on the dead master to open its breaker.
 		for j := 0; j < 20; j++ {
-			p, _, err := l.AcquirePermit(ctx, c, keys[0])
-			if err != nil || p == nil || !p.Fallback() {
+			p, res, err := l.AcquirePermit(ctx, c, keys[0])
+			if err != nil || p == nil || res.Source != ratelease.SourceFallback {
 				t.Fatalf("limiter %d: a permit of the dead master's key: %v, %v; want FailLocal's", i, p, err)
 			}
 		}
@@ -322,7 +322,7 @@ func TestClusterPermitsMasterKilled(t *testing.T) {
 				if !busy && (err != nil || p == nil) {
 					t.Fatalf("limiter %d: a permit of live master %d's key: %+v, %v", i, m, res, err)
 				}
-				fromRedis := !busy && !p.Fallback() && res.Source != ratelease.SourceFallback
+				fromRedis := !busy && res.Source != ratelease.SourceFallback
 				if !busy {
 					if err := p.Release(ctx); err != nil && fromRedis {
 						t.Fatalf("limiter %d: Release on live master %d: %v", i, m, err)

@@ -12,6 +12,10 @@ import (
 	"github.com/ratelease/ratelease/internal/redistest"
 )
 
+// defaultRedisTimeout is WithRedisTimeout's default, which these Limiters
+// keep.
+const defaultRedisTimeout = 100 * time.Millisecond
+
 // Faults on real processes, each for 2 s under load (8 goroutines, one
 // instance, 1000/s), in the default FailLocal. Through every outage: no
 // error, no decision waits much longer than the Redis timeout (p99 under
@@ -64,7 +68,7 @@ func TestRedisFaults(t *testing.T) {
 			// a timeout of 1 s keeps a loaded machine's slow replies from
 			// passing for a fault: what the failure mode decides there is
 			// the fault's doing.
-			timeout := ratelease.DefaultRedisTimeout
+			timeout := defaultRedisTimeout
 			if !c.outage {
 				timeout = time.Second
 			}
@@ -177,7 +181,7 @@ func TestFailureModesOnHungRedis(t *testing.T) {
 			before, during, after := phases[0].keys[0], phases[1].keys[0], phases[2].keys[0]
 			t.Logf("during: %d decisions, %d errors (%d ErrUnavailable), sources %v, %d admitted; after: %d errors, sources %v",
 				during.decisions, during.errors, during.unavailable, during.sources, during.admitted, after.errors, after.sources)
-			checkLatency(t, "during the fault", during, phases[1].lag, ratelease.DefaultRedisTimeout)
+			checkLatency(t, "during the fault", during, phases[1].lag, defaultRedisTimeout)
 			if after.sources[ratelease.SourceLocal]+after.sources[ratelease.SourceRemote] == 0 {
 				t.Errorf("Redis back for 3s, and no decision came from it: %v", after.sources)
 			}

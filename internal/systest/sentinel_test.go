@@ -53,7 +53,7 @@ func TestSentinelFailover(t *testing.T) {
 	if n := before.errors + during.errors + after.errors; n != 0 {
 		t.Errorf("%d errors in FailLocal", n)
 	}
-	checkLatency(t, "during the failover", during, phases[1].lag, ratelease.DefaultRedisTimeout)
+	checkLatency(t, "during the failover", during, phases[1].lag, defaultRedisTimeout)
 	if perSecond < 0.7*rate || perSecond > 1.3*rate {
 		t.Errorf("admitted %.0f/s during the failover, want %d ± 30%%", perSecond, rate)
 	}
