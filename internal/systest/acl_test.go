@@ -17,13 +17,13 @@ import (
 	"github.com/ratelease/ratelease/internal/redistest"
 )
 
-// The least-privilege ACL the README gives is enough: a user made with it,
+// The least-privilege ACL docs/operations.md gives is enough: a user made with it,
 // word for word, decides every algorithm in exact and in lease mode, leases
 // and gives units back, and is refused a key outside the prefix. It leaves
 // out CONFIG GET, so WithEvents cannot warn of an evicting Redis; the
-// README says that +config|get, added, lets it.
-func TestReadmeACLSuffices(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+// doc says that +config|get, added, lets it.
+func TestDocumentedACLSuffices(t *testing.T) {
+	readme, err := os.ReadFile("../../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func TestReadmeACLSuffices(t *testing.T) {
 		}
 	}
 	if acl == "" {
-		t.Fatal("README.md gives no ACL SETUSER line")
+		t.Fatal("docs/operations.md gives no ACL SETUSER line")
 	}
 	// Every command a script calls is in it.
 	scripts, err := filepath.Glob("../../remote/lua/*.lua")
@@ -50,7 +50,7 @@ func TestReadmeACLSuffices(t *testing.T) {
 		}
 		for _, m := range call.FindAllStringSubmatch(string(src), -1) {
 			if !strings.Contains(acl+" ", " +"+strings.ToLower(m[1])+" ") {
-				t.Errorf("%s calls %s, which the README's ACL does not allow", f, m[1])
+				t.Errorf("%s calls %s, which the documented ACL does not allow", f, m[1])
 			}
 		}
 	}
@@ -139,7 +139,7 @@ func TestReadmeACLSuffices(t *testing.T) {
 	mu.Unlock()
 	const configGet = "+config|get"
 	if !strings.Contains(string(readme), "`"+configGet+"`") {
-		t.Fatalf("README.md does not say that %s enables the eviction warning", configGet)
+		t.Fatalf("docs/operations.md does not say that %s enables the eviction warning", configGet)
 	}
 	if err := admin.Do(ctx, "ACL", "SETUSER", "ratelease", configGet).Err(); err != nil {
 		t.Fatal(err)
