@@ -83,8 +83,6 @@ type Door struct {
 	// single counts the calls of Acquire, Refund and Charge, batched those
 	// of Batch.
 	single, batched counters
-	// busy counts the calls that timed out on a busy server (see Leave).
-	busy atomic.Uint64
 }
 
 // New returns a Door to cfg.Store.
@@ -250,9 +248,6 @@ func (c *counters) failed(errs []error) {
 func (d *Door) Stats() (single, batched Counts) {
 	return d.single.load(), d.batched.load()
 }
-
-// Busy returns how many calls timed out on a busy server (see Leave).
-func (d *Door) Busy() uint64 { return d.busy.Load() }
 
 // Timeout returns the Redis timeout that bounds every call.
 func (d *Door) Timeout() time.Duration { return d.timeout }

@@ -64,7 +64,7 @@ func (d *Door) Permit(ctx context.Context, c remote.PermitCall) (remote.PermitRe
 		op = RedisRefund
 	}
 	// Through the breaker of the server holding the permits' key.
-	enter := func() (Pass, error) { return d.EnterKey(d.store.PermitKey(c.Name, c.Key)) }
+	enter := func() (Pass, error) { return d.enterKey(d.store.PermitKey(c.Name, c.Key)) }
 	fn := func(ctx context.Context) (remote.PermitReply, error) { return d.store.Permit(ctx, c) }
 	detach := d.guard && d.closed.Load() && (c.Op == remote.PermitRelease || c.Op == remote.PermitLease)
 	return callVia(d, ctx, op, enter, fn, detach)
