@@ -28,6 +28,7 @@ const (
 	BreakerHalfOpen
 )
 
+// String returns "closed", "open", "half-open", or "unknown".
 func (s BreakerState) String() string {
 	switch s {
 	case BreakerClosed:

@@ -123,8 +123,9 @@ func (d *Door) Unblock(ctx context.Context, p *remote.Policy, key string) error 
 
 // call makes one call fn, an op, for key under p: asks the breaker,
 // bounds it by the timeout and ctx, guards it when the client ignores
-// deadlines, counts it, tells the hook, and tells the breaker its outcome. A failure of Redis is an error
-// wrapping ErrUnavailable; ctx's own error comes back unwrapped.
+// deadlines, counts it, tells the hook, and tells the breaker its
+// outcome. A failure of Redis is an error wrapping ErrUnavailable; ctx's
+// own error comes back unwrapped.
 func call[T any](d *Door, ctx context.Context, op RedisOp, p *remote.Policy, key string, fn func(context.Context) (T, error)) (T, error) {
 	return callVia(d, ctx, op, func() (Pass, error) { return d.Enter(p, key) }, fn, false)
 }
