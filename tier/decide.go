@@ -15,7 +15,7 @@ import (
 // members Redis counted at the key's last lease, or, for a key not leased
 // yet, the most any key had lately.
 func (e *Engine) members(p *remote.Policy, key string) int64 {
-	if st := e.tables.find(p); st != nil && Leasable(p) {
+	if st := e.tables.find(p); st != nil && leasable(p) {
 		if ent, ok := st.table.Get(key); ok {
 			if m := ent.Members(); m > 0 {
 				return m
@@ -25,9 +25,9 @@ func (e *Engine) members(p *remote.Policy, key string) int64 {
 	return e.leaser.Instances()
 }
 
-// Allow decides whether n units of key may be used now, charging them if so.
-// A denial is a Decision, never an error. It is Hit, then Miss.
-func (e *Engine) Allow(ctx context.Context, p *remote.Policy, key string, n int64) (Decision, error) {
+// allow decides whether n units of key may be used now, charging them if
+// so. A denial is a Decision, never an error. It is Hit, then Miss.
+func (e *Engine) allow(ctx context.Context, p *remote.Policy, key string, n int64) (Decision, error) {
 	if limit, remaining, resetAfter, ok := e.Hit(p, key, n); ok {
 		return hitDecision(limit, remaining, resetAfter), nil
 	}
@@ -47,7 +47,7 @@ func (e *Engine) Allow(ctx context.Context, p *remote.Policy, key string, n int6
 // on a miss (or a closed engine, or a policy that does not lease): the
 // caller goes on with Miss.
 func (e *Engine) Hit(p *remote.Policy, key string, n int64) (limit int, remaining int64, resetAfter time.Duration, ok bool) {
-	if e.closed.Load() || e.leaser == nil || !Leasable(p) {
+	if e.closed.Load() || e.leaser == nil || !leasable(p) {
 		return 0, 0, 0, false
 	}
 	st := e.tables.cached(p)
@@ -103,16 +103,16 @@ func (e *Engine) Miss(ctx context.Context, p *remote.Policy, key string, n int64
 	if err != nil {
 		return Decision{}, err
 	}
-	if e.leaser != nil && Leasable(p) && v == current {
+	if e.leaser != nil && leasable(p) && v == current {
 		return e.allowLeased(ctx, p, key, n)
 	}
 	return e.allowExact(ctx, p, key, n)
 }
 
-// Leasable reports whether p's decisions may come from leases: not when it
+// leasable reports whether p's decisions may come from leases: not when it
 // has a SlidingWindowLog (exact by choice: its entries are its accuracy) or
 // a LeakyBucket (its point is spacing, which a batch of units would break).
-func Leasable(p *remote.Policy) bool {
+func leasable(p *remote.Policy) bool {
 	return !p.Uses(remote.SlidingWindowLog) && !p.Uses(remote.LeakyBucket)
 }
 

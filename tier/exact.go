@@ -31,7 +31,7 @@ func (e *Engine) allowExact(ctx context.Context, p *remote.Policy, key string, n
 // A leaky bucket in the policy queues the request (reserving its slot)
 // instead of polling; a wait cancelled before its slot gives the slot back.
 func (e *Engine) Wait(ctx context.Context, p *remote.Policy, key string, n int64) error {
-	if e.leaser != nil && Leasable(p) {
+	if e.leaser != nil && leasable(p) {
 		return e.waitLeased(ctx, p, key, n)
 	}
 	if _, err := e.check(p); err != nil {
@@ -109,6 +109,7 @@ func (e *Engine) sleep(ctx context.Context, d time.Duration) error {
 	if e.closed.Load() {
 		return door.ErrClosed
 	}
+	// The wall clock, not e.clock: a context's deadline is on it.
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
 		return context.DeadlineExceeded
 	}
@@ -146,7 +147,7 @@ func decision(d remote.Decision) Decision {
 	}
 }
 
-// waitLeased is Wait for a policy that leases: Allow, and sleep for each
+// waitLeased is Wait for a policy that leases: allow, and sleep for each
 // denial's RetryAfter. From its first denial until it returns, the caller
 // is counted on the key's entry (Entry.Waiting): asleep, it asks nothing,
 // and the key's leases say for it that it wants more than the key got.
@@ -161,7 +162,7 @@ func (e *Engine) waitLeased(ctx context.Context, p *remote.Policy, key string, n
 		if e.closed.Load() {
 			return door.ErrClosed
 		}
-		d, err := e.Allow(ctx, p, key, n)
+		d, err := e.allow(ctx, p, key, n)
 		if err != nil || d.Allowed {
 			return err
 		}

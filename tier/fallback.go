@@ -31,6 +31,7 @@ const (
 	FailClosed
 )
 
+// String returns "fail-local", "fail-open", "fail-closed", or "unknown".
 func (m FailureMode) String() string {
 	switch m {
 	case FailLocal:

@@ -16,7 +16,7 @@ import (
 // held returns the local entry of key under p when p leases and the entry
 // exists; it makes none.
 func (e *Engine) held(p *remote.Policy, key string) (*leasesync.Entry, bool) {
-	if e.leaser == nil || !Leasable(p) {
+	if e.leaser == nil || !leasable(p) {
 		return nil, false
 	}
 	st := e.tables.find(p)
@@ -304,7 +304,7 @@ func (e *Engine) Block(ctx context.Context, p *remote.Policy, key string, d time
 	if err := e.door.Block(ctx, p, key, d); err != nil {
 		return err
 	}
-	if e.leaser != nil && Leasable(p) {
+	if e.leaser != nil && leasable(p) {
 		if ent, err := e.entry(p, key); err == nil { // (else p was redefined: nothing to keep)
 			e.leaser.Block(ent, d)
 		}

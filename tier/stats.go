@@ -210,7 +210,7 @@ func (e *Engine) CountInvalid() { e.stats.invalid.Add(1) }
 // leases and whose state was dropped (the decision raced with the drop),
 // the totals of dropped policies.
 func (e *Engine) counts(p *remote.Policy) *counts {
-	if e.leaser == nil || !Leasable(p) {
+	if e.leaser == nil || !leasable(p) {
 		return &e.tables.exact(p).counts
 	}
 	if st := e.tables.find(p); st != nil {
