@@ -38,14 +38,13 @@ func (e *Engine) allow(ctx context.Context, p *remote.Policy, key string, n int6
 // it holds them, with a lookup, a read of the Leaser's time (a coarse
 // clock's, and how far behind it may be: Leaser.HitNow) and an atomic add
 // or compare-and-swap (no lock, no allocation, no Redis call), and starts
-// a background lease when
-// the allowance runs low. On a hit it returns what a Decision of Source
-// Local holds (it is Allowed, with no RetryAfter): the deciding limit's
-// index, the remaining estimate, the time until full replenishment. The
-// results are scalars, passed in registers: a Decision would be built and
-// copied through memory, a large part of a hit's cost. ok is false
-// on a miss (or a closed engine, or a policy that does not lease): the
-// caller goes on with Miss.
+// a background lease when the allowance runs low. On a hit it returns what
+// a Decision of Source Local holds (it is Allowed, with no RetryAfter):
+// the deciding limit's index, the remaining estimate, the time until full
+// replenishment. The results are scalars, passed in registers: a Decision
+// would be built and copied through memory, a large part of a hit's cost.
+// ok is false on a miss (or a closed engine, or a policy that does not
+// lease): the caller goes on with Miss.
 func (e *Engine) Hit(p *remote.Policy, key string, n int64) (limit int, remaining int64, resetAfter time.Duration, ok bool) {
 	if e.closed.Load() || e.leaser == nil || !leasable(p) {
 		return 0, 0, 0, false
@@ -264,8 +263,8 @@ func (e *Engine) fromLocal(p *remote.Policy, ent *leasesync.Entry, n, now int64)
 		// A caller that spins on a denied key must not hold its core: the
 		// goroutines that refill the allowance (the lease's reply, the
 		// batcher, the requester it wakes) would wait behind every spinner
-		// for a time slice each, tens of milliseconds in all, while the
-		// key's share made units nobody took. A denial served locally
+		// for a time slice each, while the key's share makes units nobody
+		// takes. A denial served locally
 		// yields first: it costs the denial a scheduling round, and the
 		// refill no more than one.
 		runtime.Gosched()
@@ -278,8 +277,8 @@ func (e *Engine) fromLocal(p *remote.Policy, ent *leasesync.Entry, n, now int64)
 
 // cachedDenial is the Decision of ent's denial cached at now, left before
 // it lapses. RetryAfter: what Redis said, while it lasts; past it (this
-// instance waits for its share's next batch), left. Remaining: what Redis last said it had left, and what this
-// instance holds (too few). A block reports its own time left instead
+// instance waits for its share's next batch), left. Remaining: what Redis
+// last said it had left, and what this instance holds (too few). A block reports its own time left instead
 // (longer than the cache's, capped at the lease TTL), and nothing
 // remaining.
 func cachedDenial(ent *leasesync.Entry, left, now int64) Decision {

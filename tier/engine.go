@@ -176,8 +176,9 @@ type Stats struct {
 	Keys uint64
 	// Breaker is the circuit breaker's state now; BreakerOpens counts the
 	// times it opened. With a Redis Cluster there is a breaker per master,
-	// and Breaker is the worst of them (open, half-open, closed). UnitsCharged counts the units admitted during outages
-	// (FailLocal, FailOpen) and charged to Redis once it was back.
+	// and Breaker is the worst of them (open, half-open, closed).
+	// UnitsCharged counts the units admitted during outages (FailLocal,
+	// FailOpen) and charged to Redis once it was back.
 	Breaker      door.BreakerState
 	BreakerOpens uint64
 	UnitsCharged uint64

@@ -10,8 +10,9 @@ import (
 	leasesync "github.com/ratelease/ratelease/sync"
 )
 
-// The operators: AllowAtMost, Refund, Charge, Peek, Reset, Block and Unblock. None
-// is on the hit path; each makes at most one Redis call, through the door.
+// The operators: AllowAtMost, Refund, RefundAt, Charge, Peek, Reset, Block
+// and Unblock. None is on the hit path; each makes at most one Redis call,
+// through the door.
 
 // held returns the local entry of key under p when p leases and the entry
 // exists; it makes none.

@@ -23,8 +23,8 @@ import (
 //     start, so a permit is granted locally in the first half TTL after a
 //     call (and at most permitRecheck after its reply); a permit granted
 //     by a call's reply counts its TTL from the call's start, so that a
-//     slow call delays a grant, never prevents it; later, a call renews the slots
-//     (and asks for more, and learns the others' demands). A slot
+//     slow call delays a grant, never prevents it; later, a call renews
+//     the slots (and asks for more, and learns the others' demands). A slot
 //     never outlives its expiry in Redis: the bound holds, never more than
 //     the limit held across the fleet, a crashed instance's slots (and
 //     permits) counted until they expire, 1.5 TTLs after its last call.

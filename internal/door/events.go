@@ -11,9 +11,9 @@ import (
 	"github.com/ratelease/ratelease/remote"
 )
 
-// ErrEvictionPolicy is wrapped by the Err of an EventWarning about a server whose
-// maxmemory-policy may evict limiter keys (any but noeviction: the keys
-// carry TTLs, so volatile-* policies evict them too).
+// ErrEvictionPolicy is wrapped by the Err of an EventWarning about a
+// server whose maxmemory-policy may evict limiter keys (any but
+// noeviction: the keys carry TTLs, so volatile-* policies evict them too).
 var ErrEvictionPolicy = errors.New("ratelease: redis may evict limiter keys")
 
 // EventKind says what an Event reports.
