@@ -13,10 +13,11 @@ import (
 	"github.com/ratelease/ratelease/remote"
 )
 
-// Lease-mode permits. An instance leases slots of a concurrency limit's
-// key (permit.lua's lease: members of the key's sorted set, one expiry
-// for all of an instance's) and grants permits from them, so that
-// acquiring and releasing a permit is usually local:
+// permitPools are an engine's pools of lease-mode permits, one a key: an
+// instance leases slots of a concurrency limit's key (permit.lua's lease:
+// members of the key's sorted set, one expiry for all of an instance's)
+// and grants permits from them, so that acquiring and releasing a permit
+// is usually local:
 //
 //   - A permit is granted locally while a slot is free and the slots last
 //     its whole TTL: they are leased for 1.5 TTLs from the lease call's
@@ -24,8 +25,8 @@ import (
 //     call (and at most permitRecheck after its reply); a permit granted
 //     by a call's reply counts its TTL from the call's start, so that a
 //     slow call delays a grant, never prevents it; later, a call renews
-//     the slots (and asks for more, and learns the others' demands). A slot
-//     never outlives its expiry in Redis: the bound holds, never more than
+//     the slots (and asks for more, and learns the others' demands). A
+//     slot never outlives its expiry in Redis: the bound holds, never more than
 //     the limit held across the fleet, a crashed instance's slots (and
 //     permits) counted until they expire, 1.5 TTLs after its last call.
 //   - A permit past its TTL is lost (its Release says so) and its slot is
