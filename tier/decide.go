@@ -278,9 +278,9 @@ func (e *Engine) fromLocal(p *remote.Policy, ent *leasesync.Entry, n, now int64)
 // cachedDenial is the Decision of ent's denial cached at now, left before
 // it lapses. RetryAfter: what Redis said, while it lasts; past it (this
 // instance waits for its share's next batch), left. Remaining: what Redis
-// last said it had left, and what this instance holds (too few). A block reports its own time left instead
-// (longer than the cache's, capped at the lease TTL), and nothing
-// remaining.
+// last said it had left, and what this instance holds (too few). A block
+// reports its own time left instead (longer than the cache's, capped at the
+// lease TTL), and nothing remaining.
 func cachedDenial(ent *leasesync.Entry, left, now int64) Decision {
 	if until := ent.BlockedUntil(); until > now {
 		return Decision{Source: SourceCached, Blocked: true,

@@ -269,13 +269,13 @@ func (e *Engine) Stats() Stats {
 	return st
 }
 
-// Close makes every later call fail with ErrClosed, wakes every Wait in
-// progress, which returns ErrClosed at once, and closes the Leaser, which
-// refunds every unit held. It returns within about one Redis timeout,
-// even on a hung Redis with a client that does not honour deadlines: guarded
-// calls still running then are left to end at the client's own timeouts,
-// and refund what they are granted late themselves. It is idempotent and
-// returns nil.
+// Close makes every later call fail with door.ErrClosed, wakes every Wait
+// in progress, which returns door.ErrClosed at once, and closes the Leaser,
+// which refunds every unit held. It returns within about one Redis timeout,
+// even on a hung Redis with a client that does not honour deadlines:
+// guarded calls still running then are left to end at the client's own
+// timeouts, and refund what they are granted late themselves. It is
+// idempotent and returns nil.
 func (e *Engine) Close() error {
 	if e.closed.Swap(true) {
 		return nil

@@ -22,14 +22,14 @@ func (e *Engine) allowExact(ctx context.Context, p *remote.Policy, key string, n
 }
 
 // Wait blocks until n units of key are granted, or ctx ends, or the engine
-// is closed. Without leases the waiters of a key in this engine queue, first
-// come first served, and only the head asks Redis (see waitQueues). It
-// sleeps on the engine's clock for each denial's RetryAfter,
-// and returns at once with context.DeadlineExceeded when ctx's deadline
-// comes before the units could, and with ErrClosed when Close is called
-// while it sleeps (or was called before).
-// A leaky bucket in the policy queues the request (reserving its slot)
-// instead of polling; a wait cancelled before its slot gives the slot back.
+// is closed. Without leases the waiters of a key in this engine queue,
+// first come first served, and only the head asks Redis (see waitQueues).
+// It sleeps on the engine's clock for each denial's RetryAfter, and returns
+// at once with context.DeadlineExceeded when ctx's deadline comes before
+// the units could, and with door.ErrClosed when Close is called while it
+// sleeps (or was called before). A leaky bucket in the policy queues the
+// request (reserving its slot) instead of polling; a wait cancelled before
+// its slot gives the slot back.
 func (e *Engine) Wait(ctx context.Context, p *remote.Policy, key string, n int64) error {
 	if e.leaser != nil && leasable(p) {
 		return e.waitLeased(ctx, p, key, n)
@@ -101,7 +101,8 @@ func (e *Engine) Wait(ctx context.Context, p *remote.Policy, key string, n int64
 }
 
 // sleep waits d on the engine's clock, or returns ctx's error; at once when
-// ctx's deadline is sooner than d. Close wakes it: it returns ErrClosed.
+// ctx's deadline is sooner than d. Close wakes it: it returns
+// door.ErrClosed.
 func (e *Engine) sleep(ctx context.Context, d time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err

@@ -27,7 +27,8 @@ const (
 	FailLocal FailureMode = iota
 	// FailOpen admits every request. Source Fallback.
 	FailOpen
-	// FailClosed denies with an error wrapping ErrUnavailable and the cause.
+	// FailClosed denies with an error wrapping door.ErrUnavailable and the
+	// cause.
 	FailClosed
 )
 

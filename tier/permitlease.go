@@ -26,9 +26,10 @@ import (
 //     by a call's reply counts its TTL from the call's start, so that a
 //     slow call delays a grant, never prevents it; later, a call renews
 //     the slots (and asks for more, and learns the others' demands). A
-//     slot never outlives its expiry in Redis: the bound holds, never more than
-//     the limit held across the fleet, a crashed instance's slots (and
-//     permits) counted until they expire, 1.5 TTLs after its last call.
+//     slot never outlives its expiry in Redis: the bound holds, never
+//     more than the limit held across the fleet, a crashed instance's
+//     slots (and permits) counted until they expire, 1.5 TTLs after its
+//     last call.
 //   - A permit past its TTL is lost (its Release says so) and its slot is
 //     free again, as in exact mode: a stuck holder does not keep it.
 //   - The slots are shared by max-min fairness over the instances'

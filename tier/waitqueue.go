@@ -40,7 +40,7 @@ type waitQueue struct {
 // it is done (admitted or given up) to pass the turn on: with how long the
 // next head should wait before it asks (0: at once). When ctx ends or the
 // engine closes first, joinWait leaves the queue itself and returns ctx's
-// error or ErrClosed.
+// error or door.ErrClosed.
 func (e *Engine) joinWait(ctx context.Context, p *remote.Policy, key string) (leave func(pause time.Duration), err error) {
 	ws, k, turn := &e.waiting, waitKey{p, key}, make(chan struct{})
 	ws.mu.Lock()
