@@ -72,8 +72,8 @@ type Decision struct {
 	FairShare bool
 	// Debt: set by Charge, the units Limit owes beyond its room.
 	Debt int64
-	// At: Redis's time (µs) of a decision Redis made (Decision.At), for
-	// settling it (RefundAt); 0 for the others: the caller reads
+	// At: Redis's time (µs) of a decision Redis made (remote.Decision.At),
+	// for settling it (RefundAt); 0 for the others: the caller reads
 	// RedisTime for a decision from units held.
 	At int64
 }
@@ -211,7 +211,7 @@ type Stats struct {
 
 // New returns an Engine for cfg, with its door to Redis and, when
 // cfg.Lease is set, its Leaser. The only error is an invalid cfg.Lease,
-// wrapping leasesync.ErrConfig.
+// wrapping leasesync.ErrInvalidOption.
 func New(cfg Config) (*Engine, error) {
 	e := &Engine{clock: cfg.Clock, done: make(chan struct{})}
 	e.tables.others = &others{}

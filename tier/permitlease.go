@@ -40,9 +40,9 @@ import (
 //     for the next acquire, and slots idle for permitLinger go back.
 //   - A lease call whose reply is lost leaves this instance holding the
 //     slots then in use (a call keeps them), and the next call removes
-//     any it may have added (PermitCall.Maybe): an acquire's, or, once
-//     they are idle for permitLinger, the sweeper's, or Close's; a pool
-//     that may hold some is not dropped.
+//     any it may have added (remote.PermitCall.Maybe): an acquire's, or,
+//     once they are idle for permitLinger, the sweeper's, or Close's; a
+//     pool that may hold some is not dropped.
 //   - While a lease call is in flight, acquires wait for it: the call may
 //     give back idle slots.
 type permitPools struct {
