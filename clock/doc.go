@@ -1,4 +1,5 @@
-// Package clock is the only source of local time in ratelease.
+// Package clock is the only source of local time in ratelease (but a
+// context's deadline, which is on the wall clock).
 //
 // It owns the [Clock] interface and three implementations:
 //
@@ -14,5 +15,7 @@
 // No clock here is package-global: each Limiter is given one.
 //
 // All implementations are safe for concurrent use. This package imports only
-// the standard library.
+// the standard library, and knows nothing of limits, leases or Redis.
+// Unlike the engine's packages, it is public API: users pass a [Manual] to
+// ratelease.WithClock.
 package clock

@@ -15,7 +15,7 @@ import (
 // members Redis counted at the key's last lease, or, for a key not leased
 // yet, the most any key had lately.
 func (e *Engine) members(p *remote.Policy, key string) int64 {
-	if st := e.tables.find(p); st != nil && Leasable(p) {
+	if st := e.tables.find(p); st != nil && leasable(p) {
 		if ent, ok := st.table.Get(key); ok {
 			if m := ent.Members(); m > 0 {
 				return m
@@ -25,9 +25,9 @@ func (e *Engine) members(p *remote.Policy, key string) int64 {
 	return e.leaser.Instances()
 }
 
-// Allow decides whether n units of key may be used now, charging them if so.
-// A denial is a Decision, never an error. It is Hit, then Miss.
-func (e *Engine) Allow(ctx context.Context, p *remote.Policy, key string, n int64) (Decision, error) {
+// allow decides whether n units of key may be used now, charging them if
+// so. A denial is a Decision, never an error. It is Hit, then Miss.
+func (e *Engine) allow(ctx context.Context, p *remote.Policy, key string, n int64) (Decision, error) {
 	if limit, remaining, resetAfter, ok := e.Hit(p, key, n); ok {
 		return hitDecision(limit, remaining, resetAfter), nil
 	}
@@ -38,16 +38,15 @@ func (e *Engine) Allow(ctx context.Context, p *remote.Policy, key string, n int6
 // it holds them, with a lookup, a read of the Leaser's time (a coarse
 // clock's, and how far behind it may be: Leaser.HitNow) and an atomic add
 // or compare-and-swap (no lock, no allocation, no Redis call), and starts
-// a background lease when
-// the allowance runs low. On a hit it returns what a Decision of Source
-// Local holds (it is Allowed, with no RetryAfter): the deciding limit's
-// index, the remaining estimate, the time until full replenishment. The
-// results are scalars, passed in registers: a Decision would be built and
-// copied through memory, a large part of a hit's cost. ok is false
-// on a miss (or a closed engine, or a policy that does not lease): the
-// caller goes on with Miss.
+// a background lease when the allowance runs low. On a hit it returns what
+// a Decision of Source Local holds (it is Allowed, with no RetryAfter):
+// the deciding limit's index, the remaining estimate, the time until full
+// replenishment. The results are scalars, passed in registers: a Decision
+// would be built and copied through memory, a large part of a hit's cost.
+// ok is false on a miss (or a closed engine, or a policy that does not
+// lease): the caller goes on with Miss.
 func (e *Engine) Hit(p *remote.Policy, key string, n int64) (limit int, remaining int64, resetAfter time.Duration, ok bool) {
-	if e.closed.Load() || e.leaser == nil || !Leasable(p) {
+	if e.closed.Load() || e.leaser == nil || !leasable(p) {
 		return 0, 0, 0, false
 	}
 	st := e.tables.cached(p)
@@ -103,16 +102,16 @@ func (e *Engine) Miss(ctx context.Context, p *remote.Policy, key string, n int64
 	if err != nil {
 		return Decision{}, err
 	}
-	if e.leaser != nil && Leasable(p) && v == current {
+	if e.leaser != nil && leasable(p) && v == current {
 		return e.allowLeased(ctx, p, key, n)
 	}
 	return e.allowExact(ctx, p, key, n)
 }
 
-// Leasable reports whether p's decisions may come from leases: not when it
+// leasable reports whether p's decisions may come from leases: not when it
 // has a SlidingWindowLog (exact by choice: its entries are its accuracy) or
 // a LeakyBucket (its point is spacing, which a batch of units would break).
-func Leasable(p *remote.Policy) bool {
+func leasable(p *remote.Policy) bool {
 	return !p.Uses(remote.SlidingWindowLog) && !p.Uses(remote.LeakyBucket)
 }
 
@@ -264,8 +263,8 @@ func (e *Engine) fromLocal(p *remote.Policy, ent *leasesync.Entry, n, now int64)
 		// A caller that spins on a denied key must not hold its core: the
 		// goroutines that refill the allowance (the lease's reply, the
 		// batcher, the requester it wakes) would wait behind every spinner
-		// for a time slice each, tens of milliseconds in all, while the
-		// key's share made units nobody took. A denial served locally
+		// for a time slice each, while the key's share makes units nobody
+		// takes. A denial served locally
 		// yields first: it costs the denial a scheduling round, and the
 		// refill no more than one.
 		runtime.Gosched()
@@ -278,10 +277,10 @@ func (e *Engine) fromLocal(p *remote.Policy, ent *leasesync.Entry, n, now int64)
 
 // cachedDenial is the Decision of ent's denial cached at now, left before
 // it lapses. RetryAfter: what Redis said, while it lasts; past it (this
-// instance waits for its share's next batch), left. Remaining: what Redis last said it had left, and what this
-// instance holds (too few). A block reports its own time left instead
-// (longer than the cache's, capped at the lease TTL), and nothing
-// remaining.
+// instance waits for its share's next batch), left. Remaining: what Redis
+// last said it had left, and what this instance holds (too few). A block
+// reports its own time left instead (longer than the cache's, capped at the
+// lease TTL), and nothing remaining.
 func cachedDenial(ent *leasesync.Entry, left, now int64) Decision {
 	if until := ent.BlockedUntil(); until > now {
 		return Decision{Source: SourceCached, Blocked: true,

@@ -33,18 +33,18 @@ const (
 	straggler                // p was redefined less than RedefinitionGrace ago: decide exactly
 )
 
-// check admits p if its name has no definition in the engine yet (p
-// makes one), or p has the definition's limits (made before or after:
-// policies rebuilt per request, say), or p was made after the policy
-// that made the definition (p redefines the name: a config reload rebuilt
-// it). A policy made earlier with other limits is decided exactly, with
-// its own limits, for RedefinitionGrace after the redefinition (requests
-// in flight during a reload); later, it is refused with an error wrapping
-// ErrInvalidPolicy: two policies of one name with other limits are not
-// used side by side, so that they do not silently share its keys' state.
-// Usage in Redis carries over a redefinition: a key's state is named by
-// the policy's name and each limit's algorithm and period, not its rate or
-// burst. Admitting p costs one sync.Map load: check is not on the hit
+// check admits p if its name has no definition in the engine yet (p makes
+// one), or p has the definition's limits (made before or after: policies
+// rebuilt per request, say), or p was made after the policy that made the
+// definition (p redefines the name: a config reload rebuilt it). A policy
+// made earlier with other limits is decided exactly, with its own limits,
+// for RedefinitionGrace after the redefinition (requests in flight during a
+// reload); later, it is refused with an error wrapping
+// remote.ErrInvalidPolicy: two policies of one name with other limits are
+// not used side by side, so that they do not silently share its keys'
+// state. Usage in Redis carries over a redefinition: a key's state is named
+// by the policy's name and each limit's algorithm and period, not its rate
+// or burst. Admitting p costs one sync.Map load: check is not on the hit
 // path, which a redefinition closes to the earlier policies (see
 // unpublish).
 func (e *Engine) check(p *remote.Policy) (verdict, error) {

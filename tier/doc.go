@@ -15,11 +15,12 @@
 // clients that ignore deadlines, refunds grants that come late, counts it,
 // and puts a circuit breaker in front of it (one per master with a Redis
 // Cluster); the door also tells the engine's observers (Config.Observer,
-// Config.Events) of the breakers' changes, first failures and warnings. What a failure means is decided here: while Redis is
-// unavailable, requests that the local allowance cannot answer are decided
-// by the failure mode (fallback.go: FailLocal's per-key x/time/rate limits,
-// FailOpen, FailClosed), and what the fallback admitted is charged to Redis
-// when the breaker closes.
+// Config.Events) of the breakers' changes, first failures and warnings.
+// What a failure means is decided here: while Redis is unavailable,
+// requests that the local allowance cannot answer are decided by the
+// failure mode (FailLocal's per-key x/time/rate limits, FailOpen,
+// FailClosed), and what the fallback admitted is charged to Redis when the
+// breaker closes.
 //
 // It also counts each policy's decisions (PolicyStats), without a counter
 // on the hit path: a policy's local hits are the sum of its entries'. The
@@ -28,21 +29,25 @@
 // policy's table goes with its last entry, a policy decided exactly goes
 // when it is collected.
 //
-// Files: engine.go (the types, New, Stats, Close), decide.go (the hit, the
-// miss, leased decisions), tables.go (the state of each policy, by its ID,
-// and when it goes), stats.go (the counters of each policy), exact.go
+// Files: engine.go (Source, Decision, Config, Engine, Stats, New, Close),
+// decide.go (Hit, Miss, leased decisions), firstuse.go (a key's first use,
+// decided as exact mode decides it), definitions.go (a policy name's
+// limits, and its redefinition), tables.go (the state of each policy, and
+// when it goes), stats.go (PolicyStats, LimitName, the counters), exact.go
 // (exact decisions, Wait), waitqueue.go (the queue of exact-mode Waits by
-// key), fallback.go, permits.go (concurrency permits, and the fallback's),
-// permitlease.go (lease mode's slots of permits), operator.go (AllowAtMost, Refund,
-// Peek, Reset, Block, Unblock, and the count of shadow mode's would-be
-// denials, which the root admits).
+// key), fallback.go (FailureMode, the failure mode, the charge after an
+// outage), permits.go (AcquirePermit, ReleasePermit, ExtendPermit, and the
+// fallback's permits), permitlease.go (lease mode's slots of permits),
+// operator.go (AllowAtMost, Refund, RefundAt, Charge, Peek, Reset, Block,
+// Unblock, and the count of shadow mode's would-be denials, which the root
+// admits), ping.go (Ping).
 //
-// It does not validate input (the root package does, once), build Redis keys
-// or scripts (remote does), call Redis but through its door, or read the
-// time except through the injected clock.Clock. An Engine is safe for
-// concurrent use.
+// It does not validate input (the root package does, once), build Redis
+// keys or scripts (remote does), make, size or hold leases (sync does),
+// call Redis but through its door, or read the time but through the
+// injected clock.Clock (a context's deadline aside, which is on the wall
+// clock). An Engine is safe for concurrent use.
 //
-// It is part of ratelease's implementation: its API may change in any
-// release, with no compatibility promise of its own. Programs use package
-// ratelease.
+// It is part of ratelease's implementation, with no API promise of its
+// own: it may change in any release. Programs use package ratelease.
 package tier

@@ -72,8 +72,8 @@ type Decision struct {
 	FairShare bool
 	// Debt: set by Charge, the units Limit owes beyond its room.
 	Debt int64
-	// At: Redis's time (µs) of a decision Redis made (Decision.At), for
-	// settling it (RefundAt); 0 for the others: the caller reads
+	// At: Redis's time (µs) of a decision Redis made (remote.Decision.At),
+	// for settling it (RefundAt); 0 for the others: the caller reads
 	// RedisTime for a decision from units held.
 	At int64
 }
@@ -176,8 +176,9 @@ type Stats struct {
 	Keys uint64
 	// Breaker is the circuit breaker's state now; BreakerOpens counts the
 	// times it opened. With a Redis Cluster there is a breaker per master,
-	// and Breaker is the worst of them (open, half-open, closed). UnitsCharged counts the units admitted during outages
-	// (FailLocal, FailOpen) and charged to Redis once it was back.
+	// and Breaker is the worst of them (open, half-open, closed).
+	// UnitsCharged counts the units admitted during outages (FailLocal,
+	// FailOpen) and charged to Redis once it was back.
 	Breaker      door.BreakerState
 	BreakerOpens uint64
 	UnitsCharged uint64
@@ -210,7 +211,7 @@ type Stats struct {
 
 // New returns an Engine for cfg, with its door to Redis and, when
 // cfg.Lease is set, its Leaser. The only error is an invalid cfg.Lease,
-// wrapping leasesync.ErrConfig.
+// wrapping leasesync.ErrInvalidOption.
 func New(cfg Config) (*Engine, error) {
 	e := &Engine{clock: cfg.Clock, done: make(chan struct{})}
 	e.tables.others = &others{}
@@ -268,13 +269,13 @@ func (e *Engine) Stats() Stats {
 	return st
 }
 
-// Close makes every later call fail with ErrClosed, wakes every Wait in
-// progress, which returns ErrClosed at once, and closes the Leaser, which
-// refunds every unit held. It returns within about one Redis timeout,
-// even on a hung Redis with a client that does not honour deadlines: guarded
-// calls still running then are left to end at the client's own timeouts,
-// and refund what they are granted late themselves. It is idempotent and
-// returns nil.
+// Close makes every later call fail with door.ErrClosed, wakes every Wait
+// in progress, which returns door.ErrClosed at once, and closes the Leaser,
+// which refunds every unit held. It returns within about one Redis timeout,
+// even on a hung Redis with a client that does not honour deadlines:
+// guarded calls still running then are left to end at the client's own
+// timeouts, and refund what they are granted late themselves. It is
+// idempotent and returns nil.
 func (e *Engine) Close() error {
 	if e.closed.Swap(true) {
 		return nil

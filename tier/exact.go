@@ -22,16 +22,16 @@ func (e *Engine) allowExact(ctx context.Context, p *remote.Policy, key string, n
 }
 
 // Wait blocks until n units of key are granted, or ctx ends, or the engine
-// is closed. Without leases the waiters of a key in this engine queue, first
-// come first served, and only the head asks Redis (see waitQueues). It
-// sleeps on the engine's clock for each denial's RetryAfter,
-// and returns at once with context.DeadlineExceeded when ctx's deadline
-// comes before the units could, and with ErrClosed when Close is called
-// while it sleeps (or was called before).
-// A leaky bucket in the policy queues the request (reserving its slot)
-// instead of polling; a wait cancelled before its slot gives the slot back.
+// is closed. Without leases the waiters of a key in this engine queue,
+// first come first served, and only the head asks Redis (see waitQueues).
+// It sleeps on the engine's clock for each denial's RetryAfter, and returns
+// at once with context.DeadlineExceeded when ctx's deadline comes before
+// the units could, and with door.ErrClosed when Close is called while it
+// sleeps (or was called before). A leaky bucket in the policy queues the
+// request (reserving its slot) instead of polling; a wait cancelled before
+// its slot gives the slot back.
 func (e *Engine) Wait(ctx context.Context, p *remote.Policy, key string, n int64) error {
-	if e.leaser != nil && Leasable(p) {
+	if e.leaser != nil && leasable(p) {
 		return e.waitLeased(ctx, p, key, n)
 	}
 	if _, err := e.check(p); err != nil {
@@ -101,7 +101,8 @@ func (e *Engine) Wait(ctx context.Context, p *remote.Policy, key string, n int64
 }
 
 // sleep waits d on the engine's clock, or returns ctx's error; at once when
-// ctx's deadline is sooner than d. Close wakes it: it returns ErrClosed.
+// ctx's deadline is sooner than d. Close wakes it: it returns
+// door.ErrClosed.
 func (e *Engine) sleep(ctx context.Context, d time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -109,6 +110,7 @@ func (e *Engine) sleep(ctx context.Context, d time.Duration) error {
 	if e.closed.Load() {
 		return door.ErrClosed
 	}
+	// The wall clock, not e.clock: a context's deadline is on it.
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
 		return context.DeadlineExceeded
 	}
@@ -146,7 +148,7 @@ func decision(d remote.Decision) Decision {
 	}
 }
 
-// waitLeased is Wait for a policy that leases: Allow, and sleep for each
+// waitLeased is Wait for a policy that leases: allow, and sleep for each
 // denial's RetryAfter. From its first denial until it returns, the caller
 // is counted on the key's entry (Entry.Waiting): asleep, it asks nothing,
 // and the key's leases say for it that it wants more than the key got.
@@ -161,7 +163,7 @@ func (e *Engine) waitLeased(ctx context.Context, p *remote.Policy, key string, n
 		if e.closed.Load() {
 			return door.ErrClosed
 		}
-		d, err := e.Allow(ctx, p, key, n)
+		d, err := e.allow(ctx, p, key, n)
 		if err != nil || d.Allowed {
 			return err
 		}

@@ -33,3 +33,8 @@ func OnPermitWait(e *Engine, f func()) { e.pools.onWait = f }
 func AcquireLeasedPastCheck(ctx context.Context, e *Engine, name, key, id string, limit int64, ttl time.Duration) (PermitDecision, error) {
 	return e.acquireLeased(ctx, poolKey{name, key, limit, ttl}, id)
 }
+
+// Allow decides as the root's Allow does: Hit, then Miss.
+func (e *Engine) Allow(ctx context.Context, p *remote.Policy, key string, n int64) (Decision, error) {
+	return e.allow(ctx, p, key, n)
+}

@@ -27,10 +27,12 @@ const (
 	FailLocal FailureMode = iota
 	// FailOpen admits every request. Source Fallback.
 	FailOpen
-	// FailClosed denies with an error wrapping ErrUnavailable and the cause.
+	// FailClosed denies with an error wrapping door.ErrUnavailable and the
+	// cause.
 	FailClosed
 )
 
+// String returns "fail-local", "fail-open", "fail-closed", or "unknown".
 func (m FailureMode) String() string {
 	switch m {
 	case FailLocal:
@@ -148,11 +150,11 @@ func (f *fallback) entryLocked(p *remote.Policy, key string) *fallbackEntry {
 
 // take takes what was admitted during the outage for the keys that back
 // reports true of (all of them when back is nil), and returns the calls
-// that charge it to Redis (Request.Max units, see remote.Store.ChargeFit):
-// each limit at most its own room, so at most its capacity, per key; not
-// the policy's smallest capacity, which would let a policy's longer limit
-// start afresh on top of what the outage admitted. Those keys'
-// local limits are dropped: the next outage starts afresh.
+// that charge it to Redis (remote.Request.Max units, see
+// remote.Store.ChargeFit): each limit at most its own room, so at most its
+// capacity, per key; not the policy's smallest capacity, which would let a
+// policy's longer limit start afresh on top of what the outage admitted.
+// Those keys' local limits are dropped: the next outage starts afresh.
 func (f *fallback) take(back func(*remote.Policy, string) bool) []remote.Request {
 	f.mu.Lock()
 	defer f.mu.Unlock()

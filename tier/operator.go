@@ -10,13 +10,14 @@ import (
 	leasesync "github.com/ratelease/ratelease/sync"
 )
 
-// The operators: AllowAtMost, Refund, Charge, Peek, Reset, Block and Unblock. None
-// is on the hit path; each makes at most one Redis call, through the door.
+// The operators: AllowAtMost, Refund, RefundAt, Charge, Peek, Reset, Block
+// and Unblock. None is on the hit path; each makes at most one Redis call,
+// through the door.
 
 // held returns the local entry of key under p when p leases and the entry
 // exists; it makes none.
 func (e *Engine) held(p *remote.Policy, key string) (*leasesync.Entry, bool) {
-	if e.leaser == nil || !Leasable(p) {
+	if e.leaser == nil || !leasable(p) {
 		return nil, false
 	}
 	st := e.tables.find(p)
@@ -145,7 +146,7 @@ func (f *fallback) avail(p *remote.Policy, key string, now time.Time) int64 {
 // capacity gives no more back): see remote.Store.GiveBack. In lease mode
 // the units go to Redis, not into the local allowance (other instances may
 // use them), and a denial cached locally is dropped. A failure of Redis is
-// an error wrapping ErrUnavailable, whatever the failure mode.
+// an error wrapping door.ErrUnavailable, whatever the failure mode.
 func (e *Engine) Refund(ctx context.Context, p *remote.Policy, key string, n int64) error {
 	return e.giveBack(p, key, func() error { return e.door.GiveBack(ctx, p, key, min(n, p.MaxCapacity())) })
 }
@@ -196,8 +197,8 @@ func (e *Engine) RedisTime() int64 {
 // denies until it is paid off. In lease mode the units go to Redis
 // directly, not out of the local allowance: what this instance holds was
 // charged when it was leased, and stays usable; the next lease meets the
-// debt. A failure of Redis is an error wrapping ErrUnavailable, whatever
-// the failure mode: nothing is kept to charge later.
+// debt. A failure of Redis is an error wrapping door.ErrUnavailable,
+// whatever the failure mode: nothing is kept to charge later.
 func (e *Engine) Charge(ctx context.Context, p *remote.Policy, key string, n int64) (Decision, error) {
 	if e.closed.Load() {
 		return Decision{}, door.ErrClosed
@@ -221,7 +222,7 @@ func (e *Engine) Charge(ctx context.Context, p *remote.Policy, key string, n int
 // ResetAfter are Redis's last word at the key's last lease, with the units
 // held. Otherwise Redis is read (Source Remote), the units held added to
 // its Remaining. The fair share of a key among instances is not applied.
-// A failure of Redis is an error wrapping ErrUnavailable, whatever the
+// A failure of Redis is an error wrapping door.ErrUnavailable, whatever the
 // failure mode.
 func (e *Engine) Peek(ctx context.Context, p *remote.Policy, key string) (Decision, error) {
 	if e.closed.Load() {
@@ -260,7 +261,7 @@ func (e *Engine) Peek(ctx context.Context, p *remote.Policy, key string) (Decisi
 // during an outage. Other instances keep what they leased of the key until
 // it lapses (the lease TTL, or the end of its window), and their cached
 // denials lapse within the TTL too. A failure of Redis is an error wrapping
-// ErrUnavailable; the local state is forgotten all the same.
+// door.ErrUnavailable; the local state is forgotten all the same.
 func (e *Engine) Reset(ctx context.Context, p *remote.Policy, key string) error {
 	if e.closed.Load() {
 		return door.ErrClosed
@@ -287,13 +288,13 @@ func (f *fallback) forget(p *remote.Policy, key string) {
 	f.keys.Remove(fallbackKey{p, key})
 }
 
-// Block blocks key under p in Redis for d (one call): every instance's
-// next call to Redis about the key is denied, charging nothing, with the
-// block's time left, until it lapses or Unblock. In lease mode this
-// instance's units of the key are given back, and the denial is cached as
-// a block (for d, or the lease TTL, whichever ends first): other instances
-// use the units they hold until those lapse, within the lease bound. A
-// failure of Redis is an error wrapping ErrUnavailable, and blocks nothing.
+// Block blocks key under p in Redis for d (one call): every instance's next
+// call to Redis about the key is denied, charging nothing, with the block's
+// time left, until it lapses or Unblock. In lease mode this instance's
+// units of the key are given back, and the denial is cached as a block (for
+// d, or the lease TTL, whichever ends first): other instances use the units
+// they hold until those lapse, within the lease bound. A failure of Redis
+// is an error wrapping door.ErrUnavailable, and blocks nothing.
 func (e *Engine) Block(ctx context.Context, p *remote.Policy, key string, d time.Duration) error {
 	if e.closed.Load() {
 		return door.ErrClosed
@@ -304,7 +305,7 @@ func (e *Engine) Block(ctx context.Context, p *remote.Policy, key string, d time
 	if err := e.door.Block(ctx, p, key, d); err != nil {
 		return err
 	}
-	if e.leaser != nil && Leasable(p) {
+	if e.leaser != nil && leasable(p) {
 		if ent, err := e.entry(p, key); err == nil { // (else p was redefined: nothing to keep)
 			e.leaser.Block(ent, d)
 		}
@@ -315,7 +316,7 @@ func (e *Engine) Block(ctx context.Context, p *remote.Policy, key string, d time
 // Unblock lifts a block of key under p in Redis (one call), and drops this
 // instance's cached block of it. Other instances' cached blocks last until
 // they lapse, within the lease TTL. A failure of Redis is an error
-// wrapping ErrUnavailable; the local block is dropped all the same.
+// wrapping door.ErrUnavailable; the local block is dropped all the same.
 func (e *Engine) Unblock(ctx context.Context, p *remote.Policy, key string) error {
 	if e.closed.Load() {
 		return door.ErrClosed

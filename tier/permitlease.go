@@ -13,21 +13,23 @@ import (
 	"github.com/ratelease/ratelease/remote"
 )
 
-// Lease-mode permits. An instance leases slots of a concurrency limit's
-// key (permit.lua's lease: members of the key's sorted set, one expiry
-// for all of an instance's) and grants permits from them, so that
-// acquiring and releasing a permit is usually local:
+// permitPools are an engine's pools of lease-mode permits, one a key: an
+// instance leases slots of a concurrency limit's key (permit.lua's lease:
+// members of the key's sorted set, one expiry for all of an instance's)
+// and grants permits from them, so that acquiring and releasing a permit
+// is usually local:
 //
 //   - A permit is granted locally while a slot is free and the slots last
 //     its whole TTL: they are leased for 1.5 TTLs from the lease call's
 //     start, so a permit is granted locally in the first half TTL after a
 //     call (and at most permitRecheck after its reply); a permit granted
 //     by a call's reply counts its TTL from the call's start, so that a
-//     slow call delays a grant, never prevents it; later, a call renews the slots
-//     (and asks for more, and learns the others' demands). A slot
-//     never outlives its expiry in Redis: the bound holds, never more than
-//     the limit held across the fleet, a crashed instance's slots (and
-//     permits) counted until they expire, 1.5 TTLs after its last call.
+//     slow call delays a grant, never prevents it; later, a call renews
+//     the slots (and asks for more, and learns the others' demands). A
+//     slot never outlives its expiry in Redis: the bound holds, never
+//     more than the limit held across the fleet, a crashed instance's
+//     slots (and permits) counted until they expire, 1.5 TTLs after its
+//     last call.
 //   - A permit past its TTL is lost (its Release says so) and its slot is
 //     free again, as in exact mode: a stuck holder does not keep it.
 //   - The slots are shared by max-min fairness over the instances'
@@ -38,9 +40,9 @@ import (
 //     for the next acquire, and slots idle for permitLinger go back.
 //   - A lease call whose reply is lost leaves this instance holding the
 //     slots then in use (a call keeps them), and the next call removes
-//     any it may have added (PermitCall.Maybe): an acquire's, or, once
-//     they are idle for permitLinger, the sweeper's, or Close's; a pool
-//     that may hold some is not dropped.
+//     any it may have added (remote.PermitCall.Maybe): an acquire's, or,
+//     once they are idle for permitLinger, the sweeper's, or Close's; a
+//     pool that may hold some is not dropped.
 //   - While a lease call is in flight, acquires wait for it: the call may
 //     give back idle slots.
 type permitPools struct {

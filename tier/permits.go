@@ -38,7 +38,7 @@ type localPermits struct {
 // once across every instance, for ttl unless extended: in exact mode one
 // call (remote.Store.Permit), in lease mode from this instance's leased
 // slots (see permitPools). While Redis is unavailable the failure mode
-// decides: FailClosed an error wrapping ErrUnavailable, FailOpen a
+// decides: FailClosed an error wrapping door.ErrUnavailable, FailOpen a
 // permit, FailLocal a permit while this instance holds fewer than its
 // share of the limit (limit over Config.Instances, at least 1) from the
 // fallback.
@@ -97,12 +97,11 @@ func (e *Engine) AcquirePermit(ctx context.Context, name, key, id string, limit 
 
 // ReleasePermit releases permit id of name's key: in Redis, in this
 // instance's leased slots, or, for a fallback permit, here, as h says. It
-// reports whether the permit was still held (not past its TTL). After
-// Close it still gives the permit (or its leased slot) back to Redis,
-// bounded by the Redis timeout (ErrClosed only with Config.Guard, whose
-// calls end at Close). Errors wrap ErrUnavailable when Redis cannot take
-// it, whatever the failure mode: the permit then comes back when its TTL
-// ends.
+// reports whether the permit was still held (not past its TTL). After Close
+// it still gives the permit (or its leased slot) back to Redis, bounded by
+// the Redis timeout (door.ErrClosed only with Config.Guard, whose calls end
+// at Close). Errors wrap door.ErrUnavailable when Redis cannot take it,
+// whatever the failure mode: the permit then comes back when its TTL ends.
 func (e *Engine) ReleasePermit(ctx context.Context, name, key, id string, h PermitHold) (bool, error) {
 	switch h.source {
 	case SourceLocal:

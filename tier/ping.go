@@ -7,8 +7,8 @@ import (
 )
 
 // Ping reports whether Redis answers, for a readiness probe: nil, or an
-// error wrapping ErrUnavailable and the cause; ErrClosed after Close; ctx's
-// own error unwrapped.
+// error wrapping door.ErrUnavailable and the cause; door.ErrClosed after
+// Close; ctx's own error unwrapped.
 func (e *Engine) Ping(ctx context.Context) error {
 	if e.closed.Load() {
 		return door.ErrClosed

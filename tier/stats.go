@@ -12,10 +12,10 @@ import (
 // PolicyStats counts an Engine's decisions under one policy name since
 // New, each attempt of a Wait included, like Stats: Allowed and Denied by
 // outcome, Local, Remote, Cached, Fallback and Busy by Source. Allowed +
-// Denied = Local + Remote + Cached + Fallback + Busy. ShadowDenied counts those of the
-// denials that were admitted all the same, the policy being in shadow mode
-// (each is in Denied as well). (Its denials by limit are in
-// Stats.DeniedBy.)
+// Denied = Local + Remote + Cached + Fallback + Busy. ShadowDenied counts
+// those of the denials that were admitted all the same, the policy being
+// in shadow mode (each is in Denied as well). Its denials by limit are in
+// Stats.DeniedBy.
 type PolicyStats struct {
 	Allowed, Denied                 uint64
 	Local, Remote, Cached, Fallback uint64
@@ -210,7 +210,7 @@ func (e *Engine) CountInvalid() { e.stats.invalid.Add(1) }
 // leases and whose state was dropped (the decision raced with the drop),
 // the totals of dropped policies.
 func (e *Engine) counts(p *remote.Policy) *counts {
-	if e.leaser == nil || !Leasable(p) {
+	if e.leaser == nil || !leasable(p) {
 		return &e.tables.exact(p).counts
 	}
 	if st := e.tables.find(p); st != nil {

@@ -12,9 +12,9 @@ import (
 
 // waitQueues holds the waiters of an exact-mode Wait, in the order they
 // came, per (policy, key): only the head of a queue asks Redis, and the
-// others wait for their turn. Without it every waiter slept for the same
-// RetryAfter and woke with the others to ask for the same units: one
-// admitted, the rest denied, a round trip each (a herd). The zero value is
+// others wait for their turn, rather than all sleep for the same
+// RetryAfter and wake together to ask for the same units: one admitted,
+// the rest denied, a round trip each (a herd). The zero value is
 // ready; safe for concurrent use.
 type waitQueues struct {
 	mu sync.Mutex
@@ -40,7 +40,7 @@ type waitQueue struct {
 // it is done (admitted or given up) to pass the turn on: with how long the
 // next head should wait before it asks (0: at once). When ctx ends or the
 // engine closes first, joinWait leaves the queue itself and returns ctx's
-// error or ErrClosed.
+// error or door.ErrClosed.
 func (e *Engine) joinWait(ctx context.Context, p *remote.Policy, key string) (leave func(pause time.Duration), err error) {
 	ws, k, turn := &e.waiting, waitKey{p, key}, make(chan struct{})
 	ws.mu.Lock()

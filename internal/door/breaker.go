@@ -28,6 +28,7 @@ const (
 	BreakerHalfOpen
 )
 
+// String returns "closed", "open", "half-open", or "unknown".
 func (s BreakerState) String() string {
 	switch s {
 	case BreakerClosed:
@@ -289,9 +290,9 @@ func (d *Door) Enter(p *remote.Policy, key string) (Pass, error) {
 	return d.enter(func(ctx context.Context) string { return d.store.Node(ctx, p, key) })
 }
 
-// EnterKey is Enter for a call on one Redis key, named whole (a
+// enterKey is Enter for a call on one Redis key, named whole (a
 // concurrency limit's permits): the breaker of the server holding it.
-func (d *Door) EnterKey(redisKey string) (Pass, error) {
+func (d *Door) enterKey(redisKey string) (Pass, error) {
 	return d.enter(func(ctx context.Context) string { return d.store.NodeOf(ctx, redisKey) })
 }
 
@@ -348,7 +349,6 @@ func (d *Door) Leave(pass Pass, err error) error {
 		if at := b.answered.Load(); !pass.probe && at > 0 && now-at < int64(busyWindow) && timedOut(err) {
 			stalled := b.stalled.Add(1)
 			if stalled <= breakerFailures || b.took.Load() >= int64(d.timeout)/busySlow {
-				d.busy.Add(1)
 				cause := busyError{err}
 				if stalled == 1 {
 					// The first call of a run to time out is told, as

@@ -132,15 +132,15 @@ func (d *Door) refund(p *remote.Policy, key string, units, at int64) bool {
 	return true
 }
 
-// Charge charges Redis with what take returns: the units (Request.Max)
-// admitted without Redis while the server named node was unavailable, once
-// its breaker has closed (see Config.Recovered), each limit of a key only
-// what it has room for (remote.Store.ChargeFit). take is given a test of
-// whether a key's state is on node, nil when every key is (but with a
-// Redis Cluster). It all runs on a goroutine Close waits for, within one
-// timeout, the calls in one pipeline: one round trip, and one error if any
-// call failed. A grant that arrives late stays charged: it was owed.
-// Charge returns the units granted, 0 once Close has begun.
+// Charge charges Redis with what take returns: the units
+// (remote.Request.Max) admitted without Redis while the server named node
+// was unavailable, once its breaker has closed (see Config.Recovered), each
+// limit of a key only what it has room for (remote.Store.ChargeFit). take
+// is given a test of whether a key's state is on node, nil when every key
+// is (but with a Redis Cluster). It all runs on a goroutine Close waits
+// for, within one timeout, the calls in one pipeline: one round trip, and
+// one error if any call failed. A grant that arrives late stays charged: it
+// was owed. Charge returns the units granted, 0 once Close has begun.
 func (d *Door) Charge(node string, take func(on func(*remote.Policy, string) bool) []remote.Request) int64 {
 	ctx, cancel := d.Bound(context.Background())
 	defer cancel()

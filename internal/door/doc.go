@@ -15,30 +15,33 @@
 //     one it no longer tracks: see Permit);
 //   - late refunds: a grant that arrives after its guarded call's caller
 //     stopped waiting is refunded where it arrives, since nobody holds it;
-//   - the circuit breakers (breaker.go): one in front of Redis, and with a
-//     Redis Cluster one in front of each master, asked before a call
-//     (Enter, Ready) and told its outcome (Leave); when one closes after an
+//   - the circuit breakers: one in front of Redis, and with a Redis
+//     Cluster one in front of each master, asked before a call (Enter,
+//     Ready) and told its outcome (Leave); when one closes after an
 //     outage, the Door tells its owner (Config.Recovered);
-//   - exact decisions that come together (combine.go): when two a core
-//     of the process are on their way to a server, more wait in that
+//   - exact decisions that come together: while two a core of the process
+//     (at least four) are on their way to a server, more wait in that
 //     server's breaker and go together in one pipeline as soon as one of
-//     those ends, each its own atomic call; a caller that leaves takes only
-//     itself out, and a grant it leaves behind is refunded;
+//     those ends, each its own atomic call; a caller that leaves takes
+//     only itself out, and a grant it leaves behind is refunded;
 //   - the counters of round trips and errors (Stats);
-//   - the events told to its owner's observers (events.go): each change of
-//     a breaker and the first failure of a run, with their causes, and a
-//     Warning for a server whose maxmemory-policy may evict limiter keys
-//     (read once per server, in the background, after the first call to
-//     it succeeds). They are delivered in order, outside every lock, on a
-//     goroutine that posted one;
-//   - the hook (hook.go, Config.Hook), told of each round trip as it
-//     starts and ends: what it does, its calls, its outcome.
+//   - the events told to its owner's observers: each change of a breaker
+//     and the first failure of a run, with their causes, and an
+//     EventWarning for a server whose maxmemory-policy may evict limiter
+//     keys (read once per server, in the background, after the first call
+//     to it succeeds). They are delivered in order, outside every lock, on
+//     a goroutine that posted one;
+//   - the hook (Config.Hook), told of each round trip as it starts and
+//     ends: what it does, its calls, its outcome.
 //
-// Files: door.go (the type, New, Bound, Classify, Stats, Close), calls.go
-// (Acquire, Refund, Charge, Batch), combine.go, breaker.go, events.go (Event, the
-// notifier, the eviction check), operator.go (Peek, GiveBack, Reset, Block,
-// Unblock: the operators' calls, whose caller waits for the outcome),
-// hook.go (Hook, RedisOp, RedisOutcome).
+// Files: door.go (Config, Door, New, Bound, Classify, Node, Stats,
+// Timeout, Close, the context of one call), calls.go (Acquire, Refund,
+// Charge, Batch, Ping: the calls of the decisions and the leases),
+// combine.go (the combiner of exact decisions), breaker.go (BreakerState,
+// ErrBusy, Pass, Enter, Leave, Ready, Breakers), events.go (Event, the
+// notifier, the eviction check), operator.go (Peek, GiveBack, RefundAt,
+// Debit, Permit, Reset, Block, Unblock: calls whose caller waits for the
+// outcome), hook.go (Hook, RedisOp, RedisOutcome).
 //
 // It must not decide requests or choose what a failure means to them
 // (package tier does, and charges what its fallback admitted through
@@ -46,4 +49,7 @@
 // through Batch), or build keys and run scripts itself (package remote
 // does, in the Store a Door is given). It imports remote, clock and
 // internal/guard from this module. A Door is safe for concurrent use.
+//
+// It is part of ratelease's implementation, with no API promise of its
+// own: it may change in any release. Programs use package ratelease.
 package door

@@ -37,13 +37,13 @@ type Config struct {
 	// Observer, when not nil, is called with each new state of a breaker.
 	// Observer and Events are called in the order of the events, never
 	// concurrently, holding no lock, on a goroutine that made a call to
-	// Redis (or read a server's eviction policy, for a Warning): they must
-	// not block it for long.
+	// Redis (or read a server's eviction policy, for an EventWarning):
+	// they must not block it for long.
 	Observer func(BreakerState)
 	// Events, when not nil, is called with every Event: the breakers'
 	// changes, the first failure of each run of failures, and warnings.
 	// With Events, the maxmemory-policy of each server is read once, after
-	// the first call to it succeeds (see Warning).
+	// the first call to it succeeds (see EventWarning).
 	Events func(Event)
 	// Recovered, when not nil, is called on a goroutine of its own each
 	// time the breaker of the server named node closes after an outage
@@ -83,8 +83,6 @@ type Door struct {
 	// single counts the calls of Acquire, Refund and Charge, batched those
 	// of Batch.
 	single, batched counters
-	// busy counts the calls that timed out on a busy server (see Leave).
-	busy atomic.Uint64
 }
 
 // New returns a Door to cfg.Store.
@@ -102,6 +100,7 @@ func New(cfg Config) *Door {
 // deadline is sooner (then ctx itself, and no timer is made). Every
 // deadline for Redis is made here.
 func (d *Door) Bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	// The wall clock, not d.clock: a context's deadline is on it.
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d.timeout {
 		return ctx, func() {}
 	}
@@ -203,6 +202,7 @@ func Classify(ctx context.Context, err error) error {
 // against its breaker.
 func atDeadline(ctx context.Context, err error) bool {
 	dl, ok := ctx.Deadline()
+	// The wall clock, not d.clock: a context's deadline is on it.
 	return ok && !time.Now().Before(dl) &&
 		(errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded))
 }
@@ -250,9 +250,6 @@ func (c *counters) failed(errs []error) {
 func (d *Door) Stats() (single, batched Counts) {
 	return d.single.load(), d.batched.load()
 }
-
-// Busy returns how many calls timed out on a busy server (see Leave).
-func (d *Door) Busy() uint64 { return d.busy.Load() }
 
 // Timeout returns the Redis timeout that bounds every call.
 func (d *Door) Timeout() time.Duration { return d.timeout }

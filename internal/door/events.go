@@ -11,9 +11,9 @@ import (
 	"github.com/ratelease/ratelease/remote"
 )
 
-// ErrEvictionPolicy is wrapped by the Err of a Warning about a server whose
-// maxmemory-policy may evict limiter keys (any but noeviction: the keys
-// carry TTLs, so volatile-* policies evict them too).
+// ErrEvictionPolicy is wrapped by the Err of an EventWarning about a
+// server whose maxmemory-policy may evict limiter keys (any but
+// noeviction: the keys carry TTLs, so volatile-* policies evict them too).
 var ErrEvictionPolicy = errors.New("ratelease: redis may evict limiter keys")
 
 // EventKind says what an Event reports.
@@ -57,12 +57,12 @@ func (k EventKind) MarshalText() ([]byte, error) { return []byte(k.String()), ni
 type Event struct {
 	Kind EventKind
 	// Breaker is the state of Node's breaker after the event: BreakerClosed
-	// for a FirstFailure and a Warning.
+	// for an EventFirstFailure and an EventWarning.
 	Breaker BreakerState
 	// Err is the event's cause (see the kinds).
 	Err error
 	// Node names the server: with a Redis Cluster the master's address,
-	// with a Ring the shard's (Warning only), else "".
+	// with a Ring the shard's (EventWarning only), else "".
 	Node string
 }
 
@@ -74,7 +74,7 @@ type Event struct {
 // never called concurrently and the others never wait for them. A nil
 // notifier (no observer) posts nothing.
 type notifier struct {
-	observer func(BreakerState) // BreakerChange only; may be nil
+	observer func(BreakerState) // EventBreaker only; may be nil
 	events   func(Event)        // every kind; may be nil
 	mu       sync.Mutex
 	queue    []Event // requires mu held
@@ -136,19 +136,19 @@ func (n *notifier) run(q []Event) {
 	}
 }
 
-// checkEviction reads, once per breaker, the maxmemory-policy of the
-// servers behind b, on a goroutine of its own (Close waits for it, within
-// its timeout), and posts a Warning for each that may evict limiter keys.
-// The reading is a round trip like the others: counted, and told to the
-// hook (RedisConfig).
-// It runs after a call through b succeeded (Leave): the first time the
-// Door reaches a server, off the caller's path; a reading that fails is
-// made again after a later success, up to evictionTries readings. Only
-// when events are observed (else b is marked checked at birth).
 // evictionTries is how many times a breaker's servers are read for their
 // eviction policy when the readings fail.
 const evictionTries = 3
 
+// checkEviction reads, once per breaker, the maxmemory-policy of the
+// servers behind b, on a goroutine of its own (Close waits for it, within
+// its timeout), and posts an EventWarning for each that may evict limiter
+// keys. The reading is a round trip like the others: counted, and told to
+// the hook (RedisConfig). It runs after a call through b succeeded
+// (Leave): the first time the Door reaches a server, off the caller's
+// path; a reading that fails is made again after a later success, up to
+// evictionTries readings. Only when events are observed (else b is marked
+// checked at birth).
 func (d *Door) checkEviction(b *breaker) {
 	if !b.checked.CompareAndSwap(false, true) {
 		return

@@ -33,7 +33,7 @@ const (
 	// RedisPing: Ping, to every master with a Redis Cluster.
 	RedisPing
 	// RedisConfig: the reading of a server's maxmemory-policy (CONFIG GET),
-	// once per server, when events are observed (see Warning).
+	// once per server, when events are observed (see EventWarning).
 	RedisConfig
 )
 
@@ -51,9 +51,9 @@ type RedisOutcome struct {
 
 // Hook is called as a round trip starts, with the context it is made for,
 // what it does, and the number of calls it carries (each about one key; 0
-// for RedisPing and RedisConfig). It returns the context to make it with (ctx or one derived
-// from it, with no earlier end) and a function called once with its
-// outcome when it ends, or nil.
+// for RedisPing and RedisConfig). It returns the context to make it with
+// (ctx or one derived from it, with no earlier end) and a function called
+// once with its outcome when it ends, or nil.
 type Hook func(ctx context.Context, op RedisOp, keys int) (context.Context, func(RedisOutcome))
 
 // start tells the hook, if any, that a round trip starts: it returns the

@@ -64,7 +64,7 @@ func (d *Door) Permit(ctx context.Context, c remote.PermitCall) (remote.PermitRe
 		op = RedisRefund
 	}
 	// Through the breaker of the server holding the permits' key.
-	enter := func() (Pass, error) { return d.EnterKey(d.store.PermitKey(c.Name, c.Key)) }
+	enter := func() (Pass, error) { return d.enterKey(d.store.PermitKey(c.Name, c.Key)) }
 	fn := func(ctx context.Context) (remote.PermitReply, error) { return d.store.Permit(ctx, c) }
 	detach := d.guard && d.closed.Load() && (c.Op == remote.PermitRelease || c.Op == remote.PermitLease)
 	return callVia(d, ctx, op, enter, fn, detach)
@@ -123,8 +123,9 @@ func (d *Door) Unblock(ctx context.Context, p *remote.Policy, key string) error 
 
 // call makes one call fn, an op, for key under p: asks the breaker,
 // bounds it by the timeout and ctx, guards it when the client ignores
-// deadlines, counts it, tells the hook, and tells the breaker its outcome. A failure of Redis is an error
-// wrapping ErrUnavailable; ctx's own error comes back unwrapped.
+// deadlines, counts it, tells the hook, and tells the breaker its
+// outcome. A failure of Redis is an error wrapping ErrUnavailable; ctx's
+// own error comes back unwrapped.
 func call[T any](d *Door, ctx context.Context, op RedisOp, p *remote.Policy, key string, fn func(context.Context) (T, error)) (T, error) {
 	return callVia(d, ctx, op, func() (Pass, error) { return d.Enter(p, key) }, fn, false)
 }
