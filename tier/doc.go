@@ -14,8 +14,8 @@
 // bounds it by the Redis timeout and the caller's context, guards it for
 // clients that ignore deadlines, refunds grants that come late, counts it,
 // and puts a circuit breaker in front of it (one per master with a Redis
-// Cluster); the door also tells the engine's observers (Config.Observer,
-// Config.Events) of the breakers' changes, first failures and warnings.
+// Cluster); the door also tells the engine's observer
+// (Config.Events) of the breakers' changes, first failures and warnings.
 // What a failure means is decided here: while Redis is unavailable,
 // requests that the local allowance cannot answer are decided by the
 // failure mode (FailLocal's per-key x/time/rate limits, FailOpen,

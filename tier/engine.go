@@ -78,8 +78,8 @@ type Decision struct {
 	At int64
 }
 
-// Config configures an Engine. Every field but Lease, Observer, Events
-// and RedisHook is required.
+// Config configures an Engine. Every field but Lease, Events and
+// RedisHook is required.
 type Config struct {
 	Store *remote.Store
 	Clock clock.Clock
@@ -101,13 +101,9 @@ type Config struct {
 	Instances int64
 	// MaxKeys bounds the keys FailLocal keeps limits for (default 100,000).
 	MaxKeys int
-	// Observer, when not nil, is called with each new state of a circuit
-	// breaker; Events, when not nil, with every Event (and then each
-	// server's eviction policy is read once). Both are called in order,
-	// never concurrently, outside every lock, on a goroutine that called
-	// Redis: they must not block it for long (see door.Config).
-	Observer func(door.BreakerState)
-	Events   func(door.Event)
+	// Events, when not nil, is called with every Event (and then each
+	// server's eviction policy is read once), as door.Config says.
+	Events func(door.Event)
 	// RedisHook, when not nil, is told of each Redis round trip as it
 	// starts and ends (see door.Hook).
 	RedisHook door.Hook
@@ -217,7 +213,7 @@ func New(cfg Config) (*Engine, error) {
 	e.tables.others = &others{}
 	e.tables.owner = new(remote.Owner)
 	e.door = door.New(door.Config{Store: cfg.Store, Clock: cfg.Clock, Timeout: cfg.Timeout, Guard: cfg.Guard,
-		Observer: cfg.Observer, Events: cfg.Events, Recovered: e.chargeOutage, Hook: cfg.RedisHook})
+		Events: cfg.Events, Recovered: e.chargeOutage, Hook: cfg.RedisHook})
 	if cfg.Lease != nil {
 		l, err := leasesync.New(e.door, cfg.Clock, *cfg.Lease)
 		if err != nil {

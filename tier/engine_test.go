@@ -211,10 +211,12 @@ func newDegrading(t *testing.T, m tier.FailureMode, instances int64) (*tier.Engi
 	states := &[]door.BreakerState{}
 	e, err := tier.New(tier.Config{Store: store, Clock: clk, Timeout: 300 * time.Millisecond, Guard: true,
 		Lease:       &leasesync.Config{Min: 5, Max: 5, Refresh: time.Second, TTL: time.Hour, LowWater: 0.01, MaxKeys: 10},
-		FailureMode: m, Instances: instances, Observer: func(s door.BreakerState) {
-			mu.Lock()
-			*states = append(*states, s)
-			mu.Unlock()
+		FailureMode: m, Instances: instances, Events: func(ev door.Event) {
+			if ev.Kind == door.EventBreaker {
+				mu.Lock()
+				*states = append(*states, ev.Breaker)
+				mu.Unlock()
+			}
 		}})
 	if err != nil {
 		t.Fatal(err)

@@ -34,14 +34,10 @@ type Config struct {
 	// it at the deadline: for clients that do not honour context deadlines
 	// themselves (see remote.HonoursDeadlines).
 	Guard bool
-	// Observer, when not nil, is called with each new state of a breaker.
-	// Observer and Events are called in the order of the events, never
-	// concurrently, holding no lock, on a goroutine that made a call to
-	// Redis (or read a server's eviction policy, for an EventWarning):
-	// they must not block it for long.
-	Observer func(BreakerState)
 	// Events, when not nil, is called with every Event: the breakers'
-	// changes, the first failure of each run of failures, and warnings.
+	// changes, the first failure of each run of failures, and warnings,
+	// in order, never concurrently, holding no lock, on a goroutine that
+	// made a call to Redis: it must not block it for long.
 	// With Events, the maxmemory-policy of each server is read once, after
 	// the first call to it succeeds (see EventWarning).
 	Events func(Event)
@@ -89,7 +85,7 @@ type Door struct {
 func New(cfg Config) *Door {
 	d := &Door{
 		store: cfg.Store, clock: cfg.Clock, base: cfg.Clock.Now(), timeout: cfg.Timeout, guard: cfg.Guard,
-		sharded: cfg.Store.Sharded(), note: newNotifier(cfg.Observer, cfg.Events), recovered: cfg.Recovered, hook: cfg.Hook,
+		sharded: cfg.Store.Sharded(), note: newNotifier(cfg.Events), recovered: cfg.Recovered, hook: cfg.Hook,
 		inFlight: inFlight(),
 	}
 	d.breaker = d.newBreaker("")

@@ -143,10 +143,12 @@ func TestBreaker(t *testing.T) {
 	var states []door.BreakerState
 	recovered := make(chan string, 1)
 	d := door.New(door.Config{Store: remote.NewStore(mr.Client(t), "t"), Clock: clk, Timeout: time.Second,
-		Observer: func(s door.BreakerState) {
-			mu.Lock()
-			states = append(states, s)
-			mu.Unlock()
+		Events: func(ev door.Event) {
+			if ev.Kind == door.EventBreaker {
+				mu.Lock()
+				states = append(states, ev.Breaker)
+				mu.Unlock()
+			}
 		},
 		Recovered: func(node string) { recovered <- node }})
 	defer closeDoor(d)

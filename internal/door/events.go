@@ -66,32 +66,31 @@ type Event struct {
 	Node string
 }
 
-// notifier hands events to the observers in the order they happened, on
-// a goroutine that posted one, holding no lock while an observer runs.
+// notifier hands events to the observer in the order they happened, on
+// a goroutine that posted one, holding no lock while the observer runs.
 // Events are posted under the lock that orders what they report (a
 // breaker's), and delivered after it is released: the first goroutine to
-// deliver delivers the events the others post meanwhile, so observers are
-// never called concurrently and the others never wait for them. A nil
+// deliver delivers the events the others post meanwhile, so the observer
+// is never called concurrently and the others never wait for it. A nil
 // notifier (no observer) posts nothing.
 type notifier struct {
-	observer func(BreakerState) // EventBreaker only; may be nil
-	events   func(Event)        // every kind; may be nil
-	mu       sync.Mutex
-	queue    []Event // requires mu held
-	running  bool    // requires mu held: a goroutine is delivering
+	events  func(Event)
+	mu      sync.Mutex
+	queue   []Event // requires mu held
+	running bool    // requires mu held: a goroutine is delivering
 }
 
-// newNotifier returns a notifier for the observers, nil when both are nil.
-func newNotifier(observer func(BreakerState), events func(Event)) *notifier {
-	if observer == nil && events == nil {
+// newNotifier returns a notifier for events, nil for nil.
+func newNotifier(events func(Event)) *notifier {
+	if events == nil {
 		return nil
 	}
-	return &notifier{observer: observer, events: events}
+	return &notifier{events: events}
 }
 
-// post queues ev for the observers that take it.
+// post queues ev for the observer.
 func (n *notifier) post(ev Event) {
-	if n == nil || n.events == nil && ev.Kind != EventBreaker {
+	if n == nil {
 		return
 	}
 	n.mu.Lock()
@@ -99,7 +98,7 @@ func (n *notifier) post(ev Event) {
 	n.mu.Unlock()
 }
 
-// deliver hands the queued events to the observers, unless another
+// deliver hands the queued events to the observer, unless another
 // goroutine is delivering (it delivers them). Call it holding no lock.
 func (n *notifier) deliver() {
 	if n == nil {
@@ -118,7 +117,7 @@ func (n *notifier) deliver() {
 	}
 }
 
-// run calls the observers with each of q, in order; an observer's panic
+// run calls the observer with each of q, in order; its panic
 // goes on up, leaving the notifier able to deliver the next events.
 func (n *notifier) run(q []Event) {
 	defer func() {
@@ -127,12 +126,7 @@ func (n *notifier) run(q []Event) {
 		n.mu.Unlock()
 	}()
 	for _, ev := range q {
-		if n.observer != nil && ev.Kind == EventBreaker {
-			n.observer(ev.Breaker)
-		}
-		if n.events != nil {
-			n.events(ev)
-		}
+		n.events(ev)
 	}
 }
 
