@@ -2,7 +2,6 @@ package systest_test
 
 import (
 	"context"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -258,27 +257,6 @@ func rateTimes(rate float64) bound {
 	return func(s span) float64 { return rate * s.seconds() }
 }
 
-// TargetsEnv, set to 1, makes every target a failure when missed (see
-// target).
-const TargetsEnv = "RATELEASE_TARGETS"
-
-// target reports a figure against its target (met) and its regression
-// guard (held). A target is what the engine reaches on a machine of its
-// own; how much of the machine a run gets moves the figure, so a target
-// not met is logged as such, and the test fails only past the guard, which
-// holds what the engine reaches with a margin for a loaded machine
-// (RATELEASE_TARGETS=1: on every target missed).
-func target(t *testing.T, met, held bool, format string, args ...any) {
-	t.Helper()
-	switch {
-	case met:
-	case !held || os.Getenv(TargetsEnv) == "1":
-		t.Errorf(format, args...)
-	default:
-		t.Logf("TARGET NOT MET: "+format, args...)
-	}
-}
-
 // atMost fails t when got, what a run admitted, is above max, the most
 // its bound allows: a bound holds on any machine.
 func atMost(t *testing.T, what string, got, max float64) {
@@ -288,11 +266,14 @@ func atMost(t *testing.T, what string, got, max float64) {
 	}
 }
 
-// atLeast reports got, what a run admitted, against least, what the limit
-// lets a run with demand enough admit: the target is a fraction want of
-// it, the guard a fraction held (see target).
-func atLeast(t *testing.T, what string, got, least, want, held float64) {
+// atLeast fails t when got, what a run admitted, is under the fraction
+// held of least, what the limit lets a run with demand enough admit. held
+// is what the engine reaches on a loaded 2-core CI machine sharing its
+// cores with Redis and the load, not what an idle one reaches: how much of
+// the machine a run gets moves the figure, and the benchmarks report it.
+func atLeast(t *testing.T, what string, got, least, held float64) {
 	t.Helper()
-	target(t, got >= want*least, got >= held*least,
-		"%s: admitted %.0f, %.3f of %.0f; target at least %.2f (held at %.2f)", what, got, got/least, least, want, held)
+	if got < held*least {
+		t.Errorf("%s: admitted %.0f, %.3f of %.0f; want at least %.2f", what, got, got/least, least, held)
+	}
 }

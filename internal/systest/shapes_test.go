@@ -31,10 +31,11 @@ import (
 //
 // Every cell asserts, in lease and exact mode alike, that what was
 // admitted stays within the algorithm's bound over the run's span of
-// Redis time (per key), whatever the machine. What the engine must reach
-// against exact mode (0.97 of its admitted units, round trips and commands
-// per decision no more than its, every instance at least 0.9 of its fair
-// share) is a target (see target), held by guards.
+// Redis time (per key), whatever the machine; and what lease mode must
+// reach against exact mode on a loaded 2-core machine: 0.8 of its
+// admitted units, round trips and commands per decision at most 1.1x its,
+// every instance at least half its fair share (an idle machine reaches
+// 0.97, no more than exact's, and 0.9: BenchmarkShapeMatrix reports them).
 //
 // The short form (a covering subset of cells, a short run each) runs with
 // every test run; the full form (every cell) is a measurement:
@@ -489,7 +490,8 @@ func (r shapeRow) line() string {
 		r.lease.admitted, r.exact.admitted, r.lease.decisions, r.exact.decisions)
 }
 
-// check asserts the bound in both modes, and reports the targets.
+// check asserts the bound in both modes, and what lease mode must reach
+// against exact mode on a loaded 2-core machine.
 func (r shapeRow) check(t *testing.T) {
 	t.Helper()
 	for _, m := range []struct {
@@ -498,23 +500,25 @@ func (r shapeRow) check(t *testing.T) {
 	}{{"lease", r.lease}, {"exact", r.exact}} {
 		atMost(t, m.name+" mode, the most admitted to one key", m.res.keyMost, m.res.bound+float64(m.res.fallbackUnits))
 	}
-	target(t, r.vsExact() >= 0.97, r.vsExact() >= 0.8,
-		"lease mode admitted %.3f of exact mode's (%d of %d); target at least 0.97 (held at 0.8)", r.vsExact(), r.lease.admitted, r.exact.admitted)
+	if r.vsExact() < 0.8 {
+		t.Errorf("lease mode admitted %.3f of exact mode's (%d of %d); want at least 0.8", r.vsExact(), r.lease.admitted, r.exact.admitted)
+	}
 	lt, et := ratio(float64(r.lease.trips), float64(r.lease.decisions)), ratio(float64(r.exact.trips), float64(r.exact.decisions))
 	lc, ec := ratio(float64(r.lease.cmds), float64(r.lease.decisions)), ratio(float64(r.exact.cmds), float64(r.exact.decisions))
-	target(t, lt <= et && lc <= ec, lt <= 1.1*et && lc <= 1.1*ec,
-		"lease mode: %.4f round trips and %.4f commands per decision, exact mode %.4f and %.4f: target at most exact's (held at 1.1x)", lt, lc, et, ec)
+	if lt > 1.1*et || lc > 1.1*ec {
+		t.Errorf("lease mode: %.4f round trips and %.4f commands per decision, exact mode %.4f and %.4f: want at most 1.1x exact's", lt, lc, et, ec)
+	}
 	// (Not for Wait on a window: in the last window, a waiter denied until
 	// its end gives up at once, its deadline coming first, and which
 	// waiters those are is chance, not a share.)
 	if r.exact.worst >= 0.9 && !(r.cell.shape.kind == "wait" && r.cell.alg != ratelease.TokenBucket) {
-		// Held at half a share: a cell lasts a few seconds, and a window's
-		// room comes a window at a time, so chance (which member's lease
-		// comes back first as a window opens, or its parts are released)
-		// moves a share by more than a bucket's.
-		const guard = 0.5
-		target(t, r.lease.worst >= 0.9, r.lease.worst >= guard,
-			"lease mode: the worst instance got %.2f of its max-min fair share; target at least 0.9 (held at %.2f)", r.lease.worst, guard)
+		// Half a share: a cell lasts a few seconds, and a window's room
+		// comes a window at a time, so chance (which member's lease comes
+		// back first as a window opens, or its parts are released) moves a
+		// share by more than a bucket's.
+		if r.lease.worst < 0.5 {
+			t.Errorf("lease mode: the worst instance got %.2f of its max-min fair share; want at least 0.5", r.lease.worst)
+		}
 	}
 }
 
