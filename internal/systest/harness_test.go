@@ -154,7 +154,7 @@ func (in *instance) fail(err error) {
 }
 
 // check fails t if any call through in failed.
-func (in *instance) check(t *testing.T, who string) {
+func (in *instance) check(t testing.TB, who string) {
 	t.Helper()
 	if n := in.errs.Load(); n > 0 {
 		t.Errorf("%s: %d decisions failed, the first with: %v", who, n, *in.firstErr.Load())
