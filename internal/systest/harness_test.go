@@ -259,7 +259,7 @@ func rateTimes(rate float64) bound {
 
 // atMost fails t when got, what a run admitted, is above max, the most
 // its bound allows: a bound holds on any machine.
-func atMost(t *testing.T, what string, got, max float64) {
+func atMost(t testing.TB, what string, got, max float64) {
 	t.Helper()
 	if got > max {
 		t.Errorf("%s: admitted %.0f > the bound %.0f", what, got, max)
