@@ -21,10 +21,8 @@ package systest_test
 import (
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -354,123 +352,5 @@ func TestEconomyBandwidth(t *testing.T) {
 				t.Errorf("lease mode: accuracy %.3f, want at least 0.9", accuracy)
 			}
 		}
-	}
-}
-
-// TestEconomyFleetFigures is a measurement with one check: 10, 30 and 100
-// instances in one process on one Redis, 1000 keys of 100/s each whose
-// popularity follows Zipf's law (s = 1.1), a fixed total demand of 20,000
-// decisions per second spread evenly over the instances, 3 s per count; the
-// same load in exact mode after, for what an exact limiter admits. It logs
-// a markdown table: Redis commands per second (the hook's count: a script
-// is one command), round trips per decision, what leasing admitted over
-// what exact mode admitted, and units admitted past each key's own bound
-// Burst + Rate·T. The check: round trips per decision at 100 instances at
-// most 1.5 times those at 10, so that a decision does not get dearer as the
-// fleet grows. Run it with
-//
-//	RATELEASE_MEASURE=1 go test -run TestEconomyFleetFigures -v ./internal/systest
-func TestEconomyFleetFigures(t *testing.T) {
-	redistest.Measure(t)
-	const (
-		keys    = 1000
-		perKey  = 100
-		total   = 20_000.0
-		runFor  = 3 * time.Second
-		zipfS   = 1.1
-		seedTag = 11
-	)
-	p := policy(t, "zipf", ratelease.PerSecond(perKey))
-	type result struct {
-		totals
-		secs    float64
-		offered int64
-		perKey  []int64 // admitted per key
-		// unservable counts the decisions no lease could serve: a pair's
-		// (instance, key) first, or one more than a TTL after the pair's
-		// previous decision, when whatever that lease held has lapsed.
-		unservable int64
-	}
-	run := func(n int, exact bool) result {
-		srv := redistest.Start(t)
-		ins := newInstances(t, n, clientsTo(t, srv.Addr), modeOpts(exact)...)
-		perInstance := total / float64(n)
-		goroutines := goroutinesFor(perInstance)
-		perKeyAdm := make([]atomic.Int64, keys)
-		var offered, unservable atomic.Int64
-		ttl := ratelease.DefaultLeaseConfig().TTL.Nanoseconds()
-		now := redisClock(t, srv.Client(t))
-		load := span{start: now()}
-		start := time.Now()
-		var wg sync.WaitGroup
-		for i, in := range ins {
-			// The same key sequence in both modes: one Zipf source per
-			// goroutine, seeded by instance and goroutine.
-			zs := make([]*rand.Zipf, goroutines)
-			for g := range zs {
-				zs[g] = rand.NewZipf(rand.New(rand.NewPCG(seedTag, uint64(i*64+g))), zipfS, 1, keys-1)
-			}
-			last := make([]atomic.Int64, keys) // ns of each key's last decision here
-			wg.Go(func() {
-				offered.Add(pace(start, perInstance, runFor, goroutines, func(g int) {
-					k := zs[g].Uint64()
-					at := time.Now().UnixNano()
-					if prev := last[k].Swap(at); prev == 0 || at-prev > ttl {
-						unservable.Add(1)
-					}
-					if in.allowN(p, fmt.Sprintf("z%03d", k), 1) {
-						perKeyAdm[k].Add(1)
-					}
-				}))
-			})
-		}
-		wg.Wait()
-		load.end = now()
-		r := result{secs: load.seconds(), offered: offered.Load(), unservable: unservable.Load()}
-		r.totals = sum(ins)
-		for i, in := range ins {
-			in.check(t, fmt.Sprintf("N=%d %s instance %d", n, modeName(exact), i))
-		}
-		closeAll(ins)
-		for k := range perKeyAdm {
-			r.perKey = append(r.perKey, perKeyAdm[k].Load())
-		}
-		return r
-	}
-	t.Logf("| instances | decisions/s | Redis commands/s (lease) | round trips per decision (lease) | of which no lease could serve | the rest | admitted ÷ exact's | units past a key's bound | Redis commands/s (exact) | offered ÷ intended |")
-	t.Logf("|---|---|---|---|---|---|---|---|---|---|")
-	perDecision, aboveFloor := map[int]float64{}, map[int]float64{}
-	for _, n := range []int{10, 30, 100} {
-		lease, exact := run(n, false), run(n, true)
-		var over int64
-		bound := float64(perKey) + perKey*lease.secs
-		for _, a := range lease.perKey {
-			over += max(0, a-int64(math.Floor(bound)))
-		}
-		perDecision[n] = ratio(lease.trips, lease.decisions)
-		floor := ratio(lease.unservable, lease.decisions)
-		aboveFloor[n] = perDecision[n] - floor
-		t.Logf("| %d | %.0f | %.0f | %.4f | %.4f | %.4f | %.3f | %d | %.0f | %.3f / %.3f |", n, float64(lease.decisions)/lease.secs,
-			float64(lease.cmds)/lease.secs, perDecision[n], floor, aboveFloor[n], ratio(lease.admitted, exact.admitted), over,
-			float64(exact.cmds)/exact.secs, float64(lease.offered)/intended(total, runFor), float64(exact.offered)/intended(total, runFor))
-		if lease.fallback+exact.fallback > 0 {
-			t.Logf("N=%d: %d lease and %d exact decisions by fallback (Redis late)", n, lease.fallback, exact.fallback)
-		}
-	}
-	// No growth with N, but for a margin of 1.7x: at a fixed
-	// total demand each (instance, key) pair's demand falls as N grows,
-	// and a pair that sees less than a request per TTL pays a lease per
-	// request, as exact mode does (the floor below; docs/scaling.md).
-	growth := ratio(perDecision[100], perDecision[10])
-	if growth > 1.7 {
-		t.Errorf("round trips per decision: %.4f at 100 instances, %.2fx the %.4f at 10; want at most 1.7x",
-			perDecision[100], growth, perDecision[10])
-	}
-	// What grows is the floor: the decisions no lease could serve, which
-	// cost any engine whose units lapse after TTL a call each. What the
-	// engine adds above it must not grow with N.
-	if g := aboveFloor[100] / aboveFloor[10]; aboveFloor[10] <= 0 || g > 1.2 {
-		t.Errorf("round trips per decision above the floor: %.4f at 100 instances, %.2fx the %.4f at 10; want at most 1.2x",
-			aboveFloor[100], g, aboveFloor[10])
 	}
 }
