@@ -4,7 +4,8 @@
 // moment: several Limiters sharing a limit (accuracy across instances,
 // fairness, the economy of leasing), a Redis Cluster, a Ring and Sentinel,
 // faults (a hung, killed, restarted, slow or unreachable Redis, chaos), and
-// the measurements behind docs/scaling.md and docs/leasing.md. Unit tests
+// the benchmarks behind docs/scaling.md, docs/leasing.md and
+// docs/shapes.md (go test -run '^$' -bench . ./internal/systest). Unit tests
 // and examples stay with the package they test.
 //
 // The package has no code of its own: its tests (package systest_test)
