@@ -3,7 +3,6 @@ package systest_test
 import (
 	"context"
 	"errors"
-	"flag"
 	"strconv"
 	"sync"
 	"testing"
@@ -12,19 +11,6 @@ import (
 	"github.com/ratelease/ratelease"
 	"github.com/ratelease/ratelease/internal/redistest"
 )
-
-// loadFor, when set, makes every timed load of this package's benchmarks
-// last that long instead of its own length: to see that they run, not for
-// figures.
-var loadFor = flag.Duration("loadfor", 0, "run each timed load of a benchmark for this long instead of its own length (0: its own)")
-
-// loadLength is d, or loadFor when it is set.
-func loadLength(d time.Duration) time.Duration {
-	if *loadFor > 0 {
-		return *loadFor
-	}
-	return d
-}
 
 // BenchmarkFlood runs the demand shapes where lease engine v2 fell short,
 // each in lease and in exact mode with the defaults on one real

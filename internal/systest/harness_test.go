@@ -2,6 +2,7 @@ package systest_test
 
 import (
 	"context"
+	"flag"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,6 +23,19 @@ import (
 // it); it ends by itself, and it is go-redis's, not a Limiter's.
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
+}
+
+// loadFor, when set, makes every timed load of this package's benchmarks
+// last that long instead of its own length: to see that they run, not for
+// figures.
+var loadFor = flag.Duration("loadfor", 0, "run each timed load of a benchmark for this long instead of its own length (0: its own)")
+
+// loadLength is d, or loadFor when it is set.
+func loadLength(d time.Duration) time.Duration {
+	if *loadFor > 0 {
+		return *loadFor
+	}
+	return d
 }
 
 func policy(t testing.TB, name string, limits ...ratelease.Limit) *ratelease.Policy {
