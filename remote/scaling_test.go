@@ -14,48 +14,49 @@ import (
 	"github.com/ratelease/ratelease/remote"
 )
 
-// TestRedisCPUPerLease is a measurement, not a check: the Redis CPU that
-// one lease call costs (the acquire script, in pipelines of 16 from 8
-// goroutines, over 10,000 keys), for docs/scaling.md. Run it with
+// BenchmarkRedisCPUPerLease is the Redis CPU that one lease call costs
+// (docs/scaling.md): the acquire script, in pipelines of 16 from 8
+// goroutines, over 10,000 keys, each op one call, on a redis-server of its
+// own. redis-cpu-µs/call is INFO cpu's used_cpu_user and used_cpu_sys over
+// the calls: its inverse is the lease calls one Redis core serves a
+// second. Run it with
 //
-//	RATELEASE_MEASURE=1 go test -run TestRedisCPUPerLease -v ./remote
-func TestRedisCPUPerLease(t *testing.T) {
-	redistest.Measure(t)
+//	go test -run '^$' -bench '^BenchmarkRedisCPUPerLease$' -benchtime 3s ./remote
+func BenchmarkRedisCPUPerLease(b *testing.B) {
 	ctx := context.Background()
-	c := redistest.Start(t).Client(t)
+	c := redistest.Start(b).Client(b)
 	store := remote.NewStore(c, "cpu")
-	p := mustPolicy(t, "cpu", tb(1000, 1000, time.Second))
-	const goroutines, batch, runFor = 8, 16, 3 * time.Second
+	p := mustPolicy(b, "cpu", tb(1000, 1000, time.Second))
+	const goroutines, batch = 8, 16
 	cpu := func() float64 {
-		return redistest.InfoField(t, c, "cpu", "used_cpu_user") + redistest.InfoField(t, c, "cpu", "used_cpu_sys")
+		return redistest.InfoField(b, c, "cpu", "used_cpu_user") + redistest.InfoField(b, c, "cpu", "used_cpu_sys")
 	}
+	batches := int64((b.N + batch - 1) / batch)
 	cpu0 := cpu()
-	var calls atomic.Int64
+	b.ResetTimer()
+	var next atomic.Int64
 	var wg sync.WaitGroup
-	stop := time.Now().Add(runFor)
-	for g := 0; g < goroutines; g++ {
+	for range goroutines {
 		wg.Go(func() {
 			rs := make([]remote.Request, batch)
-			for n := 0; time.Now().Before(stop); n++ {
+			for n := next.Add(1) - 1; n < batches; n = next.Add(1) - 1 {
 				for i := range rs {
-					rs[i] = remote.Request{Policy: p, Key: fmt.Sprintf("k%d", (n*batch+i)%10000), Min: 1, Max: 100, Member: "m", Demand: 100, Horizon: 250 * time.Millisecond}
+					rs[i] = remote.Request{Policy: p, Key: fmt.Sprintf("k%d", (n*batch+int64(i))%10000), Min: 1, Max: 100, Member: "m", Demand: 100, Horizon: 250 * time.Millisecond}
 				}
 				_, errs := store.AcquireBatch(ctx, rs)
 				for _, err := range errs {
 					if err != nil {
-						t.Error(err)
+						b.Error(err)
 						return
 					}
 				}
-				calls.Add(batch)
 			}
 		})
 	}
 	wg.Wait()
+	b.StopTimer()
 	used := cpu() - cpu0
-	n := float64(calls.Load())
-	t.Logf("%0.f lease calls in %v (pipelines of %d from %d goroutines): %.1f µs of Redis CPU each, %.0f calls per Redis CPU-second",
-		n, runFor, batch, goroutines, used/n*1e6, n/used)
+	b.ReportMetric(used/float64(batches*batch)*1e6, "redis-cpu-µs/call")
 }
 
 // BenchmarkLeaseCallByMembers times one lease call (the acquire script, a

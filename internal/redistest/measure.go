@@ -13,19 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// MeasureEnv is the environment variable that turns on measurements: tests
-// that make the figures of the docs rather than check anything, too long to
-// run with every test run.
-const MeasureEnv = "RATELEASE_MEASURE"
-
-// Measure skips tb, a measurement, unless MeasureEnv is set.
-func Measure(tb testing.TB) {
-	tb.Helper()
-	if os.Getenv(MeasureEnv) == "" {
-		tb.Skipf("a measurement: set %s=1 to run it", MeasureEnv)
-	}
-}
-
 // BenchEnv is the environment variable that names a Redis (host:port) for
 // benchmarks to use instead of starting one: to compare libraries on one
 // server in one run.

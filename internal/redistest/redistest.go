@@ -9,8 +9,8 @@
 // Besides servers (Start, StartCluster, StartSentinel, StartMini, and a
 // Proxy to put faults between a client and a server), it has what tests
 // and benchmarks measure Redis work with: Trips counts a client's round
-// trips and commands, InfoField reads a figure of INFO, BenchAddr gives a
-// benchmark its Redis, and Measure skips a measurement unless asked for.
+// trips and commands, InfoField reads a figure of INFO, ScriptStats the
+// scripts' µs and calls, and BenchAddr gives a benchmark its Redis.
 package redistest
 
 import (

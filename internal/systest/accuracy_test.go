@@ -17,9 +17,10 @@ import (
 // for four seconds. What all of them admit together is held to the bound
 // the algorithm promises over the run's span of Redis time, exactly (plus
 // what the failure mode admitted, should a Redis call have failed). What
-// they admit must reach 97% of what the limit lets such demand have, and a
-// leased algorithm must make at most 0.01 round trips per decision: targets
-// (see target), held at 85% (75% for the leaky bucket's Wait) and 0.03.
+// they admit must reach 85% of what the limit lets such demand have (75%
+// for the leaky bucket's Wait), and a leased algorithm must make at most
+// 0.03 round trips per decision: floors for a loaded 2-core machine that
+// shares its cores with Redis (an idle one reaches 97% and 0.01).
 func TestLeaseAccuracyAcrossInstances(t *testing.T) {
 	srv := redistest.Start(t)
 	now := redisClock(t, srv.Client(t))
@@ -28,7 +29,7 @@ func TestLeaseAccuracyAcrossInstances(t *testing.T) {
 		alg ratelease.Algorithm
 		// most is the most the algorithm may admit over the run's span,
 		// least what it lets demand far above it have there; held is the
-		// guard on least (the target is 0.97).
+		// fraction of least a run must admit (see atLeast).
 		most, least bound
 		held        float64
 		leased      bool
@@ -77,10 +78,11 @@ func TestLeaseAccuracyAcrossInstances(t *testing.T) {
 			t.Logf("admitted %d over %.3fs of Redis time: %.2f%% of the bound %.0f, %.3f of %.0f; %d decisions (%d by the failure mode), %.4f round trips per decision",
 				admitted[0], s.seconds(), 100*got/most, most, got/least, least, decisions, tot.fallback, perDecision)
 			atMost(t, c.alg.String(), got, most)
-			atLeast(t, c.alg.String(), got, least, 0.97, c.held)
+			atLeast(t, c.alg.String(), got, least, c.held)
 			if c.leased {
-				target(t, perDecision <= 0.01, perDecision <= 0.03,
-					"%.4f round trips per decision, target at most 0.01 (held at 0.03)", perDecision)
+				if perDecision > 0.03 {
+					t.Errorf("%.4f round trips per decision, want at most 0.03", perDecision)
+				}
 			}
 		})
 	}

@@ -38,9 +38,9 @@ func keysPerMaster(t *testing.T, cl *redistest.Cluster, name string) []string {
 // The accuracy harness of the lease engine on a real 3-master cluster:
 // four Limiters, each with its own cluster client, skewed demand far above
 // the limit on three keys, one on each master. Each key is held to the same
-// bounds and targets as on one Redis (TestLeaseAccuracyAcrossInstances),
-// on the masters' clock (they share this machine's). The round-trip target
-// is looser: 0.03, held at 0.1.
+// bounds and floors as on one Redis (TestLeaseAccuracyAcrossInstances),
+// on the masters' clock (they share this machine's). The round-trip bound
+// is looser: at most 0.1 per decision.
 func TestClusterAccuracy(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	now := redisClock(t, cl.Masters[0].Client(t))
@@ -73,21 +73,22 @@ func TestClusterAccuracy(t *testing.T) {
 			for i, a := range admitted {
 				what := fmt.Sprintf("key on master %d", i)
 				atMost(t, what, float64(a), most)
-				atLeast(t, what, float64(a), least, 0.97, 0.85)
+				atLeast(t, what, float64(a), least, 0.85)
 			}
 			// Looser than on one Redis (0.01): a flush sends one pipeline
 			// per master, each counted, and three servers share this
 			// machine's cores with the load, which makes fewer decisions.
-			target(t, perDecision <= 0.03, perDecision <= 0.1,
-				"%.4f round trips per decision, target at most 0.03 (held at 0.1)", perDecision)
+			if perDecision > 0.1 {
+				t.Errorf("%.4f round trips per decision, want at most 0.1", perDecision)
+			}
 		})
 	}
 }
 
 // One master killed mid-run, with no replica to take over: keys on the
 // other masters keep their limits, decided by Redis as before (at most
-// Burst + Rate·T over the run's span of Redis time; at least 80% of it, a
-// target held at 60%); keys on the dead master are decided by the failure
+// Burst + Rate·T over the run's span of Redis time; at least 60% of it);
+// keys on the dead master are decided by the failure
 // mode; nothing panics.
 func TestClusterMasterKilled(t *testing.T) {
 	for _, mode := range []ratelease.FailureMode{ratelease.FailLocal, ratelease.FailClosed} {
@@ -139,7 +140,7 @@ func TestClusterMasterKilled(t *testing.T) {
 				what := fmt.Sprintf("key on live master %d", i)
 				total, bound := float64(b.admitted+a.admitted), bucket(rate, burst)(s)
 				atMost(t, what, total, bound)
-				atLeast(t, what, total, bound, 0.8, 0.6)
+				atLeast(t, what, total, bound, 0.6)
 			}
 			dead := after.keys[0]
 			switch mode {
@@ -191,8 +192,7 @@ func TestClusterMasterKilled(t *testing.T) {
 // A key's slot moves to another master under load (ASK while it migrates,
 // MOVED after): go-redis follows the redirections, no error reaches the
 // caller, and the key's limit holds across the move: at most Burst + Rate·T
-// over the run's span of Redis time, at least 90% of it (a target, held at
-// 75%).
+// over the run's span of Redis time, at least 75% of it.
 func TestClusterSlotMigration(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	now := redisClock(t, cl.Masters[1].Client(t))
@@ -229,7 +229,7 @@ func TestClusterSlotMigration(t *testing.T) {
 	t.Logf("admitted %d of %d decisions over %.3fs of Redis time, bound %.0f; %d Redis errors, %d decisions by the failure mode",
 		admitted[0], decisions, s.seconds(), bound, errs, tot.fallback)
 	atMost(t, "across the move", float64(admitted[0]), bound)
-	atLeast(t, "across the move", float64(admitted[0]), bound, 0.9, 0.75)
+	atLeast(t, "across the move", float64(admitted[0]), bound, 0.75)
 	if errs > 0 {
 		t.Errorf("%d Redis errors during the migration, want none", errs)
 	}

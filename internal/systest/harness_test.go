@@ -2,7 +2,7 @@ package systest_test
 
 import (
 	"context"
-	"os"
+	"flag"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,6 +23,19 @@ import (
 // it); it ends by itself, and it is go-redis's, not a Limiter's.
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
+}
+
+// loadFor, when set, makes every timed load of this package's benchmarks
+// last that long instead of its own length: to see that they run, not for
+// figures.
+var loadFor = flag.Duration("loadfor", 0, "run each timed load of a benchmark for this long instead of its own length (0: its own)")
+
+// loadLength is d, or loadFor when it is set.
+func loadLength(d time.Duration) time.Duration {
+	if *loadFor > 0 {
+		return *loadFor
+	}
+	return d
 }
 
 func policy(t testing.TB, name string, limits ...ratelease.Limit) *ratelease.Policy {
@@ -155,7 +168,7 @@ func (in *instance) fail(err error) {
 }
 
 // check fails t if any call through in failed.
-func (in *instance) check(t *testing.T, who string) {
+func (in *instance) check(t testing.TB, who string) {
 	t.Helper()
 	if n := in.errs.Load(); n > 0 {
 		t.Errorf("%s: %d decisions failed, the first with: %v", who, n, *in.firstErr.Load())
@@ -258,41 +271,23 @@ func rateTimes(rate float64) bound {
 	return func(s span) float64 { return rate * s.seconds() }
 }
 
-// TargetsEnv, set to 1, makes every target a failure when missed (see
-// target).
-const TargetsEnv = "RATELEASE_TARGETS"
-
-// target reports a figure against its target (met) and its regression
-// guard (held). A target is what the engine reaches on a machine of its
-// own; how much of the machine a run gets moves the figure, so a target
-// not met is logged as such, and the test fails only past the guard, which
-// holds what the engine reaches with a margin for a loaded machine
-// (RATELEASE_TARGETS=1: on every target missed).
-func target(t *testing.T, met, held bool, format string, args ...any) {
-	t.Helper()
-	switch {
-	case met:
-	case !held || os.Getenv(TargetsEnv) == "1":
-		t.Errorf(format, args...)
-	default:
-		t.Logf("TARGET NOT MET: "+format, args...)
-	}
-}
-
 // atMost fails t when got, what a run admitted, is above max, the most
 // its bound allows: a bound holds on any machine.
-func atMost(t *testing.T, what string, got, max float64) {
+func atMost(t testing.TB, what string, got, max float64) {
 	t.Helper()
 	if got > max {
 		t.Errorf("%s: admitted %.0f > the bound %.0f", what, got, max)
 	}
 }
 
-// atLeast reports got, what a run admitted, against least, what the limit
-// lets a run with demand enough admit: the target is a fraction want of
-// it, the guard a fraction held (see target).
-func atLeast(t *testing.T, what string, got, least, want, held float64) {
+// atLeast fails t when got, what a run admitted, is under the fraction
+// held of least, what the limit lets a run with demand enough admit. held
+// is what the engine reaches on a loaded 2-core CI machine sharing its
+// cores with Redis and the load, not what an idle one reaches: how much of
+// the machine a run gets moves the figure, and the benchmarks report it.
+func atLeast(t *testing.T, what string, got, least, held float64) {
 	t.Helper()
-	target(t, got >= want*least, got >= held*least,
-		"%s: admitted %.0f, %.3f of %.0f; target at least %.2f (held at %.2f)", what, got, got/least, least, want, held)
+	if got < held*least {
+		t.Errorf("%s: admitted %.0f, %.3f of %.0f; want at least %.2f", what, got, got/least, least, held)
+	}
 }

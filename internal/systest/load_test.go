@@ -119,17 +119,17 @@ func pace(start time.Time, rate float64, d time.Duration, goroutines int, fn fun
 // intended is the number of calls pace is asked for: rate·d.
 func intended(rate float64, d time.Duration) float64 { return rate * d.Seconds() }
 
-// checkOffered reports how much of the intended load a paced run offered.
-// A machine too busy to keep up offers less: the figures are then taken
-// from what it did offer (a target of 5%), and only a run that offered
-// less than three quarters fails, for it no longer measured the regime it
-// names.
+// checkOffered fails t when a paced run offered less than three quarters,
+// or more than five quarters, of the intended load: a machine too busy to
+// keep up offers less, and the checks are then of what it did offer, but
+// such a run no longer tests the regime it names.
 func checkOffered(t *testing.T, who string, offered int64, rate float64, d time.Duration) {
 	t.Helper()
 	want := intended(rate, d)
 	off := math.Abs(float64(offered)-want) / want
-	target(t, off <= 0.05, off <= 0.25,
-		"harness: %s offered %d decisions, intended %.0f (%.0f/s for %v): the machine did not keep up", who, offered, want, rate, d)
+	if off > 0.25 {
+		t.Errorf("harness: %s offered %d decisions, intended %.0f (%.0f/s for %v): the machine did not keep up", who, offered, want, rate, d)
+	}
 }
 
 // goroutinesFor is how many goroutines pace a load of rate per second: one

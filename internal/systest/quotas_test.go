@@ -112,7 +112,7 @@ func TestQuotasOnEveryDeployment(t *testing.T) {
 			// (What the failure mode admitted, a Redis call timing out on a
 			// loaded machine, is the failure mode's, as in every bound here.)
 			atMost(t, "the day's quota", float64(tot.units), quota+float64(tot.fallbackUnits))
-			atLeast(t, "the day's quota", float64(tot.units), quota, 0.97, 0.9)
+			atLeast(t, "the day's quota", float64(tot.units), quota, 0.9)
 			if most.Load() > permits || held.Load() < 100 {
 				t.Errorf("%d permits held, at most %d at once; want at most %d, and permits served", held.Load(), most.Load(), permits)
 			}

@@ -17,9 +17,8 @@ import (
 // instance, or 2 in each of 6 instances. A token bucket's Wait takes its
 // units ahead of time, one call each, and sleeps until they conform (as
 // x/time/rate's WaitN); the waiters of an instance queue, first come first
-// served, and only the head asks Redis. At most 1.2 round trips per
-// admitted unit (a target, held at 1.5; a herd, every waiter asking at
-// each refill, made 7-14). Every waiter gets its turn (each admitted at
+// served, and only the head asks Redis. At most 1.5 round trips per
+// admitted unit (a herd, every waiter asking at each refill, made 7-14). Every waiter gets its turn (each admitted at
 // least 0.8 of the mean), and together they take what the bucket lets
 // them, within its bound.
 func TestExactWaitQueues(t *testing.T) {
@@ -70,8 +69,10 @@ func TestExactWaitQueues(t *testing.T) {
 			mean := float64(admitted) / float64(len(counts))
 			t.Logf("admitted %d (per waiter %v) for %d round trips: %.3f per admitted; bound %.0f", admitted, counts, tot.trips, perAdmitted, bucket(rate, burst)(s))
 			atMost(t, "exact Wait", float64(admitted), bucket(rate, burst)(s))
-			atLeast(t, "exact Wait", float64(admitted), bucket(rate, burst)(s), 0.97, 0.85)
-			target(t, perAdmitted <= 1.2, perAdmitted <= 1.5, "%.3f round trips per admitted unit; target at most 1.2 (held at 1.5)", perAdmitted)
+			atLeast(t, "exact Wait", float64(admitted), bucket(rate, burst)(s), 0.85)
+			if perAdmitted > 1.5 {
+				t.Errorf("%.3f round trips per admitted unit, want at most 1.5", perAdmitted)
+			}
 			if least := float64(slices.Min(counts)); least < 0.8*mean {
 				t.Errorf("a waiter got %.0f, less than 0.8 of the mean %.1f: %v", least, mean, counts)
 			}

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+	"testing"
+
+	"golang.org/x/perf/benchmath"
+
+	"github.com/ratelease/ratelease/bench"
+)
+
+// decisionKey names one decision benchmark.
+type decisionKey struct {
+	impl       string
+	goroutines int
+}
+
+// decisionSamples are one benchmark's values, one per round, by unit.
+type decisionSamples map[string][]float64
+
+// decisions runs every decision benchmark count times, interleaved, writes
+// each result as a benchmark line to w, and returns the values.
+func decisions(peers []bench.Peer, addr string, count int, goroutines []int, w io.Writer) (map[decisionKey]decisionSamples, error) {
+	fmt.Fprintf(w, "goos: %s\ngoarch: %s\npkg: github.com/ratelease/ratelease/bench\ncpu: %s\n", runtime.GOOS, runtime.GOARCH, cpuModel())
+	res := map[decisionKey]decisionSamples{}
+	for round := 0; round < count; round++ {
+		for _, p := range peers {
+			for _, g := range goroutines {
+				r := testing.Benchmark(bench.Decisions(p, addr, g))
+				if r.N == 0 {
+					return nil, fmt.Errorf("decision benchmark %s with %d goroutines failed", p.Name, g)
+				}
+				fmt.Fprintf(w, "BenchmarkDecisions/impl=%s/goroutines=%d-%d\t%s\t%s\n",
+					p.Name, g, runtime.GOMAXPROCS(0), r.String(), r.MemString())
+				k := decisionKey{p.Name, g}
+				if res[k] == nil {
+					res[k] = decisionSamples{}
+				}
+				s := res[k]
+				s["ns/op"] = append(s["ns/op"], float64(r.T.Nanoseconds())/float64(r.N))
+				s["B/op"] = append(s["B/op"], float64(r.AllocedBytesPerOp()))
+				s["allocs/op"] = append(s["allocs/op"], float64(r.AllocsPerOp()))
+				for unit, v := range r.Extra {
+					s[unit] = append(s[unit], v)
+				}
+			}
+		}
+	}
+	return res, nil
+}
+
+// summary is benchstat's summary of values: the median, with the range a
+// 95% confidence interval gives it.
+func summary(values []float64) benchmath.Summary {
+	return benchmath.AssumeNothing.Summary(benchmath.NewSample(slices.Clone(values), &benchmath.DefaultThresholds), 0.95)
+}
+
+// median of values.
+func median(values []float64) float64 { return summary(values).Center }
