@@ -46,6 +46,7 @@ import (
 
 	"github.com/ratelease/ratelease/bench"
 	"github.com/ratelease/ratelease/internal/redistest"
+	"github.com/ratelease/ratelease/internal/stamp"
 )
 
 // goroutineCounts are the decision benchmark's two loads.
@@ -141,6 +142,10 @@ func run(o options) error {
 		return err
 	}
 	env.src = src
+	// The engine measured: bench/ sits in the main module's directory.
+	if env.engine, err = stamp.Engine(".."); err != nil {
+		return err
+	}
 	env.command = "cd bench && go run ./cmd/benchreport " + strings.Join(os.Args[1:], " ")
 	if o.sharedKeyOnly {
 		rows, err := sharedKeys(bin, dir)
@@ -222,6 +227,7 @@ type env struct {
 	cores, procs                               int
 	modules                                    [][2]string // path, version
 	src                                        tree        // the ratelease measured
+	engine                                     string      // its engine's fingerprint (internal/stamp)
 	took                                       time.Duration
 	command                                    string
 	fleet                                      string // the shared-key workload's report, relative to this one

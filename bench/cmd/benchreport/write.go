@@ -27,7 +27,7 @@ func write(w io.Writer, e env, peers []bench.Peer, dec, byAlg map[decisionKey]de
 	p("| machine | %s, %d cores (GOMAXPROCS %d), %s |\n", e.cpu, e.cores, e.procs, e.kernel)
 	p("| Go | %s |\n", e.goVersion)
 	p("| Redis | redis-server %s on 127.0.0.1, started by the benchmark, persistence off |\n", e.redisVersion)
-	p("| ratelease | %s |\n", e.mark(e.src.String()))
+	p("| ratelease | %s, engine fingerprint `%s` |\n", e.mark(e.src.String()), e.engine)
 	for _, m := range e.modules {
 		p("| %s | %s |\n", m[0], m[1])
 	}
