@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 )
 
-// Allowance holds the units leased for one (policy, key) and when they
+// allowance holds the units leased for one (policy, key) and when they
 // lapse. Take is lock-free: atomic loads and, for one unit, an atomic add
 // (a compare-and-swap for more). The zero value holds nothing. Safe for
 // concurrent use.
@@ -19,7 +19,7 @@ import (
 //
 // Times are nanoseconds on the owner's monotonic clock (see Leaser.Now in
 // package sync); the allowance never reads a clock itself.
-type Allowance struct {
+type allowance struct {
 	// cur, then the fields that share its units' cache line with it: no
 	// take of one unit reads or writes them, and the padding keeps prev and
 	// the expiries, which every take reads, at least a line away from
@@ -45,10 +45,10 @@ type Allowance struct {
 	prev slot
 	// curExpires and prevExpires: when (ns) each generation lapses.
 	curExpires, prevExpires atomic.Int64
-	// recheck is one less than a power of two, about a 64th of the last
-	// lease (0 for a lease of 64 units or fewer): one take in recheck+1 is
+	// recheckMask is one less than a power of two, about a 64th of the last
+	// lease (0 for a lease of 64 units or fewer): one take in recheckMask+1 is
 	// followed by a precise reading of the time (see Recheck).
-	recheck atomic.Int64
+	recheckMask atomic.Int64
 	// denial: Redis denied n units of this key until then (ns); requests
 	// for as many units or more before it are denied locally without
 	// asking again. One pointer, so that both are stored at once: a
@@ -112,15 +112,15 @@ type generation struct {
 }
 
 // generations returns the allowance's generations, oldest first.
-func (a *Allowance) generations() [2]generation {
+func (a *allowance) generations() [2]generation {
 	return [2]generation{{&a.prev, &a.prevExpires}, {&a.cur, &a.curExpires}}
 }
 
-// Take takes n units if at least n are held, unexpired, in one generation
+// take takes n units if at least n are held, unexpired, in one generation
 // at now. It reports whether it did and, if so, about how many units are
 // left (Units, but from the take's own reading of its generation: under
 // contention, each load of the units after the take costs a cache miss).
-func (a *Allowance) Take(n, now int64) (left int64, ok bool) {
+func (a *allowance) take(n, now int64) (left int64, ok bool) {
 	if n > 1 {
 		a.extra.Add(n - 1)
 	}
@@ -141,35 +141,35 @@ func (a *Allowance) Take(n, now int64) (left int64, ok bool) {
 	return 0, false
 }
 
-// Taken returns the units taken so far. Calls running concurrently may or
+// taken returns the units taken so far. Calls running concurrently may or
 // may not be counted yet.
-func (a *Allowance) Taken() int64 {
+func (a *allowance) taken() int64 {
 	// Read units last: a unit added after the added reading and then taken
 	// is not counted yet, rather than counted twice.
-	return max(0, a.added.Load()-a.drained.Load()-a.Units())
+	return max(0, a.added.Load()-a.drained.Load()-a.units())
 }
 
-// Units returns the units held, expired or not.
-func (a *Allowance) Units() int64 { return a.cur.held() + a.prev.held() }
+// units returns the units held, expired or not.
+func (a *allowance) units() int64 { return a.cur.held() + a.prev.held() }
 
-// Hits returns the number of hits so far: successful Takes, and the
+// hits returns the number of hits so far: successful Takes, and the
 // TakeUpTos counted by CountHit. It is exact while no Add or Drain runs
 // (the entry's lock orders them); Takes running concurrently may or may
 // not be counted yet, and one may be undercounted for a moment.
-func (a *Allowance) Hits() uint64 {
+func (a *allowance) hits() uint64 {
 	// extra last: a take seen in the units is seen in extra too.
-	taken := a.Taken()
+	taken := a.taken()
 	return uint64(max(0, taken-a.extra.Load()))
 }
 
-// Add adds g units granted by Redis at Redis time at (µs), valid until
+// add adds g units granted by Redis at Redis time at (µs), valid until
 // expires (ns), at time now. Units already held and unexpired keep their
 // own expiry, in the previous generation. Units held past their expiry are
-// taken out: Add returns them (with their oldest grant time), for the caller
+// taken out: add returns them (with their oldest grant time), for the caller
 // to refund. Adds must not run concurrently with each other (the leaser
 // holds Entry.Mu around them); Take, DrainExpired and Drain may.
-func (a *Allowance) Add(g, at, expires, now int64) (stale, staleAt int64) {
-	stale, staleAt = a.DrainExpired(now)
+func (a *allowance) add(g, at, expires, now int64) (stale, staleAt int64) {
+	stale, staleAt = a.drainExpired(now)
 	if u := a.cur.units.Swap(0); u > 0 {
 		if a.prev.units.Load() <= 0 {
 			a.prevExpires.Store(a.curExpires.Load())
@@ -180,7 +180,7 @@ func (a *Allowance) Add(g, at, expires, now int64) (stale, staleAt int64) {
 	}
 	a.curExpires.Store(expires)
 	a.cur.at.Store(at)
-	a.recheck.Store(int64(1)<<bits.Len64(uint64(max(1, g/recheckShare)-1)) - 1)
+	a.recheckMask.Store(int64(1)<<bits.Len64(uint64(max(1, g/recheckShare)-1)) - 1)
 	a.added.Add(g)
 	a.cur.put(g)
 	return stale, staleAt
@@ -189,7 +189,7 @@ func (a *Allowance) Add(g, at, expires, now int64) (stale, staleAt int64) {
 // recheckShare: about one take in this share of a lease is rechecked.
 const recheckShare = 64
 
-// Recheck reports whether a Take of n units that left left units (its
+// recheck reports whether a Take of n units that left left units (its
 // result) is one of those after which the caller reads the time precisely:
 // about one in a 64th of the last lease, every one for a lease of 64 units
 // or fewer. A caller that takes at a cached reading of the time, which may
@@ -197,21 +197,21 @@ const recheckShare = 64
 // CPU), so brings it up to date within a 64th of a lease: of each lease,
 // at most that many units (and one per take under way) are taken past
 // their expiry, however far the cached reading lags.
-func (a *Allowance) Recheck(left, n int64) bool {
-	m := a.recheck.Load()
+func (a *allowance) recheck(left, n int64) bool {
+	m := a.recheckMask.Load()
 	// A multiple of m+1 among the units left+n-1 ... left that the take
 	// passed, or, with n > m, any.
 	return n > m || left&m == 0 || left&m > m+1-n
 }
 
-// Merge moves the units of cur into prev when both hold units unexpired at
+// merge moves the units of cur into prev when both hold units unexpired at
 // now, so that a Take of more units than either holds alone finds them
 // together: a remainder of one lease and the next lease's units serve a
 // request neither could. They take prev's expiry, the earlier: no unit
 // outlives its own lease's validity. It reports whether it moved any. Like
 // Add, it must not run concurrently with Add, DrainExpired or Drain (the
 // entry's lock); Take may.
-func (a *Allowance) Merge(now int64) bool {
+func (a *allowance) merge(now int64) bool {
 	if a.prev.units.Load() <= 0 || now >= a.prevExpires.Load() || now >= a.curExpires.Load() {
 		return false
 	}
@@ -223,26 +223,26 @@ func (a *Allowance) Merge(now int64) bool {
 	return true
 }
 
-// DrainExpired takes the units of every generation expired at now, for a
+// drainExpired takes the units of every generation expired at now, for a
 // refund, and returns how many there were and their oldest grant time.
-func (a *Allowance) DrainExpired(now int64) (units, at int64) {
+func (a *allowance) drainExpired(now int64) (units, at int64) {
 	for _, g := range a.generations() {
 		if g.units.Load() > 0 && g.expires.Load() <= now {
-			units, at = a.drain(g.slot, units, at)
+			units, at = a.drainSlot(g.slot, units, at)
 		}
 	}
 	return units, at
 }
 
-// Drain takes every held unit, for a refund, and returns how many there
+// drain takes every held unit, for a refund, and returns how many there
 // were and the oldest grant time among them.
-func (a *Allowance) Drain() (units, at int64) {
-	units, at = a.drain(&a.prev, 0, 0)
-	return a.drain(&a.cur, units, at)
+func (a *allowance) drain() (units, at int64) {
+	units, at = a.drainSlot(&a.prev, 0, 0)
+	return a.drainSlot(&a.cur, units, at)
 }
 
-// drain empties s into a running total of units and their oldest grant.
-func (a *Allowance) drain(s *slot, units, at int64) (int64, int64) {
+// drainSlot empties s into a running total of units and their oldest grant.
+func (a *allowance) drainSlot(s *slot, units, at int64) (int64, int64) {
 	u := s.units.Swap(0)
 	if u <= 0 {
 		return units, at
@@ -254,15 +254,15 @@ func (a *Allowance) drain(s *slot, units, at int64) (int64, int64) {
 	return units + u, at
 }
 
-// Deny records that Redis denied n units of this key until until (ns).
-func (a *Allowance) Deny(until, n int64) { a.denial.Store(&denial{until, n}) }
+// deny records that Redis denied n units of this key until until (ns).
+func (a *allowance) deny(until, n int64) { a.denial.Store(&denial{until, n}) }
 
-// ClearDenial forgets the recorded denial.
-func (a *Allowance) ClearDenial() { a.denial.Store(nil) }
+// clearDenial forgets the recorded denial.
+func (a *allowance) clearDenial() { a.denial.Store(nil) }
 
-// Denied reports whether a recorded denial holds for n units at now (it was
+// denied reports whether a recorded denial holds for n units at now (it was
 // for n units or fewer, and has not lapsed), and how long until it lapses.
-func (a *Allowance) Denied(now, n int64) (bool, int64) {
+func (a *allowance) denied(now, n int64) (bool, int64) {
 	if d := a.denial.Load(); d != nil && now < d.until && n >= d.n {
 		return true, d.until - now
 	}

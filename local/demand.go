@@ -2,13 +2,13 @@ package local
 
 import "math"
 
-// Demand estimates how fast units are used. For its first Tau it is the
+// demand estimates how fast units are used. For its first Tau it is the
 // average since the first observation, over at least FirstWindow; from
 // then on an exponentially weighted moving average of units per second
 // with time constant Tau, Tau/4 while the demand rises. The zero value is
 // ready: it knows nothing yet (Rate 0). Not safe for concurrent use: its
 // owner updates it under its own lock, off the hit path.
-type Demand struct {
+type demand struct {
 	rate    float64 // units per second
 	last    int64   // ns of the last Observe
 	first   int64   // ns of the first Observe
@@ -17,32 +17,32 @@ type Demand struct {
 	known   bool    // a rate has been measured
 }
 
-// Tau is the averaging time constant of Demand: an observation's weight
-// halves after about 0.7·Tau.
-const Tau = 1e9 // ns
+// tau is the averaging time constant of Demand: an observation's weight
+// halves after about 0.7·tau.
+const tau = 1e9 // ns
 
-// FirstWindow is the shortest time a rate is measured over. Requests that
+// firstWindow is the shortest time a rate is measured over. Requests that
 // arrive together (a service's goroutines starting at once) are not a
 // rate: two of them a round trip apart would make one of thousands a
 // second, and a key's first leases would claim a fair share it does not
 // use.
-const FirstWindow = 20e6 // ns
+const firstWindow = 20e6 // ns
 
-// Observe records that used units were used since the last observation,
+// observe records that used units were used since the last observation,
 // at now (ns). The first observation only starts the clock.
-func (d *Demand) Observe(used, now int64) {
+func (d *demand) observe(used, now int64) {
 	if !d.started {
 		d.last, d.first, d.started = now, now, true
 		return
 	}
-	if since := now - d.first; since < Tau {
+	if since := now - d.first; since < tau {
 		// The first Tau: the average since the first observation, which
 		// learns a steady demand at once; an average with the zero before
 		// it would take a few Taus.
 		d.total += float64(used)
 		if now > d.last {
 			d.last = now
-			d.rate, d.known = d.total*1e9/float64(max(since, FirstWindow)), true
+			d.rate, d.known = d.total*1e9/float64(max(since, firstWindow)), true
 		}
 		return
 	}
@@ -56,7 +56,7 @@ func (d *Demand) Observe(used, now int64) {
 		d.rate, d.known = r, true
 		return
 	}
-	tau := float64(Tau)
+	tau := float64(tau)
 	if r > d.rate {
 		// A rising demand is followed four times as fast as a falling one:
 		// a lease sized for yesterday's demand makes its key wait on Redis
@@ -69,5 +69,5 @@ func (d *Demand) Observe(used, now int64) {
 	d.rate += alpha * (r - d.rate)
 }
 
-// Rate returns the estimated units per second.
-func (d *Demand) Rate() float64 { return d.rate }
+// estimate returns the estimated units per second.
+func (d *demand) estimate() float64 { return d.rate }

@@ -3,7 +3,7 @@
 //
 // It owns:
 //
-//   - [Allowance], the units leased for one (policy, key): an atomic counter
+//   - [allowance], the units leased for one (policy, key): an atomic counter
 //     with an expiry, taken from without a lock. One allowance serves every
 //     limit of its policy, because a lease charges all of them at once
 //     (all-or-nothing), so a leased unit is already paid for everywhere;
@@ -17,7 +17,7 @@
 //     puts them where they go in one step under that lock, and an entry
 //     that left its table (evicted, or at Close) refuses what comes after:
 //     no unit falls between two steps;
-//   - [Demand], an estimate of how fast an allowance is used, from which the
+//   - [demand], an estimate of how fast an allowance is used, from which the
 //     lease size is chosen;
 //   - [Table], the allowances of one policy by key, read without a lock, and
 //     [Bound], which caps how many allowances exist across all tables (an

@@ -23,7 +23,7 @@ import (
 // hit path never takes. P is the type its Table's owner names policies
 // with. An Entry is made by its Table and is safe for concurrent use.
 type Entry[P any] struct {
-	allowance Allowance
+	allowance allowance
 
 	key    string
 	policy P
@@ -33,7 +33,7 @@ type Entry[P any] struct {
 	mu sync.Mutex
 	// demand is the estimated rate at which units of this entry are wanted:
 	// admitted, and denied locally.
-	demand Demand
+	demand demand
 	// leasing is non-nil while a lease request for this entry is in flight;
 	// it is closed when the request ends. Concurrent misses wait on it
 	// instead of asking Redis again.
@@ -112,14 +112,14 @@ func (e *Entry[P]) Evicted() bool { return e.evicted.Load() }
 
 // Take takes n units from the allowance if it holds them, unexpired, at
 // now: lock-free (see Allowance.Take).
-func (e *Entry[P]) Take(n, now int64) (left int64, ok bool) { return e.allowance.Take(n, now) }
+func (e *Entry[P]) Take(n, now int64) (left int64, ok bool) { return e.allowance.take(n, now) }
 
 // Recheck reports whether a Take of n units that left left units is one
 // after which a hit reads the time precisely (see Allowance.Recheck).
-func (e *Entry[P]) Recheck(left, n int64) bool { return e.allowance.Recheck(left, n) }
+func (e *Entry[P]) Recheck(left, n int64) bool { return e.allowance.recheck(left, n) }
 
 // Units returns the units held, expired or not.
-func (e *Entry[P]) Units() int64 { return e.allowance.Units() }
+func (e *Entry[P]) Units() int64 { return e.allowance.units() }
 
 // Hits returns the number of requests answered from the allowance so far.
 // It never goes down: a hit undercounted for a moment (see Allowance.Hits)
@@ -127,16 +127,16 @@ func (e *Entry[P]) Units() int64 { return e.allowance.Units() }
 func (e *Entry[P]) Hits() uint64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.hits = max(e.hits, e.allowance.Hits())
+	e.hits = max(e.hits, e.allowance.hits())
 	return e.hits
 }
 
 // Deny records that Redis denied n units of this key until until (ns).
-func (e *Entry[P]) Deny(until, n int64) { e.allowance.Deny(until, n) }
+func (e *Entry[P]) Deny(until, n int64) { e.allowance.deny(until, n) }
 
 // Denied reports whether a recorded denial holds for n units at now, and
 // how long until it lapses (see Allowance.Denied).
-func (e *Entry[P]) Denied(now, n int64) (bool, int64) { return e.allowance.Denied(now, n) }
+func (e *Entry[P]) Denied(now, n int64) (bool, int64) { return e.allowance.denied(now, n) }
 
 // Lapsed is what an entry did with units that lapsed unused: Units in
 // all, Aside of them set aside to go back to Redis; the others were not
@@ -154,7 +154,7 @@ type Keep func(units, at int64) bool
 func (e *Entry[P]) Lapse(now int64, keep Keep) Lapsed {
 	e.mu.Lock() // with Hits: see Allowance.Hits
 	defer e.mu.Unlock()
-	units, at := e.allowance.DrainExpired(now)
+	units, at := e.allowance.drainExpired(now)
 	return e.lapsedLocked(units, at, now, keep)
 }
 
@@ -177,14 +177,14 @@ func (e *Entry[P]) lapsedLocked(units, at, now int64, keep Keep) Lapsed {
 func (e *Entry[P]) Merge(now int64) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.allowance.Merge(now)
+	return e.allowance.merge(now)
 }
 
 // Drain takes every unit held, for a refund (see Allowance.Drain).
 func (e *Entry[P]) Drain() (units, at int64) {
 	e.mu.Lock() // with Hits: see Allowance.Hits
 	defer e.mu.Unlock()
-	return e.allowance.Drain()
+	return e.allowance.drain()
 }
 
 // retire marks the entry gone (it left its table) and takes every unit it
@@ -197,12 +197,12 @@ func (e *Entry[P]) retire() (units, at int64) {
 	defer e.mu.Unlock()
 	e.gone = true
 	e.evicted.Store(true)
-	return e.allowance.Drain()
+	return e.allowance.drain()
 }
 
 // Taken returns the units requests took from the allowance so far (see
 // Allowance.Taken): final once the entry is gone.
-func (e *Entry[P]) Taken() int64 { return e.allowance.Taken() }
+func (e *Entry[P]) Taken() int64 { return e.allowance.taken() }
 
 // Back returns the units set aside to go back.
 func (e *Entry[P]) Back() int64 {
@@ -383,13 +383,13 @@ func (e *Entry[P]) TryStartLease(now func() int64, ready func() bool) (Lease, bo
 // Requires mu held.
 func (e *Entry[P]) startLocked(n, now int64) Lease {
 	e.leasing = make(chan struct{})
-	taken, asked := e.allowance.Taken(), e.asked.Load()
-	e.demand.Observe(taken-e.seen+asked-e.askedSeen+n, now)
+	taken, asked := e.allowance.taken(), e.asked.Load()
+	e.demand.observe(taken-e.seen+asked-e.askedSeen+n, now)
 	e.seen, e.askedSeen = taken, asked
 	if n > 0 {
 		e.request = n
 	}
-	l := Lease{Rate: e.demand.Rate(), WindowEnd: e.windowEnd, LastGrant: e.lastGrant, Back: e.back, BackAt: e.backAt, Epoch: e.epoch,
+	l := Lease{Rate: e.demand.estimate(), WindowEnd: e.windowEnd, LastGrant: e.lastGrant, Back: e.back, BackAt: e.backAt, Epoch: e.epoch,
 		Request: e.request, Waiting: e.waiting.Load() > 0}
 	e.back = 0
 	return l
@@ -474,7 +474,7 @@ func (e *Entry[P]) Fill(g Grant, now int64, keep Keep) (l Lapsed, kept, forgot b
 	if g.WindowEnd != 0 {
 		e.windowEnd = g.WindowEnd
 	}
-	stale, staleAt := e.allowance.Add(g.Keep, g.At, g.Expires, now)
+	stale, staleAt := e.allowance.add(g.Keep, g.At, g.Expires, now)
 	return e.lapsedLocked(stale, staleAt, now, keep), true, false
 }
 

@@ -10,7 +10,7 @@ import (
 // bytes and the allowance may start anywhere in one, so each of those must
 // start at least 64 bytes past cur.units.
 func TestCurUnitsHaveALineOfTheirOwn(t *testing.T) {
-	var a Allowance
+	var a allowance
 	units := unsafe.Offsetof(a.cur) + unsafe.Offsetof(a.cur.units)
 	for name, off := range map[string]uintptr{
 		"prev.units":  unsafe.Offsetof(a.prev) + unsafe.Offsetof(a.prev.units),

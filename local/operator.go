@@ -21,10 +21,10 @@ func (g generation) takeUpTo(n, now int64) int64 {
 	}
 }
 
-// TakeUpTo takes up to n units, as many as are held unexpired at now,
+// takeUpTo takes up to n units, as many as are held unexpired at now,
 // from the previous generation first, and returns how many it took. It
 // does not count a hit: the caller does (CountHit) when the units decide.
-func (a *Allowance) TakeUpTo(n, now int64) int64 {
+func (a *allowance) takeUpTo(n, now int64) int64 {
 	a.extra.Add(n) // before the take: see extra
 	var got int64
 	for _, g := range a.generations() {
@@ -34,9 +34,9 @@ func (a *Allowance) TakeUpTo(n, now int64) int64 {
 	return got
 }
 
-// Holds reports whether n units are held unexpired in one generation at
+// holds reports whether n units are held unexpired in one generation at
 // now: whether Take(n, now) would succeed, taking nothing.
-func (a *Allowance) Holds(n, now int64) bool {
+func (a *allowance) holds(n, now int64) bool {
 	for _, g := range a.generations() {
 		if now < g.expires.Load() && g.units.Load() >= n {
 			return true
@@ -46,10 +46,10 @@ func (a *Allowance) Holds(n, now int64) bool {
 }
 
 // TakeUpTo takes up to n units from the allowance (see Allowance.TakeUpTo).
-func (e *Entry[P]) TakeUpTo(n, now int64) int64 { return e.allowance.TakeUpTo(n, now) }
+func (e *Entry[P]) TakeUpTo(n, now int64) int64 { return e.allowance.takeUpTo(n, now) }
 
 // Holds reports whether Take(n, now) would succeed, taking nothing.
-func (e *Entry[P]) Holds(n, now int64) bool { return e.allowance.Holds(n, now) }
+func (e *Entry[P]) Holds(n, now int64) bool { return e.allowance.holds(n, now) }
 
 // CountHit counts a request answered from the allowance other than by
 // Take (an AllowAtMost).
@@ -57,7 +57,7 @@ func (e *Entry[P]) CountHit() { e.allowance.extra.Add(-1) }
 
 // ClearDenial forgets the recorded denial: units were given back to the
 // key, so Redis is asked again.
-func (e *Entry[P]) ClearDenial() { e.allowance.ClearDenial() }
+func (e *Entry[P]) ClearDenial() { e.allowance.clearDenial() }
 
 // Forget drops what the entry holds of its key (the key was reset): its
 // units, those set aside to go back, and the recorded denial; and the
@@ -66,7 +66,7 @@ func (e *Entry[P]) ClearDenial() { e.allowance.ClearDenial() }
 // dropped.
 func (e *Entry[P]) Forget() int64 {
 	e.mu.Lock()
-	units, _ := e.allowance.Drain()
+	units, _ := e.allowance.drain()
 	units += e.back
 	e.back = 0
 	e.epoch++

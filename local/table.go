@@ -150,8 +150,8 @@ func (t *Table[P]) Hits() uint64 {
 	return n
 }
 
-// Range calls f for every entry of the table, until f returns false.
-func (t *Table[P]) Range(f func(*Entry[P]) bool) {
+// each calls f for every entry of the table, until f returns false.
+func (t *Table[P]) each(f func(*Entry[P]) bool) {
 	t.all.Range(func(_, v any) bool { return f(v.(*Entry[P])) })
 }
 
@@ -160,7 +160,7 @@ func (t *Table[P]) Range(f func(*Entry[P]) bool) {
 // callback. An entry made meanwhile may stay: call Retire, and Evict again
 // while it fails.
 func (t *Table[P]) Evict() {
-	t.Range(func(e *Entry[P]) bool {
+	t.each(func(e *Entry[P]) bool {
 		t.bound.evict(e)
 		return true
 	})
