@@ -34,7 +34,7 @@ func TestClearWaitsForAnEntryBeingMade(t *testing.T) {
 	if !ok {
 		t.Fatal("the entry being made is not in its table")
 	}
-	if _, kept, _ := e.Fill(Grant{Units: 10, Keep: 10, At: 1, Expires: 1e18}, 0, keepAll); !kept {
+	if _, kept, _ := e.fill(Grant{Units: 10, Keep: 10, At: 1, Expires: 1e18}, 0, keepAll); !kept {
 		t.Fatal("a live entry refused a grant")
 	}
 	cleared := make(chan struct{})
@@ -55,7 +55,7 @@ func TestClearWaitsForAnEntryBeingMade(t *testing.T) {
 	if got != 10 || !e.Evicted() || e.Units() != 0 {
 		t.Fatalf("after Clear: %d units handed back (want 10), evicted %v, %d held", got, e.Evicted(), e.Units())
 	}
-	if _, kept, _ := e.Fill(Grant{Units: 5, Keep: 5, At: 1, Expires: 1e18}, 0, keepAll); kept || e.Units() != 0 {
+	if _, kept, _ := e.fill(Grant{Units: 5, Keep: 5, At: 1, Expires: 1e18}, 0, keepAll); kept || e.Units() != 0 {
 		t.Fatal("a cleared entry took a grant")
 	}
 	late := tb.GetOrCreate("k2")
@@ -65,7 +65,7 @@ func TestClearWaitsForAnEntryBeingMade(t *testing.T) {
 	if _, ok := tb.Get("k2"); ok {
 		t.Fatal("an entry made after Clear is in its table")
 	}
-	if _, kept, _ := late.Fill(Grant{Units: 5, Keep: 5, At: 1, Expires: 1e18}, 0, keepAll); kept {
+	if _, kept, _ := late.fill(Grant{Units: 5, Keep: 5, At: 1, Expires: 1e18}, 0, keepAll); kept {
 		t.Fatal("an entry made after Clear took a grant")
 	}
 }
@@ -79,14 +79,14 @@ func TestGoneEntryRefusesUnits(t *testing.T) {
 	b := NewBound[string](1, func(_ *Entry[string], units, _ int64) { evicted.Add(units) })
 	tb := b.NewTable("p", nil)
 	e := tb.GetOrCreate("a")
-	e.Fill(Grant{Units: 8, Keep: 8, At: 3, Expires: 100}, 0, keepAll)
+	e.fill(Grant{Units: 8, Keep: 8, At: 3, Expires: 100}, 0, keepAll)
 	if lp := e.Lapse(100, keepAll); lp != (Lapsed{Units: 8, Aside: 8}) || e.Back() != 8 {
 		t.Fatalf("Lapse = %+v, back %d; want all 8 set aside", lp, e.Back())
 	}
 	if lp := e.Lapse(200, keepAll); lp.Units != 0 {
 		t.Fatalf("a second Lapse found %d units", lp.Units)
 	}
-	e.Fill(Grant{Units: 4, Keep: 4, At: 5, Expires: 300}, 150, keepAll)
+	e.fill(Grant{Units: 4, Keep: 4, At: 5, Expires: 300}, 150, keepAll)
 	lease, _ := e.StartLease(1, 1, 160) // takes the 8 set aside along
 	if lease.Back != 8 || e.Back() != 0 {
 		t.Fatalf("the lease took %d set aside, %d left", lease.Back, e.Back())
@@ -101,7 +101,7 @@ func TestGoneEntryRefusesUnits(t *testing.T) {
 	if e.SetAside(2, 1, 180) {
 		t.Fatal("a gone entry took units set aside")
 	}
-	if _, kept, _ := e.Fill(Grant{Units: 6, Keep: 6, At: 7, Expires: 1e9}, 190, keepAll); kept || e.Units() != 0 {
+	if _, kept, _ := e.fill(Grant{Units: 6, Keep: 6, At: 7, Expires: 1e9}, 190, keepAll); kept || e.Units() != 0 {
 		t.Fatal("a gone entry took a grant")
 	}
 	if e.Back() != 0 {
@@ -125,13 +125,13 @@ func TestForgetDropsLeasesStartedBefore(t *testing.T) {
 	if n := e.Forget(); n != 0 {
 		t.Fatalf("Forget dropped %d of nothing", n)
 	}
-	_, kept, forgot := e.Fill(Grant{Units: 9, Keep: 9, At: 1, Expires: 1e9, Epoch: before.Epoch}, 1, keepAll)
+	_, kept, forgot := e.fill(Grant{Units: 9, Keep: 9, At: 1, Expires: 1e9, Epoch: before.Epoch}, 1, keepAll)
 	e.EndLease()
 	if !kept || !forgot || e.Units() != 0 {
 		t.Fatalf("a lease from before Forget: kept %v, forgot %v, %d units held; want dropped", kept, forgot, e.Units())
 	}
 	after, _ := e.StartLease(1, 1, 2)
-	if _, _, forgot := e.Fill(Grant{Units: 9, Keep: 9, At: 1, Expires: 1e9, Epoch: after.Epoch}, 3, keepAll); forgot || e.Units() != 9 {
+	if _, _, forgot := e.fill(Grant{Units: 9, Keep: 9, At: 1, Expires: 1e9, Epoch: after.Epoch}, 3, keepAll); forgot || e.Units() != 9 {
 		t.Fatalf("a lease from after Forget: forgot %v, %d units held; want 9", forgot, e.Units())
 	}
 }

@@ -204,7 +204,7 @@ func TestAllowanceConservesUnits(t *testing.T) {
 // a lease nor a drain changes them.
 func TestHitsCountRequests(t *testing.T) {
 	e := NewBound[string](10, nil).NewTable("p", nil).GetOrCreate("k")
-	e.Fill(Grant{Units: 100, Keep: 100, At: 1, Expires: 1e9}, 0, keepAll)
+	e.fill(Grant{Units: 100, Keep: 100, At: 1, Expires: 1e9}, 0, keepAll)
 	for range 3 {
 		e.Take(1, 10)
 	}
@@ -220,7 +220,7 @@ func TestHitsCountRequests(t *testing.T) {
 	}
 	e.CountHit()
 	e.TakeUpTo(3, 10) // units of a decision Redis made: no hit
-	e.Fill(Grant{Units: 50, Keep: 50, At: 2, Expires: 2e9}, 20, keepAll)
+	e.fill(Grant{Units: 50, Keep: 50, At: 2, Expires: 2e9}, 20, keepAll)
 	if u, _ := e.Drain(); u != 129 {
 		t.Fatalf("drained %d, want 100-8-13+50", u)
 	}
@@ -261,7 +261,7 @@ func TestHitsAreMonotone(t *testing.T) {
 				return
 			default:
 			}
-			e.Fill(Grant{Units: 40, Keep: 40, At: int64(i), Expires: 1e9}, 1, keepAll)
+			e.fill(Grant{Units: 40, Keep: 40, At: int64(i), Expires: 1e9}, 1, keepAll)
 			if i%3 == 0 {
 				e.Drain()
 			}
@@ -376,12 +376,12 @@ func TestBoundEvictsLeastRecentlyLeasedAndHandsBackUnits(t *testing.T) {
 	b := NewBound(2, func(e *Entry[string], units, at int64) { got = append(got, evicted{e.Key(), units, at}) })
 	p, q := b.NewTable("p", nil), b.NewTable("q", nil)
 	a := p.GetOrCreate("a")
-	a.Fill(Grant{Units: 5, Keep: 5, At: 77, Expires: math.MaxInt64}, 0, keepAll)
+	a.fill(Grant{Units: 5, Keep: 5, At: 77, Expires: math.MaxInt64}, 0, keepAll)
 	c := q.GetOrCreate("c")
 	if p.GetOrCreate("a") != a {
 		t.Fatal("GetOrCreate made a second entry for one key")
 	}
-	b.Touch(a) // c is now the least recently leased
+	b.touch(a) // c is now the least recently leased
 	q.GetOrCreate("d")
 	if len(got) != 1 || got[0].key != "c" || !c.Evicted() {
 		t.Fatalf("evicted %+v, want c", got)
@@ -424,7 +424,7 @@ func TestTableReadMapAndEviction(t *testing.T) {
 			time.Sleep(10 * time.Millisecond) // let the rebuild run
 		}
 	}
-	b.Touch(y)
+	b.touch(y)
 	tab.GetOrCreate("z")
 	tab.GetOrCreate("w") // evicts x, the least recently leased, from the read map
 	if len(gone) != 1 || gone[0] != "x" {
@@ -468,16 +468,16 @@ func TestEntryLease(t *testing.T) {
 	if _, ok := e.TryStartLease(at(0), func() bool { return true }); ok {
 		t.Fatal("a prefetch started while a lease is in flight")
 	}
-	if lp, kept, _ := e.Fill(Grant{Units: 10, Keep: 8, At: 5, Expires: 2e9, WindowEnd: 3e9}, 0, keepAll); lp.Units != 0 || !kept {
+	if lp, kept, _ := e.fill(Grant{Units: 10, Keep: 8, At: 5, Expires: 2e9, WindowEnd: 3e9}, 0, keepAll); lp.Units != 0 || !kept {
 		t.Fatalf("lapsed %d, kept %v from an empty allowance", lp.Units, kept)
 	}
-	e.Answered(Word{Limit: 1, Remaining: 90, ResetAt: 4e9}, 3, true)
-	e.SetLowWater(2)
+	e.answered(Word{Limit: 1, Remaining: 90, ResetAt: 4e9}, 3, true)
+	e.lowWater.Store(2)
 	e.EndLease()
 	if w := e.LastWord(); w != (Word{Limit: 1, Remaining: 90, ResetAt: 4e9}) || e.Members() != 3 || !e.Shared() || e.LowWater() != 2 {
 		t.Fatalf("word %+v, members %d, shared %v, low water %d", w, e.Members(), e.Shared(), e.LowWater())
 	}
-	e.Answered(Word{}, 0, false) // members not counted: the last count stays
+	e.answered(Word{}, 0, false) // members not counted: the last count stays
 	if e.Members() != 3 || e.Shared() {
 		t.Fatalf("members %d, shared %v", e.Members(), e.Shared())
 	}
@@ -520,7 +520,7 @@ func BenchmarkTake(b *testing.B) {
 	bound := NewBound[string](1000, nil)
 	tab := bound.NewTable("p", nil)
 	e := tab.GetOrCreate("user:42")
-	e.Fill(Grant{Units: math.MaxInt64 / 2, Keep: math.MaxInt64 / 2, At: 1, Expires: math.MaxInt64}, 0, keepAll)
+	e.fill(Grant{Units: math.MaxInt64 / 2, Keep: math.MaxInt64 / 2, At: 1, Expires: math.MaxInt64}, 0, keepAll)
 	key := string([]byte("user:42"))
 	b.Run("seq", func(b *testing.B) {
 		b.ReportAllocs()
@@ -552,7 +552,7 @@ func BenchmarkIdleKeyMemory(b *testing.B) {
 		tab := bound.NewTable("p", nil)
 		for i := 0; i < keys; i++ {
 			e := tab.GetOrCreate("user:" + strconv.Itoa(1_000_000+i)) // 12-byte keys
-			e.Fill(Grant{Units: 10, Keep: 10, At: 1, Expires: math.MaxInt64}, 0, keepAll)
+			e.fill(Grant{Units: 10, Keep: 10, At: 1, Expires: math.MaxInt64}, 0, keepAll)
 		}
 		for i := 0; i < keys; i++ { // enough lookups to build the snapshot
 			tab.Get("user:" + strconv.Itoa(1_000_000+i))
@@ -573,7 +573,7 @@ func TestTableEmptiesAndRetires(t *testing.T) {
 	b := NewBound[string](1, nil)
 	p, q := b.NewTable("p", onEmpty), b.NewTable("q", onEmpty)
 	a := p.GetOrCreate("a")
-	a.Fill(Grant{Units: 5, Keep: 5, At: 1, Expires: math.MaxInt64}, 0, keepAll)
+	a.fill(Grant{Units: 5, Keep: 5, At: 1, Expires: math.MaxInt64}, 0, keepAll)
 	a.Take(1, 0)
 	a.Take(2, 0)
 	if p.Retire() {
@@ -639,7 +639,7 @@ func at(t int64) func() int64 { return func() int64 { return t } }
 func TestWordGoesWithItsUnits(t *testing.T) {
 	e := NewBound[string](10, nil).NewTable("p", nil).GetOrCreate("k")
 	const total = 1_000_000
-	e.Answered(Word{Remaining: total}, 1, false)
+	e.answered(Word{Remaining: total}, 1, false)
 	// Two writers, as an abandoned lease's answer and the next one's may
 	// be: each answer says 10 fewer are left than the last one put in.
 	done := make(chan struct{})
@@ -650,12 +650,12 @@ func TestWordGoesWithItsUnits(t *testing.T) {
 		go func() {
 			defer writers.Done()
 			for range 1000 {
-				e.BeginAnswer()
+				e.beginAnswer()
 				i := answered.Add(1)
-				e.Answered(Word{Remaining: total - 10*i}, 1, false)
+				e.answered(Word{Remaining: total - 10*i}, 1, false)
 				runtime.Gosched() // widen the window between the two
-				e.Fill(Grant{Units: 10, Keep: 10, At: i, Expires: 1e18}, 0, keepAll)
-				e.EndAnswer()
+				e.fill(Grant{Units: 10, Keep: 10, At: i, Expires: 1e18}, 0, keepAll)
+				e.endAnswer()
 			}
 		}()
 	}

@@ -75,11 +75,11 @@ func (e *Entry[P]) Forget() int64 {
 	return units
 }
 
-// SetRetryAt records when (ns) Redis said the units it denied could be
+// setRetryAt records when (ns) Redis said the units it denied could be
 // admitted, and whether that is the wait of this instance's fair share
 // (the limits had room): the recorded denial (Deny) may lapse sooner, to
 // ask again.
-func (e *Entry[P]) SetRetryAt(at int64, fairShare bool) {
+func (e *Entry[P]) setRetryAt(at int64, fairShare bool) {
 	e.retryAt.Store(at)
 	e.fairShare.Store(fairShare)
 }

@@ -209,9 +209,9 @@ func (b *Bound[P]) Len() int {
 	return b.lru.Len()
 }
 
-// Touch marks e as recently leased. Call it when a lease is made, not on
+// touch marks e as recently leased. Call it when a lease is made, not on
 // hits: the hit path takes no lock.
-func (b *Bound[P]) Touch(e *Entry[P]) {
+func (b *Bound[P]) touch(e *Entry[P]) {
 	b.mu.Lock()
 	b.lru.Get(e)
 	b.mu.Unlock()

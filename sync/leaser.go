@@ -440,37 +440,36 @@ func (l *Leaser) apply(c *call, n int64) {
 	}
 	now := l.Now()
 	l.offset.Store(d.At - now/1e3)
+	// ResetAt on the hit's reading of the time, which hits report it
+	// against (a precise one would put it up to the coarse clock's lag
+	// later, and a hit would report the reset that much further off).
+	a := local.Answer{
+		Word:    local.Word{Limit: d.Decider, Remaining: d.Remaining, ResetAt: l.cached() + int64(d.ResetAfter)},
+		Members: d.Members, Shared: d.Members > 1 && (d.Granted == 0 || d.Next > 0),
+	}
 	if d.Members > 0 {
 		l.sawMembers(d.Members, now)
 	} else if c.req.Demand == 0 && d.Granted > 0 && 2*d.Remaining >= c.req.Policy.Capacity() {
 		// An exact decision found the key half full or more: not
 		// crowded (any more), whatever its members were.
-		e.ClearMembers()
+		a.ForgetMembers = true
 	}
-	// ResetAt on the hit's reading of the time, which hits report it
-	// against (a precise one would put it up to the coarse clock's lag
-	// later, and a hit would report the reset that much further off).
-	e.BeginAnswer() // a hit that reads the word reads its units too
-	e.Answered(local.Word{Limit: d.Decider, Remaining: d.Remaining, ResetAt: l.cached() + int64(d.ResetAfter)},
-		d.Members, d.Members > 1 && (d.Granted == 0 || d.Next > 0))
-	e.SetBlocked(0)
 	if d.Blocked {
-		e.SetBlocked(now + int64(d.RetryAfter))
+		a.BlockedUntil = now + int64(d.RetryAfter)
 	}
 	if d.Granted == 0 {
 		// From the reply, not the request: the wait counts from Redis's
 		// now, later than start by the queue and half the round trip, and
 		// counting from start would come back early and be denied again.
-		e.SetRetryAt(now+int64(d.RetryAfter), d.FairShare)
+		a.RetryAt, a.FairShare = now+int64(d.RetryAfter), d.FairShare
 		// Cached for TTL at most, then asked again: the denial may not
 		// hold that long. Other members hold units of the key that come
 		// back when they lapse; any instance may Reset the key, Refund
-		// units or lift a block (Unblock). A key denied for an hour costs
-		// a call per TTL, and each instance sees another's Reset within
-		// TTL. Under the fair share, not before its next batch (Next),
-		// which may be later than the limits' RetryAfter.
-		e.Deny(now+min(int64(max(d.RetryAfter, d.Next)), int64(l.cfg.TTL)), max(n, 1))
-		e.EndAnswer()
+		// units or lift a block (Unblock). Under the fair share, not
+		// before its next batch (Next), which may be later than the
+		// limits' RetryAfter.
+		a.DenyUntil, a.DenyUnits = now+min(int64(max(d.RetryAfter, d.Next)), int64(l.cfg.TTL)), max(n, 1)
+		e.Answer(a, now, nil)
 		return
 	}
 	l.stats.used.Add(uint64(n)) // the requester's
@@ -481,8 +480,27 @@ func (l *Leaser) apply(c *call, n int64) {
 		g.WindowEnd = start + int64(d.ValidFor)
 	}
 	g.Expires = start + int64(valid)
-	lapsed, kept, forgot := e.Fill(g, now, l.keep(e, now))
-	e.EndAnswer()
+	a.Grant = g
+	// Low water: a fraction of the lease, and never less than what the
+	// demand takes during a few round trips, so that a prefetch lands in
+	// time. A lease of a few units is not renewed ahead: a renewal as the
+	// last unit goes would start the next lease a request early.
+	lw := float64(c.req.Demand) * 3 * float64(l.batcher.roundTrip()) / 1e9
+	if lw < 1 {
+		lw = 0 // not a unit's worth: a miss is as likely as a prefetch's use
+	}
+	if f := l.cfg.LowWater * float64(d.Granted); f >= 2 {
+		lw = max(lw, math.Ceil(f))
+	}
+	a.LowWater = min(int64(math.Ceil(lw)), c.req.Max)
+	if d.Next > 0 {
+		// Held to its fair share: no lease before the share holds the next
+		// batch; the units held are used meanwhile. For TTL at most, as a
+		// denial.
+		a.RetryAt, a.FairShare = now+int64(d.Next), true
+		a.DenyUntil, a.DenyUnits = now+min(int64(d.Next), int64(l.cfg.TTL)), 1
+	}
+	lapsed, kept, forgot := e.Answer(a, now, l.keep(e, now))
 	l.lapsed(lapsed)
 	switch {
 	case !kept: // e left its table while the lease was in flight: nobody will use them
@@ -490,28 +508,4 @@ func (l *Leaser) apply(c *call, n int64) {
 	case forgot: // e's key was reset meanwhile: they would go back to a state that is gone
 		l.stats.dropped.Add(uint64(g.Keep))
 	}
-	if g.Keep > 0 && kept && !forgot {
-		// Low water: a fraction of the lease, and never less than what the
-		// demand takes during a few round trips, so that a prefetch lands
-		// in time. A lease of a few units is not renewed ahead: a renewal
-		// as the last unit goes would start the next lease a request early,
-		// and a slow key would lose a request's worth of each lease's life.
-		lw := float64(c.req.Demand) * 3 * float64(l.batcher.roundTrip()) / 1e9
-		if lw < 1 {
-			lw = 0 // not a unit's worth: a miss is as likely as a prefetch's use
-		}
-		if f := l.cfg.LowWater * float64(d.Granted); f >= 2 {
-			lw = max(lw, math.Ceil(f))
-		}
-		e.SetLowWater(min(int64(math.Ceil(lw)), c.req.Max))
-	}
-	if d.Next > 0 {
-		// Held to its fair share: no lease before the share holds the next
-		// batch (what a request denied meanwhile is told); the units held
-		// are used meanwhile. For TTL at most, as a denial: the others may
-		// have used up the limit by then, or given units back.
-		e.SetRetryAt(now+int64(d.Next), true)
-		e.Deny(now+min(int64(d.Next), int64(l.cfg.TTL)), 1)
-	}
-	l.bound.Touch(e)
 }
