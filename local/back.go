@@ -33,8 +33,8 @@ func (e *Entry[P]) lapsedLocked(units, at, now int64, keep Keep) Lapsed {
 	return Lapsed{Units: units, Aside: units}
 }
 
-// Drain takes every unit held, for a refund (see Allowance.Drain).
-func (e *Entry[P]) Drain() (units, at int64) {
+// drain takes every unit held, for a refund (see Allowance.drain).
+func (e *Entry[P]) drain() (units, at int64) {
 	e.mu.Lock() // with Hits: see Allowance.Hits
 	defer e.mu.Unlock()
 	return e.allowance.drain()
@@ -60,11 +60,11 @@ func (e *Entry[P]) Back() int64 {
 	return e.back
 }
 
-// SetAside sets aside units that lapsed unused at now (granted at Redis
+// setAside sets aside units that lapsed unused at now (granted at Redis
 // time at, µs), to go back with the entry's next lease, or with
 // DrainOldBack. It refuses them when the entry is gone, and reports
 // whether it took them: the caller gives back what it refused.
-func (e *Entry[P]) SetAside(units, at, now int64) bool {
+func (e *Entry[P]) setAside(units, at, now int64) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.gone {

@@ -52,14 +52,14 @@ func TestClearWaitsForAnEntryBeingMade(t *testing.T) {
 	mu.Lock()
 	got := refunded["k"]
 	mu.Unlock()
-	if got != 10 || !e.Evicted() || e.Units() != 0 {
-		t.Fatalf("after Clear: %d units handed back (want 10), evicted %v, %d held", got, e.Evicted(), e.Units())
+	if got != 10 || !e.evicted.Load() || e.Units() != 0 {
+		t.Fatalf("after Clear: %d units handed back (want 10), evicted %v, %d held", got, e.evicted.Load(), e.Units())
 	}
 	if _, kept, _ := e.fill(Grant{Units: 5, Keep: 5, At: 1, Expires: 1e18}, 0, keepAll); kept || e.Units() != 0 {
 		t.Fatal("a cleared entry took a grant")
 	}
 	late := tb.GetOrCreate("k2")
-	if !late.Evicted() {
+	if !late.evicted.Load() {
 		t.Fatal("an entry made after Clear is not gone")
 	}
 	if _, ok := tb.Get("k2"); ok {
@@ -92,13 +92,13 @@ func TestGoneEntryRefusesUnits(t *testing.T) {
 		t.Fatalf("the lease took %d set aside, %d left", lease.Back, e.Back())
 	}
 	tb.GetOrCreate("b") // evicts a: its 4 units go to onEvict
-	if !e.Evicted() || evicted.Load() != 4 {
-		t.Fatalf("evicted %v, %d units handed back; want 4", e.Evicted(), evicted.Load())
+	if !e.evicted.Load() || evicted.Load() != 4 {
+		t.Fatalf("evicted %v, %d units handed back; want 4", e.evicted.Load(), evicted.Load())
 	}
 	if u, at := e.AbandonLease(lease, 170); u != 8 || at != 3 {
 		t.Fatalf("AbandonLease on a gone entry = %d, %d; want the 8 set aside, granted at 3", u, at)
 	}
-	if e.SetAside(2, 1, 180) {
+	if e.setAside(2, 1, 180) {
 		t.Fatal("a gone entry took units set aside")
 	}
 	if _, kept, _ := e.fill(Grant{Units: 6, Keep: 6, At: 7, Expires: 1e9}, 190, keepAll); kept || e.Units() != 0 {
@@ -110,7 +110,7 @@ func TestGoneEntryRefusesUnits(t *testing.T) {
 
 	// A live entry's abandoned lease puts its units back.
 	c := tb.GetOrCreate("c")
-	c.SetAside(3, 9, 0)
+	c.setAside(3, 9, 0)
 	l, _ := c.StartLease(0, 1, 1)
 	if u, _ := c.AbandonLease(l, 2); u != 0 || c.Back() != 3 || c.Leasing() != nil {
 		t.Fatalf("AbandonLease on a live entry returned %d, left %d set aside (want 0, 3), lease in flight %v", u, c.Back(), c.Leasing() != nil)

@@ -105,11 +105,6 @@ func (e *Entry[P]) Key() string { return e.key }
 // Policy returns the entry's policy, as its table's owner names it.
 func (e *Entry[P]) Policy() P { return e.policy }
 
-// Evicted reports whether the entry has left its table (evicted or closed).
-// Units added to an evicted entry must be drained and refunded by whoever
-// added them.
-func (e *Entry[P]) Evicted() bool { return e.evicted.Load() }
-
 // Take takes n units from the allowance if it holds them, unexpired, at
 // now: lock-free (see Allowance.Take).
 func (e *Entry[P]) Take(n, now int64) (left int64, ok bool) { return e.allowance.take(n, now) }
@@ -131,8 +126,8 @@ func (e *Entry[P]) Hits() uint64 {
 	return e.hits
 }
 
-// Deny records that Redis denied n units of this key until until (ns).
-func (e *Entry[P]) Deny(until, n int64) { e.allowance.deny(until, n) }
+// deny records that Redis denied n units of this key until until (ns).
+func (e *Entry[P]) deny(until, n int64) { e.allowance.deny(until, n) }
 
 // Denied reports whether a recorded denial holds for n units at now, and
 // how long until it lapses (see Allowance.Denied).

@@ -221,7 +221,7 @@ func TestHitsCountRequests(t *testing.T) {
 	e.CountHit()
 	e.TakeUpTo(3, 10) // units of a decision Redis made: no hit
 	e.fill(Grant{Units: 50, Keep: 50, At: 2, Expires: 2e9}, 20, keepAll)
-	if u, _ := e.Drain(); u != 129 {
+	if u, _ := e.drain(); u != 129 {
 		t.Fatalf("drained %d, want 100-8-13+50", u)
 	}
 	if h := e.Hits(); h != 5 {
@@ -263,7 +263,7 @@ func TestHitsAreMonotone(t *testing.T) {
 			}
 			e.fill(Grant{Units: 40, Keep: 40, At: int64(i), Expires: 1e9}, 1, keepAll)
 			if i%3 == 0 {
-				e.Drain()
+				e.drain()
 			}
 			runtime.Gosched()
 		}
@@ -383,7 +383,7 @@ func TestBoundEvictsLeastRecentlyLeasedAndHandsBackUnits(t *testing.T) {
 	}
 	b.touch(a) // c is now the least recently leased
 	q.GetOrCreate("d")
-	if len(got) != 1 || got[0].key != "c" || !c.Evicted() {
+	if len(got) != 1 || got[0].key != "c" || !c.evicted.Load() {
 		t.Fatalf("evicted %+v, want c", got)
 	}
 	if _, ok := q.Get("c"); ok {
@@ -438,7 +438,7 @@ func TestTableReadMapAndEviction(t *testing.T) {
 	if len(keys) != 3 || keys["x"] {
 		t.Fatalf("Range saw %v, want y, z, w", keys)
 	}
-	if x2 := tab.GetOrCreate("x"); x2 == x || x2.Evicted() {
+	if x2 := tab.GetOrCreate("x"); x2 == x || x2.evicted.Load() {
 		t.Fatal("GetOrCreate returned the evicted entry")
 	}
 	if e, ok := tab.Get("x"); !ok || e == x {
@@ -485,8 +485,8 @@ func TestEntryLease(t *testing.T) {
 		t.Fatal("the grant's units are not in the allowance")
 	}
 	e.Wanted(2)
-	e.SetAside(3, 7, 1e9)
-	e.SetAside(1, 6, 1.5e9)
+	e.setAside(3, 7, 1e9)
+	e.setAside(1, 6, 1.5e9)
 	if _, ok := e.TryStartLease(at(1e9), func() bool { return false }); ok || e.Leasing() != nil {
 		t.Fatal("a prefetch started although ready said no")
 	}
@@ -498,7 +498,7 @@ func TestEntryLease(t *testing.T) {
 	if l, wait := e.StartLease(1, 1, 1e9); wait == nil || l.Cold {
 		t.Fatalf("a request meeting a prefetch: %+v, %v; want it in flight, not cold", l, wait)
 	}
-	e.SetAside(2, 9, 2e9)
+	e.setAside(2, 9, 2e9)
 	if u, _ := e.DrainOldBack(3e9); u != 0 {
 		t.Fatalf("drained %d units set aside while a lease is in flight", u)
 	}
@@ -509,7 +509,7 @@ func TestEntryLease(t *testing.T) {
 	if u, at := e.DrainOldBack(2e9); u != 2 || at != 9 {
 		t.Fatalf("DrainOldBack = %d, %d; want 2 units granted at 9", u, at)
 	}
-	e.SetAside(5, 11, 3e9)
+	e.setAside(5, 11, 3e9)
 	if u, at := e.DrainBack(); u != 5 || at != 11 {
 		t.Fatalf("DrainBack = %d, %d; want 5, 11", u, at)
 	}

@@ -96,3 +96,13 @@ func (e *Entry[P]) SetBlocked(until int64) { e.blockedUntil.Store(until) }
 // BlockedUntil returns when (ns) the key's block ends, if the recorded
 // denial is a block, or 0.
 func (e *Entry[P]) BlockedUntil() int64 { return e.blockedUntil.Load() }
+
+// Block takes every unit held, for the caller to give back, and records a
+// block of the key until until (ns) as a denial of every request until
+// denyUntil (ns).
+func (e *Entry[P]) Block(until, denyUntil int64) (units, at int64) {
+	units, at = e.drain()
+	e.SetBlocked(until)
+	e.deny(denyUntil, 1)
+	return units, at
+}

@@ -296,7 +296,7 @@ func TestEvictionRefunds(t *testing.T) {
 		t.Fatal(err)
 	}
 	tab.GetOrCreate("b") // evicts a
-	if !a.Evicted() {
+	if _, ok := tab.Get("a"); ok {
 		t.Fatal("a was not evicted")
 	}
 	waitFor(t, func() bool { return l.Stats().UnitsRefunded == 9 })

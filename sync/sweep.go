@@ -189,9 +189,7 @@ func (l *Leaser) Stats() Stats {
 // instance may lift a block: Unblock). A lease in flight may still put
 // units in, used until they lapse, within TTL.
 func (l *Leaser) Block(e *Entry, left time.Duration) {
-	units, at := e.Drain()
-	l.giveBack(e, units, at)
 	now := l.Now()
-	e.SetBlocked(now + int64(left))
-	e.Deny(now+int64(min(left, l.cfg.TTL)), 1)
+	units, at := e.Block(now+int64(left), now+int64(min(left, l.cfg.TTL)))
+	l.giveBack(e, units, at)
 }
