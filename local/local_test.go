@@ -401,8 +401,8 @@ func TestBoundEvictsLeastRecentlyLeasedAndHandsBackUnits(t *testing.T) {
 		t.Fatalf("after Clear: Len %d, evicted %d", b.Len(), len(got))
 	}
 	n := 0
-	p.each(func(*Entry[string]) bool { n++; return true })
-	q.each(func(*Entry[string]) bool { n++; return true })
+	p.all.Range(func(any, any) bool { n++; return true })
+	q.all.Range(func(any, any) bool { n++; return true })
 	if n != 0 {
 		t.Fatalf("%d entries left in tables after Clear", n)
 	}
@@ -434,9 +434,9 @@ func TestTableReadMapAndEviction(t *testing.T) {
 		t.Fatal("Get found an evicted entry")
 	}
 	keys := map[string]bool{}
-	tab.each(func(e *Entry[string]) bool { keys[e.Key()] = true; return true })
+	tab.all.Range(func(k, _ any) bool { keys[k.(string)] = true; return true })
 	if len(keys) != 3 || keys["x"] {
-		t.Fatalf("Range saw %v, want y, z, w", keys)
+		t.Fatalf("the table holds %v, want y, z, w", keys)
 	}
 	if x2 := tab.GetOrCreate("x"); x2 == x || x2.evicted.Load() {
 		t.Fatal("GetOrCreate returned the evicted entry")
