@@ -16,66 +16,52 @@ import (
 	"github.com/ratelease/ratelease/remote"
 )
 
-// Entry is the local state of one key under a policy, which it names by
-// its compiled form.
+// Entry is the local state of one key under a compiled policy.
 type Entry = local.Entry[*remote.Policy]
 
 // Table holds the entries of one policy by key.
 type Table = local.Table[*remote.Policy]
 
-// Leaser makes and returns leases for the entries of one Limiter: it
-// decides what to lease (plan) and applies the answers (apply); its batcher
-// sends the calls.
+// Leaser makes and returns the leases of one Limiter's entries: it decides
+// what to lease (plan) and applies the answers (apply); its batcher sends
+// the calls.
 type Leaser struct {
-	// door makes every Redis call (its timeout bounds them) and holds the
-	// breakers a prefetch asks.
 	door  *door.Door
 	cfg   Config
 	clock clock.Clock
 	base  time.Time
-	// elapsed is a cheap reading of the time, when there is one: the
-	// clock's own (clock.Elapsed), or own, a coarse clock New starts for
-	// the system clock so that a hit reads no clock. skew is elapsed's
-	// reading at base. coarse is the coarse clock elapsed reads, if it is
-	// one (own, or one given): every reading but a hit's is precise
-	// (Coarse.Fine), and a hit allows for its lag (HitNow).
+	// elapsed is a cheap reading of the time, if there is one: the clock's
+	// own, or own, a coarse clock New starts for the system clock so that
+	// a hit reads no clock. skew is its reading at base. coarse is the
+	// coarse clock elapsed reads, if any: a hit allows for its lag
+	// (HitNow), every other reading is precise (Coarse.Fine).
 	elapsed clock.Elapsed
 	own     *clock.Coarse
 	coarse  *clock.Coarse
 	skew    time.Duration
-	// id names this instance among the members of the keys it leases.
-	id    string
-	bound *local.Bound[*remote.Policy]
+	id      string // this instance among the members of the keys it leases
+	bound   *local.Bound[*remote.Policy]
 
-	// instances is the most members a key leased had, and when (ns) it
-	// was last seen that high (see Instances).
+	// instances is the most members a key had, last seen at instancesAt
+	// (ns).
 	instances, instancesAt atomic.Int64
-	// offset is Redis's clock minus this one's (µs) at the last reply.
-	offset atomic.Int64
-	// goneHits: local hits of entries no longer in the bound.
-	goneHits atomic.Uint64
+	offset                 atomic.Int64  // µs: Redis's clock minus this one's at the last reply
+	goneHits               atomic.Uint64 // hits of entries no longer in the bound
 
-	// batcher queues the lease calls and refunds, sends them through the
-	// door, and completes the calls: it calls back apply, countLease and
-	// countRefund (its owner).
-	batcher *batcher
-	// beforeSend, if set (by tests), is called with each lease's entry
-	// before it is handed to the batcher.
-	beforeSend func(*Entry)
+	batcher    *batcher
+	beforeSend func(*Entry) // a test's hook
 
-	// stopped: Close has begun. leasing counts the leases under way (from
-	// before their start to their end), which Close waits for: a lease
-	// holds the units set aside that it takes along until it ends.
+	// stopped: Close has begun. leasing counts the leases under way, which
+	// Close waits for: a lease holds the units set aside that it took
+	// along until it ends.
 	stopped atomic.Bool
 	leasing atomic.Int64
 	stop    chan struct{}     // stops the sweeper
 	wg      stdsync.WaitGroup // the sweeper
 
-	// stats counts leases and units; the door counts round trips and
-	// errors. used: the units of grants their requesters took; goneUsed:
-	// those taken from allowances of entries no longer in the bound.
-	// returning: units on their way back (refunds queued or sent, and the
-	// Back of lease calls), not answered yet.
+	// used: units of grants their requesters took; goneUsed: those taken
+	// from entries no longer in the bound. returning: units on their way
+	// back, not answered yet.
 	stats struct {
 		leases, denied                     atomic.Uint64
 		leased, refunded, expired, dropped atomic.Uint64
@@ -84,10 +70,10 @@ type Leaser struct {
 	}
 }
 
-// New starts a Leaser that makes its Redis calls through d: its batcher's
-// and sweeper's goroutines run until Close. The Leaser does not close d.
+// New starts a Leaser that calls Redis through d, with goroutines that run
+// until Close. It does not close d.
 func New(d *door.Door, clk clock.Clock, cfg Config) (*Leaser, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	var id [8]byte
@@ -98,8 +84,7 @@ func New(d *door.Door, clk clock.Clock, cfg Config) (*Leaser, error) {
 	}
 	switch c := clk.(type) {
 	case clock.System:
-		// Leased hits compare against a cached time: one atomic load, not
-		// a reading of the system clock on every request.
+		// A hit reads a cached time, not the system clock.
 		l.own = clock.NewCoarse(coarseResolution)
 		l.elapsed, l.coarse = l.own, l.own
 	case *clock.Coarse:
@@ -117,18 +102,14 @@ func New(d *door.Door, clk clock.Clock, cfg Config) (*Leaser, error) {
 	return l, nil
 }
 
-// coarseResolution is the resolution of the coarse clock a Leaser on the
-// system clock reads for hits.
 const coarseResolution = time.Millisecond
 
 // RedisTime returns this instance's reading of Redis's clock (µs since
-// the Unix epoch): HitNow's reading (two atomic loads with a coarse
-// clock: it is read on the hit path), moved by the offset of Redis's TIME
-// at the last lease reply. It lags Redis's clock by up to that reply's way
-// back (the offset is taken when the reply arrives) and the coarse
-// clock's lag, and never leads it (but by a Redis Cluster's skew between
-// masters: the offset is the last reply's, of whichever master). 0 before
-// any reply.
+// the Unix epoch), cheap enough for the hit path: HitNow's reading moved
+// by the offset of Redis's TIME at the last lease reply. It lags Redis's
+// clock by up to that reply's way back and the coarse clock's lag, and
+// never leads it (but by a Cluster's skew between masters). 0 before any
+// reply.
 func (l *Leaser) RedisTime() int64 {
 	off := l.offset.Load()
 	if off == 0 { // no reply yet
@@ -137,10 +118,8 @@ func (l *Leaser) RedisTime() int64 {
 	return l.cached()/1e3 + off
 }
 
-// Now returns the Leaser's monotonic time in ns, the time base of every
-// allowance it fills, read precisely: with a coarse clock, a reading of
-// the system's monotonic clock, which brings the coarse clock up to date
-// (Coarse.Fine).
+// Now returns the Leaser's monotonic time in ns, the time base of its
+// entries, read precisely (with a coarse clock, Coarse.Fine).
 func (l *Leaser) Now() int64 {
 	if l.coarse != nil {
 		return int64(l.coarse.Fine() - l.skew)
@@ -152,14 +131,12 @@ func (l *Leaser) Now() int64 {
 }
 
 // HitNow returns the time a hit takes units at: with a coarse clock, its
-// cached reading (one atomic load), which may be behind; and how far
-// behind it may be (twice the most the clock lagged lately, Coarse.Lag),
-// by which the hit's units must outlast it. A hit within that of its
-// units' expiry is left to a precise reading (Now): a unit is never used
-// past its expiry while the clock's lag stays within twice its recent
-// worst. Other clocks read precisely: late is 0.
+// cached reading, which may be behind by up to late (twice its recent
+// worst lag), by which the hit's units must outlast it; a hit within late
+// of their expiry is left to a precise reading (Now). Other clocks read
+// precisely: late is 0.
 func (l *Leaser) HitNow() (now, late int64) {
-	if l.coarse != nil { // (cached's reading, written out: neither is inlined, and this is the hit path)
+	if l.coarse != nil { // cached, written out: the hit path does not inline it
 		return int64(l.coarse.Elapsed() - l.skew), int64(2 * l.coarse.Lag())
 	}
 	return l.Now(), 0
@@ -173,14 +150,12 @@ func (l *Leaser) cached() int64 {
 	return l.Now()
 }
 
-// NewTable returns a table of entries for one policy, bounded with all the
-// Leaser's other tables. onEmpty, if not nil, is called when the table's
-// last entry leaves it (see local.Bound.NewTable).
+// NewTable returns a table for policy p, bounded with the Leaser's other
+// tables (see local.Bound.NewTable).
 func (l *Leaser) NewTable(p *remote.Policy, onEmpty func(*Table)) *Table {
 	return l.bound.NewTable(p, onEmpty)
 }
 
-// instancesFor is how long a member count is remembered by Instances.
 const instancesFor = time.Minute
 
 // Instances returns the most members any key leased in the last minute
@@ -201,12 +176,11 @@ func (l *Leaser) sawMembers(m, now int64) {
 	}
 }
 
-// Lease gets n units for e's key from Redis, sized for its demand: the
-// caller gets its n units directly (granted > 0), and the rest of the grant
-// goes into e's allowance for later requests. If another lease for e is in
-// flight, Lease waits for it and then tries e's allowance first (taken
-// reports that: no Redis call of its own). A denial is recorded in e, so
-// that requests before its RetryAfter are denied locally.
+// Lease gets n units for e's key from Redis in a lease sized for its
+// demand: the caller gets its n units (granted > 0), the rest goes into e.
+// If a lease of e is in flight, Lease waits for it and takes from e
+// (taken), making no call of its own. A denial is recorded in e, so that
+// requests before its RetryAfter are denied locally.
 func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decision, taken bool, err error) {
 	if !l.begin() {
 		return remote.Decision{}, false, door.ErrClosed
@@ -216,12 +190,9 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 		now := l.Now()
 		st, inFlight := e.StartLease(n, l.cfg.Min, now)
 		if inFlight != nil && st.Cold {
-			// The lease in flight asks for its requester's units alone
-			// (a key with no demand known yet, so that a key used once
-			// costs one call): waiting for it would find nothing, then
-			// lease again, one after another. This request asks for its
-			// own, at the same time, as exact mode would; its units count
-			// as wanted.
+			// The lease in flight asks for its requester's units alone:
+			// waiting for it would find nothing. This request asks for its
+			// own at the same time, as exact mode would.
 			e.Wanted(n)
 			d, err = l.batcher.lease(ctx, l.plan(e, local.Lease{Epoch: st.Epoch}, n, now), n)
 			return d, false, err
@@ -249,12 +220,10 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 	}
 }
 
-// Decide asks Redis for n units of key under p as exact mode asks, the
-// request's units alone with no member named, but in the batcher's next
-// pipeline: for a key with no entry (its first decision), one command that
-// shares a round trip with the other calls due, where an exact call has a
-// round trip of its own. Nothing is kept: if the requester leaves before
-// the answer, a grant goes back.
+// Decide asks Redis for n units of key under p as exact mode does (no
+// member named), but in the batcher's next pipeline, sharing its round
+// trip: for a key's first decision. Nothing is kept: if the requester
+// leaves before the answer, a grant goes back.
 func (l *Leaser) Decide(ctx context.Context, p *remote.Policy, key string, n int64) (remote.Decision, error) {
 	if !l.begin() {
 		return remote.Decision{}, door.ErrClosed
@@ -264,17 +233,15 @@ func (l *Leaser) Decide(ctx context.Context, p *remote.Policy, key string, n int
 	return l.batcher.lease(ctx, c, n)
 }
 
-// sending calls the test hook beforeSend, if set.
 func (l *Leaser) sending(e *Entry) {
 	if l.beforeSend != nil {
 		l.beforeSend(e)
 	}
 }
 
-// begin counts a lease under way, unless Close has begun: it reports
-// whether it did. The count comes first, so that Close, which sets
-// stopped and then waits for the count to fall to zero, either waits for
-// this lease or is seen here.
+// begin counts a lease under way unless Close has begun, and reports
+// whether it did. Counting first, then checking, Close (which sets stopped
+// and then waits for the count) either waits for this lease or is seen.
 func (l *Leaser) begin() bool {
 	l.leasing.Add(1)
 	if l.stopped.Load() {
@@ -284,11 +251,9 @@ func (l *Leaser) begin() bool {
 	return true
 }
 
-// end ends the lease st of e, which its call to the batcher ended with
-// err: a call refused (Close began) never went out, and the units set
-// aside that it took along are set aside again, or, if e left its table
-// meanwhile, given back (Close waits for this before it stops the
-// batcher).
+// end ends e's lease st, whose call ended with err. A call refused (Close
+// began) never went out: the units set aside that it took along are set
+// aside again or, if e is gone, given back.
 func (l *Leaser) end(e *Entry, st local.Lease, err error) {
 	if !errors.Is(err, door.ErrClosed) {
 		e.EndLease()
@@ -298,19 +263,17 @@ func (l *Leaser) end(e *Entry, st local.Lease, err error) {
 	l.giveBack(e, units, at)
 }
 
-// Prefetch starts a lease for e in the background, if none is in flight, no
-// denial from Redis holds for e, the Leaser is open, and the breaker of the
-// key's server is closed (door.Ready). The breaker is asked last, only when
-// a lease would start: with a cluster, naming the key's master costs a
-// lookup and allocations, too much for every hit below low water.
-// Prefetch never blocks.
+// Prefetch starts a lease of e in the background if none is in flight, no
+// denial from Redis holds, the Leaser is open and the key's server's
+// breaker is closed (door.Ready). It never blocks. The breaker is asked
+// last: with a Cluster, naming the key's master costs a lookup and
+// allocations, too much for every hit below low water.
 func (l *Leaser) Prefetch(e *Entry) {
 	if l.stopped.Load() {
 		return
 	}
-	// Redis denied the last lease until a time still to come: asking sooner
-	// would only poll it. (The hit's reading of the time: a prefetch is
-	// tried on every hit below low water while one is in flight.)
+	// Asking before a denial lapses would only poll Redis. (The hit's
+	// cheap time: this runs on every hit below low water.)
 	if denied, _ := e.Denied(l.cached(), math.MaxInt64); denied {
 		return
 	}

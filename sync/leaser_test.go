@@ -89,8 +89,8 @@ func TestConfigErrors(t *testing.T) {
 	} {
 		c := cfg()
 		mod(&c)
-		if err := c.Validate(); !errors.Is(err, leasesync.ErrInvalidOption) {
-			t.Errorf("Validate(%+v) = %v, want ErrConfig", c, err)
+		if err := leasesync.Validate(c); !errors.Is(err, leasesync.ErrInvalidOption) {
+			t.Errorf("Validate(%+v) = %v, want ErrInvalidOption", c, err)
 		}
 	}
 }
