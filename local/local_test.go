@@ -76,7 +76,7 @@ func TestAllowanceGenerations(t *testing.T) {
 	if !took(b.take(2, 299)) || took(b.take(1, 299)) {
 		t.Fatal("the newest lease did not serve until 300")
 	}
-	// Units past their expiry are not merged: Add hands them back, with the
+	// Units past their expiry are not merged: add hands them back, with the
 	// oldest grant time.
 	var c allowance
 	c.add(3, 7, 100, 0)
@@ -322,8 +322,8 @@ func TestDemandConverges(t *testing.T) {
 
 // A key's first requests arriving together are not a rate: four at once,
 // then two more a round trip (300µs) later, give at most what they would
-// over FirstWindow, not thousands a second. A steady demand is then learnt
-// from the average since the first request, well within Tau.
+// over firstWindow, not thousands a second. A steady demand is then learnt
+// from the average since the first request, well within tau.
 func TestDemandStartsFromAnAverage(t *testing.T) {
 	var d demand
 	now := int64(1e9)
@@ -331,7 +331,7 @@ func TestDemandStartsFromAnAverage(t *testing.T) {
 	now += 300e3
 	d.observe(2, now)
 	if r, most := d.estimate(), 2*1e9/float64(firstWindow); r > most {
-		t.Fatalf("rate %.0f after two requests 300µs apart, want at most %.0f (over FirstWindow)", r, most)
+		t.Fatalf("rate %.0f after two requests 300µs apart, want at most %.0f (over firstWindow)", r, most)
 	}
 	for range 20 { // 2400/s, in steps of 5ms: 100ms
 		now += 5e6
