@@ -18,8 +18,8 @@
 //     it evicts.
 //
 // It must not talk to Redis or decide policy: package sync leases, package
-// tier decides. It imports nothing from this module. Its types are safe
-// for concurrent use.
+// tier decides. It imports nothing from this module. Entry, Table and
+// Bound are safe for concurrent use.
 //
 // Files: entry.go (the Entry and its hit path), allowance.go (its units:
 // two generations, lock-free takes), lease.go (a lease's start, answer and

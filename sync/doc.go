@@ -20,7 +20,8 @@
 //
 // Every Redis call goes through the Limiter's door (package internal/door),
 // which bounds it by the Redis timeout, counts it, and holds the circuit
-// breakers: a prefetch starts only while its server's breaker is closed.
+// breakers: a prefetch starts only while its server's breaker is closed;
+// for a lease a request waits for, the caller asks and tells the breaker.
 //
 // It must not decide requests (package tier does), hold the scripts
 // (package remote does), or call Redis but through the door. It imports
