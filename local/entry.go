@@ -52,11 +52,11 @@ type Entry[P any] struct {
 	remaining    atomic.Int64
 	resetAt      atomic.Int64
 	members      atomic.Int64
-	shared       atomic.Bool  // see Shared
-	blockedUntil atomic.Int64 // see BlockedUntil
-	retryAt      atomic.Int64 // see RetryAt
+	shared       atomic.Bool
+	blockedUntil atomic.Int64
+	retryAt      atomic.Int64
 	fairShare    atomic.Bool
-	lowWater     atomic.Int64 // see LowWater
+	lowWater     atomic.Int64
 
 	table   *Table[P]
 	evicted atomic.Bool

@@ -8,10 +8,8 @@ import (
 	"github.com/ratelease/ratelease/remote"
 )
 
-// keep returns what tells whether units of e that lapsed unused at now,
-// granted at Redis time at, are worth setting aside, to go back with e's
-// next lease or on their own at a later sweep: not when a refund could no
-// longer give anything back (they are dropped).
+// keep tells whether units of e that lapsed at now are worth setting
+// aside to go back: not when a refund could no longer give anything back.
 func (l *Leaser) keep(e *Entry, now int64) local.Keep {
 	p, redisNow := e.Policy(), now/1e3+l.offset.Load()
 	return func(units, at int64) bool { return p.Refundable(units, at, redisNow) }
@@ -33,11 +31,9 @@ func (l *Leaser) evicted(e *Entry, units, at int64) {
 	l.giveBack(e, back, backAt)
 	if e.Members() > 0 && (units > 0 || e.Shared()) {
 		// Leave the key's members, so that this demand stops counting in
-		// the others' shares: with the refund, at no cost of its own; or on
-		// its own for a key that is shared out (the others would be held
-		// to less than they may have for three horizons). Any other entry
-		// does not leave: a call for that alone would cost a command per
-		// key at Close, and its membership lapses within three horizons.
+		// the others' shares: with the refund, at no cost; or on its own
+		// for a key shared out. Any other membership lapses within three
+		// horizons, which costs no command per key at Close.
 		l.batcher.queueBack(remote.Grant{Policy: e.Policy(), Key: e.Key(), Units: units, At: at, Member: l.id})
 		return
 	}
