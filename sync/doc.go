@@ -14,9 +14,9 @@
 // fair share. Its batcher sends the lease calls and refunds due at the
 // same moment in one pipeline (with a Redis Cluster, one per master, each
 // in a lane of its own). Units unused after Config.TTL go back with the
-// key's next lease or on their own a sweep later; those of evicted
-// entries, and at Close all of them, go back at once. Details:
-// docs/leasing.md.
+// key's next lease or on their own a sweep later (not at all when a refund
+// could give nothing back); those of evicted entries, and at Close all of
+// them, go back at once. Details: docs/leasing.md.
 //
 // Every Redis call goes through the Limiter's door (package internal/door),
 // which bounds it by the Redis timeout, counts it, and holds the circuit
