@@ -5,70 +5,52 @@ import (
 	"sync/atomic"
 )
 
-// Allowance holds the units leased for one (policy, key) and when they
-// lapse. Take is lock-free: atomic loads and, for one unit, an atomic add
-// (a compare-and-swap for more). The zero value holds nothing. Safe for
-// concurrent use.
+// allowance holds the units leased for one (policy, key) and when they
+// lapse; take is lock-free. The zero value holds nothing.
 //
 // Units live in two generations, each with its own expiry: cur, the newest
-// lease, and prev, what was left of the lease before it when cur arrived.
-// Take uses prev first, since it lapses first. So a lease made ahead of need
-// (prefetch) neither cuts short the units it joins nor stretches their life:
-// no unit outlives its own lease's validity. Should a third lease arrive while
-// prev still holds units, cur joins prev under prev's (earlier) expiry.
+// lease, and prev, what was left of the one before. take uses prev first,
+// since it lapses first, so a lease made ahead of need neither cuts short
+// the units it joins nor stretches their life. A third lease arriving
+// while prev holds units joins prev under prev's (earlier) expiry.
 //
-// Times are nanoseconds on the owner's monotonic clock (see Leaser.Now in
-// package sync); the allowance never reads a clock itself.
-type Allowance struct {
-	// cur, then the fields that share its units' cache line with it: no
-	// take of one unit reads or writes them, and the padding keeps prev and
-	// the expiries, which every take reads, at least a line away from
-	// cur.units, wherever the allowance starts. A take of one unit then
-	// moves one line between cores: cur.units, with its atomic add (an
-	// expiry read just ahead of the add on the same line would make the
-	// line cross twice).
+// Times are nanoseconds on the owner's monotonic clock; the allowance
+// never reads a clock itself.
+type allowance struct {
+	// The fields up to the padding share cur's cache line, and no take of
+	// one unit touches them; the padding keeps prev and the expiries, which
+	// every take reads, a line away from cur.units wherever the allowance
+	// starts, so that a take moves one line between cores.
 	cur slot
 	// added and drained total the units put in and taken out other than by
-	// Take: what Take took is added - drained - units, with no counter of
-	// its own on the hit path.
+	// take, so that taken needs no counter on the hit path.
 	added, drained atomic.Int64
-	// extra counts the units taken that were not a hit's first: the n-1
-	// more of a Take of n, and what TakeUpTo took (CountHit takes one
-	// back). The hits are the units taken less extra: a hit of one unit
-	// writes nothing but its atomic add, where a counter of hits doubled
-	// the cost of a hot key's hits under contention. extra is added before
-	// the units it counts are taken, so that Hits can undercount for a
-	// moment but never overcount.
+	// extra counts the units taken beyond a hit's first (the n-1 more of a
+	// take of n, and takeUpTo's), so that hits need no counter on the hit
+	// path either. It is added before the units it counts are taken:
+	// hits may undercount for a moment, never overcount.
 	extra atomic.Int64
 	_     [24]byte
 
-	prev slot
-	// curExpires and prevExpires: when (ns) each generation lapses.
-	curExpires, prevExpires atomic.Int64
-	// recheck is one less than a power of two, about a 64th of the last
-	// lease (0 for a lease of 64 units or fewer): one take in recheck+1 is
-	// followed by a precise reading of the time (see Recheck).
-	recheck atomic.Int64
-	// denial: Redis denied n units of this key until then (ns); requests
-	// for as many units or more before it are denied locally without
-	// asking again. One pointer, so that both are stored at once: a
-	// denial cleared while another is recorded is one or the other, never
-	// one's time with the other's units. nil: none.
+	prev                    slot
+	curExpires, prevExpires atomic.Int64 // ns
+	// recheckMask is one less than a power of two near a 64th of the last
+	// lease (see recheck).
+	recheckMask atomic.Int64
+	// denial is Redis's last denial; one pointer, so that its time and
+	// units are stored together. nil: none.
 	denial atomic.Pointer[denial]
 }
 
-// denial is a recorded denial; it is never changed once stored.
+// denial: Redis denied n units until until (ns). Never changed once stored.
 type denial struct{ until, n int64 }
 
 // slot is the units of one generation, and the Redis time (µs) of the
-// oldest grant among them, which a refund names. Its expiry is the
-// Allowance's (curExpires, prevExpires), on another cache line.
+// oldest grant among them, which a refund names.
 //
-// units below zero count as none: a take of one unit subtracts it with one
-// atomic add and, finding none, leaves the count below zero rather than
-// write again. Every other write of units takes that into account: it
-// swaps the count out (a negative one is none), subtracts by
-// compare-and-swap from a count it saw hold enough, or adds to a count
+// units below zero count as none: a take of one unit is one atomic add,
+// which leaves the count below zero when it finds none. Every other write
+// swaps the count out, subtracts by compare-and-swap, or adds to the count
 // raised to zero first (put).
 type slot struct {
 	units, at atomic.Int64
@@ -77,7 +59,7 @@ type slot struct {
 // take takes n units if the slot holds them, and returns the units it
 // holds after the take. The caller checks the expiry.
 func (s *slot) take(n int64) (left int64, ok bool) {
-	if n == 1 { // below zero is none: no need to give it back
+	if n == 1 {
 		left = s.units.Add(-1)
 		return max(0, left), left >= 0
 	}
@@ -105,22 +87,20 @@ func (s *slot) put(g int64) {
 	}
 }
 
-// generation is a slot with its expiry.
 type generation struct {
 	*slot
 	expires *atomic.Int64
 }
 
 // generations returns the allowance's generations, oldest first.
-func (a *Allowance) generations() [2]generation {
+func (a *allowance) generations() [2]generation {
 	return [2]generation{{&a.prev, &a.prevExpires}, {&a.cur, &a.curExpires}}
 }
 
-// Take takes n units if at least n are held, unexpired, in one generation
-// at now. It reports whether it did and, if so, about how many units are
-// left (Units, but from the take's own reading of its generation: under
-// contention, each load of the units after the take costs a cache miss).
-func (a *Allowance) Take(n, now int64) (left int64, ok bool) {
+// take takes n units if one generation holds them unexpired at now, and
+// returns about how many are left, from the take's own reading (another
+// load of a contended line costs a cache miss).
+func (a *allowance) take(n, now int64) (left int64, ok bool) {
 	if n > 1 {
 		a.extra.Add(n - 1)
 	}
@@ -141,77 +121,65 @@ func (a *Allowance) Take(n, now int64) (left int64, ok bool) {
 	return 0, false
 }
 
-// Taken returns the units taken so far. Calls running concurrently may or
-// may not be counted yet.
-func (a *Allowance) Taken() int64 {
-	// Read units last: a unit added after the added reading and then taken
-	// is not counted yet, rather than counted twice.
-	return max(0, a.added.Load()-a.drained.Load()-a.Units())
+// taken returns the units taken so far; concurrent takes may not be
+// counted yet.
+func (a *allowance) taken() int64 {
+	// units last: a unit added and taken after the added reading is not
+	// counted yet, rather than twice.
+	return max(0, a.added.Load()-a.drained.Load()-a.units())
 }
 
-// Units returns the units held, expired or not.
-func (a *Allowance) Units() int64 { return a.cur.held() + a.prev.held() }
+// units returns the units held, expired or not.
+func (a *allowance) units() int64 { return a.cur.held() + a.prev.held() }
 
-// Hits returns the number of hits so far: successful Takes, and the
-// TakeUpTos counted by CountHit. It is exact while no Add or Drain runs
-// (the entry's lock orders them); Takes running concurrently may or may
-// not be counted yet, and one may be undercounted for a moment.
-func (a *Allowance) Hits() uint64 {
+// hits returns the successful takes, and the takeUpTos counted by
+// CountHit. Requires the entry's lock (which orders add and drain);
+// concurrent takes may not be counted yet.
+func (a *allowance) hits() uint64 {
 	// extra last: a take seen in the units is seen in extra too.
-	taken := a.Taken()
+	taken := a.taken()
 	return uint64(max(0, taken-a.extra.Load()))
 }
 
-// Add adds g units granted by Redis at Redis time at (µs), valid until
-// expires (ns), at time now. Units already held and unexpired keep their
-// own expiry, in the previous generation. Units held past their expiry are
-// taken out: Add returns them (with their oldest grant time), for the caller
-// to refund. Adds must not run concurrently with each other (the leaser
-// holds Entry.Mu around them); Take, DrainExpired and Drain may.
-func (a *Allowance) Add(g, at, expires, now int64) (stale, staleAt int64) {
-	stale, staleAt = a.DrainExpired(now)
+// add adds g units granted at Redis time at (µs), valid until expires
+// (ns). Units held keep their own expiry, in prev; those expired at now are
+// taken out and returned, for a refund. Requires the entry's lock.
+func (a *allowance) add(g, at, expires, now int64) (stale, staleAt int64) {
+	stale, staleAt = a.drainExpired(now)
 	if u := a.cur.units.Swap(0); u > 0 {
 		if a.prev.units.Load() <= 0 {
 			a.prevExpires.Store(a.curExpires.Load())
 			a.prev.at.Store(a.cur.at.Load())
-		} // else prev is older: its expiry and grant time stay, and hold
-		// for these units too.
+		} // else prev is older, and its expiry holds for these units too
 		a.prev.put(u)
 	}
 	a.curExpires.Store(expires)
 	a.cur.at.Store(at)
-	a.recheck.Store(int64(1)<<bits.Len64(uint64(max(1, g/recheckShare)-1)) - 1)
+	a.recheckMask.Store(int64(1)<<bits.Len64(uint64(max(1, g/recheckShare)-1)) - 1)
 	a.added.Add(g)
 	a.cur.put(g)
 	return stale, staleAt
 }
 
-// recheckShare: about one take in this share of a lease is rechecked.
 const recheckShare = 64
 
-// Recheck reports whether a Take of n units that left left units (its
-// result) is one of those after which the caller reads the time precisely:
-// about one in a 64th of the last lease, every one for a lease of 64 units
-// or fewer. A caller that takes at a cached reading of the time, which may
-// lag by more than it allows for (a coarse clock whose ticker waits for a
-// CPU), so brings it up to date within a 64th of a lease: of each lease,
-// at most that many units (and one per take under way) are taken past
-// their expiry, however far the cached reading lags.
-func (a *Allowance) Recheck(left, n int64) bool {
-	m := a.recheck.Load()
-	// A multiple of m+1 among the units left+n-1 ... left that the take
-	// passed, or, with n > m, any.
+// recheck reports whether a take of n units that left left is one after
+// which the caller reads the time precisely: about one per 64th of the
+// last lease, every one for a lease of 64 units or fewer. A caller taking
+// at a cached time that lags more than it allows for (a coarse clock's
+// ticker waiting for a CPU) so takes at most a 64th of each lease past its
+// expiry.
+func (a *allowance) recheck(left, n int64) bool {
+	m := a.recheckMask.Load()
+	// Did the take pass a multiple of m+1 among left+n-1 ... left?
 	return n > m || left&m == 0 || left&m > m+1-n
 }
 
-// Merge moves the units of cur into prev when both hold units unexpired at
-// now, so that a Take of more units than either holds alone finds them
-// together: a remainder of one lease and the next lease's units serve a
-// request neither could. They take prev's expiry, the earlier: no unit
-// outlives its own lease's validity. It reports whether it moved any. Like
-// Add, it must not run concurrently with Add, DrainExpired or Drain (the
-// entry's lock); Take may.
-func (a *Allowance) Merge(now int64) bool {
+// merge moves cur's units into prev, under prev's earlier expiry, when
+// both hold units unexpired at now, so that a take of more than either
+// holds alone finds them together. It reports whether it moved any.
+// Requires the entry's lock.
+func (a *allowance) merge(now int64) bool {
 	if a.prev.units.Load() <= 0 || now >= a.prevExpires.Load() || now >= a.curExpires.Load() {
 		return false
 	}
@@ -223,26 +191,26 @@ func (a *Allowance) Merge(now int64) bool {
 	return true
 }
 
-// DrainExpired takes the units of every generation expired at now, for a
-// refund, and returns how many there were and their oldest grant time.
-func (a *Allowance) DrainExpired(now int64) (units, at int64) {
+// drainExpired takes out the units expired at now, and returns them and
+// their oldest grant time.
+func (a *allowance) drainExpired(now int64) (units, at int64) {
 	for _, g := range a.generations() {
 		if g.units.Load() > 0 && g.expires.Load() <= now {
-			units, at = a.drain(g.slot, units, at)
+			units, at = a.drainSlot(g.slot, units, at)
 		}
 	}
 	return units, at
 }
 
-// Drain takes every held unit, for a refund, and returns how many there
-// were and the oldest grant time among them.
-func (a *Allowance) Drain() (units, at int64) {
-	units, at = a.drain(&a.prev, 0, 0)
-	return a.drain(&a.cur, units, at)
+// drain takes out every unit held, and returns them and their oldest
+// grant time.
+func (a *allowance) drain() (units, at int64) {
+	units, at = a.drainSlot(&a.prev, 0, 0)
+	return a.drainSlot(&a.cur, units, at)
 }
 
-// drain empties s into a running total of units and their oldest grant.
-func (a *Allowance) drain(s *slot, units, at int64) (int64, int64) {
+// drainSlot empties s into a running total of units and their oldest grant.
+func (a *allowance) drainSlot(s *slot, units, at int64) (int64, int64) {
 	u := s.units.Swap(0)
 	if u <= 0 {
 		return units, at
@@ -254,15 +222,13 @@ func (a *Allowance) drain(s *slot, units, at int64) (int64, int64) {
 	return units + u, at
 }
 
-// Deny records that Redis denied n units of this key until until (ns).
-func (a *Allowance) Deny(until, n int64) { a.denial.Store(&denial{until, n}) }
+func (a *allowance) deny(until, n int64) { a.denial.Store(&denial{until, n}) }
 
-// ClearDenial forgets the recorded denial.
-func (a *Allowance) ClearDenial() { a.denial.Store(nil) }
+func (a *allowance) clearDenial() { a.denial.Store(nil) }
 
-// Denied reports whether a recorded denial holds for n units at now (it was
-// for n units or fewer, and has not lapsed), and how long until it lapses.
-func (a *Allowance) Denied(now, n int64) (bool, int64) {
+// denied reports whether the recorded denial, for n units or fewer, holds
+// at now, and how long until it lapses.
+func (a *allowance) denied(now, n int64) (bool, int64) {
 	if d := a.denial.Load(); d != nil && now < d.until && n >= d.n {
 		return true, d.until - now
 	}

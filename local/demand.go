@@ -2,47 +2,39 @@ package local
 
 import "math"
 
-// Demand estimates how fast units are used. For its first Tau it is the
-// average since the first observation, over at least FirstWindow; from
-// then on an exponentially weighted moving average of units per second
-// with time constant Tau, Tau/4 while the demand rises. The zero value is
-// ready: it knows nothing yet (Rate 0). Not safe for concurrent use: its
-// owner updates it under its own lock, off the hit path.
-type Demand struct {
-	rate    float64 // units per second
-	last    int64   // ns of the last Observe
-	first   int64   // ns of the first Observe
-	total   float64 // units used since first, during the first Tau
-	started bool    // an Observe has set last and first
-	known   bool    // a rate has been measured
+// demand estimates how fast units are used, in units per second: for its
+// first tau the average since the first observation (over at least
+// firstWindow), then a moving average with time constant tau, tau/4 while
+// it rises. The zero value knows nothing (0). Requires the entry's lock.
+type demand struct {
+	rate        float64
+	last, first int64   // ns of the last and first observe
+	total       float64 // units used since first, during the first tau
+	started     bool
+	known       bool // a rate has been measured
 }
 
-// Tau is the averaging time constant of Demand: an observation's weight
-// halves after about 0.7·Tau.
-const Tau = 1e9 // ns
+const tau = 1e9 // ns
 
-// FirstWindow is the shortest time a rate is measured over. Requests that
-// arrive together (a service's goroutines starting at once) are not a
-// rate: two of them a round trip apart would make one of thousands a
-// second, and a key's first leases would claim a fair share it does not
-// use.
-const FirstWindow = 20e6 // ns
+// firstWindow is the shortest time a rate is measured over: requests that
+// arrive together (goroutines starting at once) are not a rate, and would
+// have a key's first leases claim a fair share it does not use.
+const firstWindow = 20e6 // ns
 
-// Observe records that used units were used since the last observation,
-// at now (ns). The first observation only starts the clock.
-func (d *Demand) Observe(used, now int64) {
+// observe records that used units were used since the last observation,
+// at now (ns). The first only starts the clock.
+func (d *demand) observe(used, now int64) {
 	if !d.started {
 		d.last, d.first, d.started = now, now, true
 		return
 	}
-	if since := now - d.first; since < Tau {
-		// The first Tau: the average since the first observation, which
-		// learns a steady demand at once; an average with the zero before
-		// it would take a few Taus.
+	if since := now - d.first; since < tau {
+		// The average since the first observation learns a steady demand
+		// at once; a moving average from zero would take a few taus.
 		d.total += float64(used)
 		if now > d.last {
 			d.last = now
-			d.rate, d.known = d.total*1e9/float64(max(since, FirstWindow)), true
+			d.rate, d.known = d.total*1e9/float64(max(since, firstWindow)), true
 		}
 		return
 	}
@@ -56,18 +48,16 @@ func (d *Demand) Observe(used, now int64) {
 		d.rate, d.known = r, true
 		return
 	}
-	tau := float64(Tau)
+	tau := float64(tau)
 	if r > d.rate {
-		// A rising demand is followed four times as fast as a falling one:
-		// a lease sized for yesterday's demand makes its key wait on Redis
-		// (and, shared, its fair share is counted too low) until the
-		// average catches up, while one sized too large for a short lull
-		// only holds a few units more until they lapse.
+		// Followed four times as fast rising as falling: a lease too small
+		// makes its key wait on Redis (and, shared, counts its fair share
+		// too low), one too large only holds a few units until they lapse.
 		tau /= 4
 	}
 	alpha := 1 - math.Exp(-float64(dt)/tau)
 	d.rate += alpha * (r - d.rate)
 }
 
-// Rate returns the estimated units per second.
-func (d *Demand) Rate() float64 { return d.rate }
+// estimate returns the estimated units per second.
+func (d *demand) estimate() float64 { return d.rate }

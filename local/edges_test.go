@@ -34,7 +34,7 @@ func TestClearWaitsForAnEntryBeingMade(t *testing.T) {
 	if !ok {
 		t.Fatal("the entry being made is not in its table")
 	}
-	if _, kept, _ := e.Fill(Grant{Units: 10, Keep: 10, At: 1, Expires: 1e18}, 0, keepAll); !kept {
+	if _, kept, _ := e.fill(Grant{Units: 10, Keep: 10, At: 1, Expires: 1e18}, 0, keepAll); !kept {
 		t.Fatal("a live entry refused a grant")
 	}
 	cleared := make(chan struct{})
@@ -52,20 +52,20 @@ func TestClearWaitsForAnEntryBeingMade(t *testing.T) {
 	mu.Lock()
 	got := refunded["k"]
 	mu.Unlock()
-	if got != 10 || !e.Evicted() || e.Units() != 0 {
-		t.Fatalf("after Clear: %d units handed back (want 10), evicted %v, %d held", got, e.Evicted(), e.Units())
+	if got != 10 || !e.evicted.Load() || e.Units() != 0 {
+		t.Fatalf("after Clear: %d units handed back (want 10), evicted %v, %d held", got, e.evicted.Load(), e.Units())
 	}
-	if _, kept, _ := e.Fill(Grant{Units: 5, Keep: 5, At: 1, Expires: 1e18}, 0, keepAll); kept || e.Units() != 0 {
+	if _, kept, _ := e.fill(Grant{Units: 5, Keep: 5, At: 1, Expires: 1e18}, 0, keepAll); kept || e.Units() != 0 {
 		t.Fatal("a cleared entry took a grant")
 	}
 	late := tb.GetOrCreate("k2")
-	if !late.Evicted() {
+	if !late.evicted.Load() {
 		t.Fatal("an entry made after Clear is not gone")
 	}
 	if _, ok := tb.Get("k2"); ok {
 		t.Fatal("an entry made after Clear is in its table")
 	}
-	if _, kept, _ := late.Fill(Grant{Units: 5, Keep: 5, At: 1, Expires: 1e18}, 0, keepAll); kept {
+	if _, kept, _ := late.fill(Grant{Units: 5, Keep: 5, At: 1, Expires: 1e18}, 0, keepAll); kept {
 		t.Fatal("an entry made after Clear took a grant")
 	}
 }
@@ -79,29 +79,29 @@ func TestGoneEntryRefusesUnits(t *testing.T) {
 	b := NewBound[string](1, func(_ *Entry[string], units, _ int64) { evicted.Add(units) })
 	tb := b.NewTable("p", nil)
 	e := tb.GetOrCreate("a")
-	e.Fill(Grant{Units: 8, Keep: 8, At: 3, Expires: 100}, 0, keepAll)
+	e.fill(Grant{Units: 8, Keep: 8, At: 3, Expires: 100}, 0, keepAll)
 	if lp := e.Lapse(100, keepAll); lp != (Lapsed{Units: 8, Aside: 8}) || e.Back() != 8 {
 		t.Fatalf("Lapse = %+v, back %d; want all 8 set aside", lp, e.Back())
 	}
 	if lp := e.Lapse(200, keepAll); lp.Units != 0 {
 		t.Fatalf("a second Lapse found %d units", lp.Units)
 	}
-	e.Fill(Grant{Units: 4, Keep: 4, At: 5, Expires: 300}, 150, keepAll)
+	e.fill(Grant{Units: 4, Keep: 4, At: 5, Expires: 300}, 150, keepAll)
 	lease, _ := e.StartLease(1, 1, 160) // takes the 8 set aside along
 	if lease.Back != 8 || e.Back() != 0 {
 		t.Fatalf("the lease took %d set aside, %d left", lease.Back, e.Back())
 	}
 	tb.GetOrCreate("b") // evicts a: its 4 units go to onEvict
-	if !e.Evicted() || evicted.Load() != 4 {
-		t.Fatalf("evicted %v, %d units handed back; want 4", e.Evicted(), evicted.Load())
+	if !e.evicted.Load() || evicted.Load() != 4 {
+		t.Fatalf("evicted %v, %d units handed back; want 4", e.evicted.Load(), evicted.Load())
 	}
 	if u, at := e.AbandonLease(lease, 170); u != 8 || at != 3 {
 		t.Fatalf("AbandonLease on a gone entry = %d, %d; want the 8 set aside, granted at 3", u, at)
 	}
-	if e.SetAside(2, 1, 180) {
+	if e.setAside(2, 1, 180) {
 		t.Fatal("a gone entry took units set aside")
 	}
-	if _, kept, _ := e.Fill(Grant{Units: 6, Keep: 6, At: 7, Expires: 1e9}, 190, keepAll); kept || e.Units() != 0 {
+	if _, kept, _ := e.fill(Grant{Units: 6, Keep: 6, At: 7, Expires: 1e9}, 190, keepAll); kept || e.Units() != 0 {
 		t.Fatal("a gone entry took a grant")
 	}
 	if e.Back() != 0 {
@@ -110,7 +110,7 @@ func TestGoneEntryRefusesUnits(t *testing.T) {
 
 	// A live entry's abandoned lease puts its units back.
 	c := tb.GetOrCreate("c")
-	c.SetAside(3, 9, 0)
+	c.setAside(3, 9, 0)
 	l, _ := c.StartLease(0, 1, 1)
 	if u, _ := c.AbandonLease(l, 2); u != 0 || c.Back() != 3 || c.Leasing() != nil {
 		t.Fatalf("AbandonLease on a live entry returned %d, left %d set aside (want 0, 3), lease in flight %v", u, c.Back(), c.Leasing() != nil)
@@ -125,13 +125,13 @@ func TestForgetDropsLeasesStartedBefore(t *testing.T) {
 	if n := e.Forget(); n != 0 {
 		t.Fatalf("Forget dropped %d of nothing", n)
 	}
-	_, kept, forgot := e.Fill(Grant{Units: 9, Keep: 9, At: 1, Expires: 1e9, Epoch: before.Epoch}, 1, keepAll)
+	_, kept, forgot := e.fill(Grant{Units: 9, Keep: 9, At: 1, Expires: 1e9, Epoch: before.Epoch}, 1, keepAll)
 	e.EndLease()
 	if !kept || !forgot || e.Units() != 0 {
 		t.Fatalf("a lease from before Forget: kept %v, forgot %v, %d units held; want dropped", kept, forgot, e.Units())
 	}
 	after, _ := e.StartLease(1, 1, 2)
-	if _, _, forgot := e.Fill(Grant{Units: 9, Keep: 9, At: 1, Expires: 1e9, Epoch: after.Epoch}, 3, keepAll); forgot || e.Units() != 9 {
+	if _, _, forgot := e.fill(Grant{Units: 9, Keep: 9, At: 1, Expires: 1e9, Epoch: after.Epoch}, 3, keepAll); forgot || e.Units() != 9 {
 		t.Fatalf("a lease from after Forget: forgot %v, %d units held; want 9", forgot, e.Units())
 	}
 }

@@ -1,4 +1,4 @@
-package local_test
+package local
 
 import (
 	"math"
@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
-
-	"github.com/ratelease/ratelease/local"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -20,80 +18,80 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func took(_ int64, ok bool) bool { return ok }
 
 func TestAllowanceTakeAndExpiry(t *testing.T) {
-	var a local.Allowance
-	if took(a.Take(1, 0)) {
+	var a allowance
+	if took(a.take(1, 0)) {
 		t.Fatal("zero allowance granted a unit")
 	}
-	if stale, _ := a.Add(5, 111, 100, 10); stale != 0 {
+	if stale, _ := a.add(5, 111, 100, 10); stale != 0 {
 		t.Fatalf("stale %d from an empty allowance", stale)
 	}
-	if left, ok := a.Take(3, 50); !ok || left != 2 || a.Units() != 2 {
-		t.Fatalf("Take(3): %d left, %v; units %d", left, ok, a.Units())
+	if left, ok := a.take(3, 50); !ok || left != 2 || a.units() != 2 {
+		t.Fatalf("Take(3): %d left, %v; units %d", left, ok, a.units())
 	}
-	if took(a.Take(3, 50)) {
+	if took(a.take(3, 50)) {
 		t.Fatal("took 3 of 2")
 	}
-	if took(a.Take(1, 100)) {
+	if took(a.take(1, 100)) {
 		t.Fatal("took a unit at its expiry")
 	}
-	if a.Hits() != 1 {
-		t.Fatalf("hits %d", a.Hits())
+	if a.hits() != 1 {
+		t.Fatalf("hits %d", a.hits())
 	}
-	if u, at := a.DrainExpired(100); u != 2 || at != 111 || a.Units() != 0 {
-		t.Fatalf("DrainExpired = %d, %d; units left %d", u, at, a.Units())
+	if u, at := a.drainExpired(100); u != 2 || at != 111 || a.units() != 0 {
+		t.Fatalf("DrainExpired = %d, %d; units left %d", u, at, a.units())
 	}
-	if a.Taken() != 3 {
-		t.Fatalf("Taken() = %d, want the 3 taken", a.Taken())
+	if a.taken() != 3 {
+		t.Fatalf("Taken() = %d, want the 3 taken", a.taken())
 	}
 }
 
 // A lease added while units are held keeps both expiries: the older units
 // are used first and lapse at their own time, the new ones at theirs.
 func TestAllowanceGenerations(t *testing.T) {
-	var a local.Allowance
-	a.Add(4, 10, 100, 0)  // expires at 100
-	a.Add(6, 20, 150, 50) // a prefetch at 50: 4 old + 6 new
-	if left, ok := a.Take(3, 60); !ok || left != 7 || a.Units() != 7 {
-		t.Fatalf("after Take(3): %d left (%v), %d units, want 7", left, ok, a.Units())
+	var a allowance
+	a.add(4, 10, 100, 0)  // expires at 100
+	a.add(6, 20, 150, 50) // a prefetch at 50: 4 old + 6 new
+	if left, ok := a.take(3, 60); !ok || left != 7 || a.units() != 7 {
+		t.Fatalf("after Take(3): %d left (%v), %d units, want 7", left, ok, a.units())
 	}
 	// At 100 the one old unit left lapses; the 6 new ones do not.
-	if u, at := a.DrainExpired(100); u != 1 || at != 10 {
+	if u, at := a.drainExpired(100); u != 1 || at != 10 {
 		t.Fatalf("DrainExpired(100) = %d, %d; want the 1 old unit granted at 10", u, at)
 	}
-	if !took(a.Take(6, 120)) || took(a.Take(1, 120)) {
+	if !took(a.take(6, 120)) || took(a.take(1, 120)) {
 		t.Fatal("the new units did not serve until their own expiry")
 	}
 	// A third lease while prev still holds units: cur joins prev under
 	// prev's earlier expiry, never a later one.
-	var b local.Allowance
-	b.Add(2, 1, 100, 0)
-	b.Add(2, 2, 200, 10)
-	b.Add(2, 3, 300, 20) // prev (2 units, expiring at 100) gets cur's 2
-	if took(b.Take(5, 99)) || !took(b.Take(4, 99)) {
+	var b allowance
+	b.add(2, 1, 100, 0)
+	b.add(2, 2, 200, 10)
+	b.add(2, 3, 300, 20) // prev (2 units, expiring at 100) gets cur's 2
+	if took(b.take(5, 99)) || !took(b.take(4, 99)) {
 		t.Fatal("want 4 units in prev and no single take of 5 across generations")
 	}
-	if u, at := b.DrainExpired(100); u != 0 || at != 0 {
+	if u, at := b.drainExpired(100); u != 0 || at != 0 {
 		t.Fatalf("DrainExpired(100) = %d, %d; prev was used up", u, at)
 	}
-	if !took(b.Take(2, 299)) || took(b.Take(1, 299)) {
+	if !took(b.take(2, 299)) || took(b.take(1, 299)) {
 		t.Fatal("the newest lease did not serve until 300")
 	}
-	// Units past their expiry are not merged: Add hands them back, with the
+	// Units past their expiry are not merged: add hands them back, with the
 	// oldest grant time.
-	var c local.Allowance
-	c.Add(3, 7, 100, 0)
-	c.Add(3, 8, 150, 50)
-	if stale, at := c.Add(5, 9, 400, 200); stale != 6 || at != 7 || c.Units() != 5 {
-		t.Fatalf("stale %d at %d, units %d; want 6 at 7 and 5 held", stale, at, c.Units())
+	var c allowance
+	c.add(3, 7, 100, 0)
+	c.add(3, 8, 150, 50)
+	if stale, at := c.add(5, 9, 400, 200); stale != 6 || at != 7 || c.units() != 5 {
+		t.Fatalf("stale %d at %d, units %d; want 6 at 7 and 5 held", stale, at, c.units())
 	}
-	if u, at := c.Drain(); u != 5 || at != 9 || c.Units() != 0 || c.Taken() != 0 {
-		t.Fatalf("Drain = %d, %d; Taken %d", u, at, c.Taken())
+	if u, at := c.drain(); u != 5 || at != 9 || c.units() != 0 || c.taken() != 0 {
+		t.Fatalf("Drain = %d, %d; Taken %d", u, at, c.taken())
 	}
 }
 
 func TestAllowanceConcurrentTakesNeverExceedTheLease(t *testing.T) {
-	var a local.Allowance
-	a.Add(1000, 1, math.MaxInt64, 0)
+	var a allowance
+	a.add(1000, 1, math.MaxInt64, 0)
 	var taken atomic.Int64
 	var wg sync.WaitGroup
 	for g := 0; g < 8; g++ {
@@ -102,21 +100,21 @@ func TestAllowanceConcurrentTakesNeverExceedTheLease(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < 500; i++ {
 				n := int64(1 + i%3)
-				if took(a.Take(n, 1)) {
+				if took(a.take(n, 1)) {
 					taken.Add(n)
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	if got := taken.Load() + a.Units(); got != 1000 {
+	if got := taken.Load() + a.units(); got != 1000 {
 		t.Fatalf("taken + left = %d, want 1000", got)
 	}
-	if a.Taken() != taken.Load() {
-		t.Fatalf("Taken() = %d, want %d", a.Taken(), taken.Load())
+	if a.taken() != taken.Load() {
+		t.Fatalf("Taken() = %d, want %d", a.taken(), taken.Load())
 	}
-	if a.Units() > 2 {
-		t.Fatalf("%d units left although takes of 1..3 kept trying", a.Units())
+	if a.units() > 2 {
+		t.Fatalf("%d units left although takes of 1..3 kept trying", a.units())
 	}
 }
 
@@ -124,27 +122,27 @@ func TestAllowanceConcurrentTakesNeverExceedTheLease(t *testing.T) {
 // atomic add, nothing given back): that counts as none, to every reader and
 // to the next grant, which is held whole.
 func TestAllowanceTakesOfOneFromNone(t *testing.T) {
-	var a local.Allowance
-	a.Add(2, 1, 100, 0)
+	var a allowance
+	a.add(2, 1, 100, 0)
 	for i := range 5 {
-		if left, ok := a.Take(1, 10); ok != (i < 2) || left != max(0, int64(1-i)) {
+		if left, ok := a.take(1, 10); ok != (i < 2) || left != max(0, int64(1-i)) {
 			t.Fatalf("take %d: %d left, %v", i, left, ok)
 		}
 	}
-	if a.Units() != 0 || a.Taken() != 2 || a.Hits() != 2 || a.Holds(1, 10) {
-		t.Fatalf("after 3 takes from none: units %d, taken %d, hits %d", a.Units(), a.Taken(), a.Hits())
+	if a.units() != 0 || a.taken() != 2 || a.hits() != 2 || a.holds(1, 10) {
+		t.Fatalf("after 3 takes from none: units %d, taken %d, hits %d", a.units(), a.taken(), a.hits())
 	}
-	if got := a.TakeUpTo(4, 10); got != 0 {
+	if got := a.takeUpTo(4, 10); got != 0 {
 		t.Fatalf("TakeUpTo from none took %d", got)
 	}
-	a.Add(3, 2, 200, 20) // cur, below zero, moves nothing to prev
-	if a.Units() != 3 || !took(a.Take(3, 30)) || took(a.Take(1, 30)) {
-		t.Fatalf("a grant of 3 after takes from none: units %d", a.Units())
+	a.add(3, 2, 200, 20) // cur, below zero, moves nothing to prev
+	if a.units() != 3 || !took(a.take(3, 30)) || took(a.take(1, 30)) {
+		t.Fatalf("a grant of 3 after takes from none: units %d", a.units())
 	}
-	a.Take(1, 30)
-	a.Add(4, 3, 300, 40) // cur below zero again; prev, emptied by a Take of 3, is 0
-	if u, _ := a.Drain(); u != 4 || a.Taken() != 5 {
-		t.Fatalf("Drain = %d, Taken %d; want 4 and the 5 taken", u, a.Taken())
+	a.take(1, 30)
+	a.add(4, 3, 300, 40) // cur below zero again; prev, emptied by a Take of 3, is 0
+	if u, _ := a.drain(); u != 4 || a.taken() != 5 {
+		t.Fatalf("Drain = %d, Taken %d; want 4 and the 5 taken", u, a.taken())
 	}
 }
 
@@ -152,7 +150,7 @@ func TestAllowanceTakesOfOneFromNone(t *testing.T) {
 // against leases, merges and drains: what was added is what was taken,
 // drained and is left.
 func TestAllowanceConservesUnits(t *testing.T) {
-	var a local.Allowance
+	var a allowance
 	var taken, out atomic.Int64
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
@@ -165,7 +163,7 @@ func TestAllowanceConservesUnits(t *testing.T) {
 				default:
 				}
 				n := int64(1 + g%2*2)
-				if took(a.Take(n, 10)) {
+				if took(a.take(n, 10)) {
 					taken.Add(n)
 				}
 				if i%64 == 0 {
@@ -178,26 +176,26 @@ func TestAllowanceConservesUnits(t *testing.T) {
 	var mu sync.Mutex // Adds and drains run one at a time, as under Entry.mu
 	for i := range 2000 {
 		mu.Lock()
-		stale, _ := a.Add(int64(1+i%7), int64(i), int64(11+i%2*100), int64(i%3*10))
+		stale, _ := a.add(int64(1+i%7), int64(i), int64(11+i%2*100), int64(i%3*10))
 		added += int64(1 + i%7)
 		out.Add(stale)
 		if i%5 == 0 {
-			u, _ := a.Drain()
+			u, _ := a.drain()
 			out.Add(u)
 		}
 		if i%3 == 1 {
-			a.Merge(5)
+			a.merge(5)
 		}
 		mu.Unlock()
 		runtime.Gosched()
 	}
 	close(stop)
 	wg.Wait()
-	if got := taken.Load() + out.Load() + a.Units(); got != added {
-		t.Fatalf("taken %d + drained %d + held %d = %d, want the %d added", taken.Load(), out.Load(), a.Units(), got, added)
+	if got := taken.Load() + out.Load() + a.units(); got != added {
+		t.Fatalf("taken %d + drained %d + held %d = %d, want the %d added", taken.Load(), out.Load(), a.units(), got, added)
 	}
-	if a.Taken() != taken.Load() {
-		t.Fatalf("Taken() = %d, want %d", a.Taken(), taken.Load())
+	if a.taken() != taken.Load() {
+		t.Fatalf("Taken() = %d, want %d", a.taken(), taken.Load())
 	}
 }
 
@@ -205,8 +203,8 @@ func TestAllowanceConservesUnits(t *testing.T) {
 // none, a TakeUpTo one only when CountHit says its units decided; neither
 // a lease nor a drain changes them.
 func TestHitsCountRequests(t *testing.T) {
-	e := local.NewBound[string](10, nil).NewTable("p", nil).GetOrCreate("k")
-	e.Fill(local.Grant{Units: 100, Keep: 100, At: 1, Expires: 1e9}, 0, keepAll)
+	e := NewBound[string](10, nil).NewTable("p", nil).GetOrCreate("k")
+	e.fill(Grant{Units: 100, Keep: 100, At: 1, Expires: 1e9}, 0, keepAll)
 	for range 3 {
 		e.Take(1, 10)
 	}
@@ -222,8 +220,8 @@ func TestHitsCountRequests(t *testing.T) {
 	}
 	e.CountHit()
 	e.TakeUpTo(3, 10) // units of a decision Redis made: no hit
-	e.Fill(local.Grant{Units: 50, Keep: 50, At: 2, Expires: 2e9}, 20, keepAll)
-	if u, _ := e.Drain(); u != 129 {
+	e.fill(Grant{Units: 50, Keep: 50, At: 2, Expires: 2e9}, 20, keepAll)
+	if u, _ := e.drain(); u != 129 {
 		t.Fatalf("drained %d, want 100-8-13+50", u)
 	}
 	if h := e.Hits(); h != 5 {
@@ -235,7 +233,7 @@ func TestHitsCountRequests(t *testing.T) {
 // units, leases and drains under the entry's lock; at the end they count
 // every successful Take.
 func TestHitsAreMonotone(t *testing.T) {
-	e := local.NewBound[string](10, nil).NewTable("p", nil).GetOrCreate("k")
+	e := NewBound[string](10, nil).NewTable("p", nil).GetOrCreate("k")
 	var hits atomic.Int64
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
@@ -263,9 +261,9 @@ func TestHitsAreMonotone(t *testing.T) {
 				return
 			default:
 			}
-			e.Fill(local.Grant{Units: 40, Keep: 40, At: int64(i), Expires: 1e9}, 1, keepAll)
+			e.fill(Grant{Units: 40, Keep: 40, At: int64(i), Expires: 1e9}, 1, keepAll)
 			if i%3 == 0 {
-				e.Drain()
+				e.drain()
 			}
 			runtime.Gosched()
 		}
@@ -289,57 +287,57 @@ func TestHitsAreMonotone(t *testing.T) {
 }
 
 func TestAllowanceDenial(t *testing.T) {
-	var a local.Allowance
-	a.Deny(100, 5)
-	if d, left := a.Denied(70, 5); !d || left != 30 {
+	var a allowance
+	a.deny(100, 5)
+	if d, left := a.denied(70, 5); !d || left != 30 {
 		t.Fatalf("Denied(70, 5) = %v, %d", d, left)
 	}
-	if d, _ := a.Denied(70, 4); d {
+	if d, _ := a.denied(70, 4); d {
 		t.Fatal("a denial of 5 units denied 4")
 	}
-	if d, _ := a.Denied(100, 5); d {
+	if d, _ := a.denied(100, 5); d {
 		t.Fatal("denial outlived its end")
 	}
 }
 
 func TestDemandConverges(t *testing.T) {
-	var d local.Demand
+	var d demand
 	now := int64(1e9)
-	d.Observe(0, now)
+	d.observe(0, now)
 	for i := 0; i < 100; i++ { // 200 units per 100ms: 2000/s, for 10τ
 		now += 1e8
-		d.Observe(200, now)
+		d.observe(200, now)
 	}
-	if r := d.Rate(); r < 1999 || r > 2001 { // 2000·(1 - e^-10)
+	if r := d.estimate(); r < 1999 || r > 2001 { // 2000·(1 - e^-10)
 		t.Fatalf("rate %.1f, want about 2000", r)
 	}
 	for i := 0; i < 50; i++ { // idle
 		now += 1e8
-		d.Observe(0, now)
+		d.observe(0, now)
 	}
-	if r := d.Rate(); r > 20 {
+	if r := d.estimate(); r > 20 {
 		t.Fatalf("rate %.1f after 5s idle, want near 0", r)
 	}
 }
 
 // A key's first requests arriving together are not a rate: four at once,
 // then two more a round trip (300µs) later, give at most what they would
-// over FirstWindow, not thousands a second. A steady demand is then learnt
-// from the average since the first request, well within Tau.
+// over firstWindow, not thousands a second. A steady demand is then learnt
+// from the average since the first request, well within tau.
 func TestDemandStartsFromAnAverage(t *testing.T) {
-	var d local.Demand
+	var d demand
 	now := int64(1e9)
-	d.Observe(4, now)
+	d.observe(4, now)
 	now += 300e3
-	d.Observe(2, now)
-	if r, most := d.Rate(), 2*1e9/float64(local.FirstWindow); r > most {
-		t.Fatalf("rate %.0f after two requests 300µs apart, want at most %.0f (over FirstWindow)", r, most)
+	d.observe(2, now)
+	if r, most := d.estimate(), 2*1e9/float64(firstWindow); r > most {
+		t.Fatalf("rate %.0f after two requests 300µs apart, want at most %.0f (over firstWindow)", r, most)
 	}
 	for range 20 { // 2400/s, in steps of 5ms: 100ms
 		now += 5e6
-		d.Observe(12, now)
+		d.observe(12, now)
 	}
-	if r := d.Rate(); r < 0.97*2400 || r > 1.03*2400 {
+	if r := d.estimate(); r < 0.97*2400 || r > 1.03*2400 {
 		t.Fatalf("rate %.0f after 100ms of 2400/s, want within 3%% of it", r)
 	}
 }
@@ -348,23 +346,23 @@ func TestDemandStartsFromAnAverage(t *testing.T) {
 // 100/s to 1000/s, 0.5s later the estimate is past 860 (1 - e^-2); from
 // 1000/s back to 100/s, 0.5s later it is still above 600 (e^-0.5).
 func TestDemandRisesFasterThanItFalls(t *testing.T) {
-	var d local.Demand
+	var d demand
 	now := int64(1e9)
-	d.Observe(0, now)
+	d.observe(0, now)
 	steady := func(perStep int64, steps int) {
 		for range steps {
 			now += 1e7 // 10ms
-			d.Observe(perStep, now)
+			d.observe(perStep, now)
 		}
 	}
 	steady(1, 1000) // 100/s for 10s
 	steady(10, 50)  // 1000/s for 0.5s
-	if r := d.Rate(); r < 0.86*900+100 {
+	if r := d.estimate(); r < 0.86*900+100 {
 		t.Fatalf("rate %.1f half a second into 1000/s, want past %.0f", r, 0.86*900+100)
 	}
 	steady(10, 1000) // settle at 1000/s
 	steady(1, 50)    // 100/s for 0.5s
-	if r := d.Rate(); r < 0.6*900+100 {
+	if r := d.estimate(); r < 0.6*900+100 {
 		t.Fatalf("rate %.1f half a second into 100/s, want still above %.0f", r, 0.6*900+100)
 	}
 }
@@ -375,17 +373,17 @@ func TestBoundEvictsLeastRecentlyLeasedAndHandsBackUnits(t *testing.T) {
 		units, at int64
 	}
 	var got []evicted
-	b := local.NewBound(2, func(e *local.Entry[string], units, at int64) { got = append(got, evicted{e.Key(), units, at}) })
+	b := NewBound(2, func(e *Entry[string], units, at int64) { got = append(got, evicted{e.Key(), units, at}) })
 	p, q := b.NewTable("p", nil), b.NewTable("q", nil)
 	a := p.GetOrCreate("a")
-	a.Fill(local.Grant{Units: 5, Keep: 5, At: 77, Expires: math.MaxInt64}, 0, keepAll)
+	a.fill(Grant{Units: 5, Keep: 5, At: 77, Expires: math.MaxInt64}, 0, keepAll)
 	c := q.GetOrCreate("c")
 	if p.GetOrCreate("a") != a {
 		t.Fatal("GetOrCreate made a second entry for one key")
 	}
-	b.Touch(a) // c is now the least recently leased
+	b.touch(a) // c is now the least recently leased
 	q.GetOrCreate("d")
-	if len(got) != 1 || got[0].key != "c" || !c.Evicted() {
+	if len(got) != 1 || got[0].key != "c" || !c.evicted.Load() {
 		t.Fatalf("evicted %+v, want c", got)
 	}
 	if _, ok := q.Get("c"); ok {
@@ -403,8 +401,8 @@ func TestBoundEvictsLeastRecentlyLeasedAndHandsBackUnits(t *testing.T) {
 		t.Fatalf("after Clear: Len %d, evicted %d", b.Len(), len(got))
 	}
 	n := 0
-	p.Range(func(*local.Entry[string]) bool { n++; return true })
-	q.Range(func(*local.Entry[string]) bool { n++; return true })
+	p.all.Range(func(any, any) bool { n++; return true })
+	q.all.Range(func(any, any) bool { n++; return true })
 	if n != 0 {
 		t.Fatalf("%d entries left in tables after Clear", n)
 	}
@@ -415,7 +413,7 @@ func TestBoundEvictsLeastRecentlyLeasedAndHandsBackUnits(t *testing.T) {
 // and GetOrCreate alike.
 func TestTableReadMapAndEviction(t *testing.T) {
 	var gone []string
-	b := local.NewBound(3, func(e *local.Entry[string], _, _ int64) { gone = append(gone, e.Key()) })
+	b := NewBound(3, func(e *Entry[string], _, _ int64) { gone = append(gone, e.Key()) })
 	tab := b.NewTable("p", nil)
 	x, y := tab.GetOrCreate("x"), tab.GetOrCreate("y")
 	for i := 0; i < 200; i++ { // enough misses to rebuild the snapshot
@@ -426,7 +424,7 @@ func TestTableReadMapAndEviction(t *testing.T) {
 			time.Sleep(10 * time.Millisecond) // let the rebuild run
 		}
 	}
-	b.Touch(y)
+	b.touch(y)
 	tab.GetOrCreate("z")
 	tab.GetOrCreate("w") // evicts x, the least recently leased, from the read map
 	if len(gone) != 1 || gone[0] != "x" {
@@ -436,11 +434,11 @@ func TestTableReadMapAndEviction(t *testing.T) {
 		t.Fatal("Get found an evicted entry")
 	}
 	keys := map[string]bool{}
-	tab.Range(func(e *local.Entry[string]) bool { keys[e.Key()] = true; return true })
+	tab.all.Range(func(k, _ any) bool { keys[k.(string)] = true; return true })
 	if len(keys) != 3 || keys["x"] {
-		t.Fatalf("Range saw %v, want y, z, w", keys)
+		t.Fatalf("the table holds %v, want y, z, w", keys)
 	}
-	if x2 := tab.GetOrCreate("x"); x2 == x || x2.Evicted() {
+	if x2 := tab.GetOrCreate("x"); x2 == x || x2.evicted.Load() {
 		t.Fatal("GetOrCreate returned the evicted entry")
 	}
 	if e, ok := tab.Get("x"); !ok || e == x {
@@ -452,10 +450,10 @@ func TestTableReadMapAndEviction(t *testing.T) {
 // prefetch gives up); it measures the demand, takes along the units set
 // aside, and its grant fills the allowance; Redis's word is what hits read.
 func TestEntryLease(t *testing.T) {
-	e := local.NewBound[string](10, nil).NewTable("p", nil).GetOrCreate("k")
+	e := NewBound[string](10, nil).NewTable("p", nil).GetOrCreate("k")
 	// A request's lease with no demand known, of a leaser whose least lease
 	// is more than the request: it leases more, and the others wait for it.
-	other := local.NewBound[string](10, nil).NewTable("p", nil).GetOrCreate("k")
+	other := NewBound[string](10, nil).NewTable("p", nil).GetOrCreate("k")
 	other.StartLease(2, 5, 0)
 	if l, wait := other.StartLease(1, 5, 0); wait == nil || l.Cold {
 		t.Fatalf("a second lease: %+v, %v; want the first in flight, not cold (it asks 5)", l, wait)
@@ -470,16 +468,16 @@ func TestEntryLease(t *testing.T) {
 	if _, ok := e.TryStartLease(at(0), func() bool { return true }); ok {
 		t.Fatal("a prefetch started while a lease is in flight")
 	}
-	if lp, kept, _ := e.Fill(local.Grant{Units: 10, Keep: 8, At: 5, Expires: 2e9, WindowEnd: 3e9}, 0, keepAll); lp.Units != 0 || !kept {
+	if lp, kept, _ := e.fill(Grant{Units: 10, Keep: 8, At: 5, Expires: 2e9, WindowEnd: 3e9}, 0, keepAll); lp.Units != 0 || !kept {
 		t.Fatalf("lapsed %d, kept %v from an empty allowance", lp.Units, kept)
 	}
-	e.Answered(local.Word{Limit: 1, Remaining: 90, ResetAt: 4e9}, 3, true)
-	e.SetLowWater(2)
+	e.answered(Word{Limit: 1, Remaining: 90, ResetAt: 4e9}, 3, true)
+	e.lowWater.Store(2)
 	e.EndLease()
-	if w := e.LastWord(); w != (local.Word{Limit: 1, Remaining: 90, ResetAt: 4e9}) || e.Members() != 3 || !e.Shared() || e.LowWater() != 2 {
+	if w := e.LastWord(); w != (Word{Limit: 1, Remaining: 90, ResetAt: 4e9}) || e.Members() != 3 || !e.Shared() || e.LowWater() != 2 {
 		t.Fatalf("word %+v, members %d, shared %v, low water %d", w, e.Members(), e.Shared(), e.LowWater())
 	}
-	e.Answered(local.Word{}, 0, false) // members not counted: the last count stays
+	e.answered(Word{}, 0, false) // members not counted: the last count stays
 	if e.Members() != 3 || e.Shared() {
 		t.Fatalf("members %d, shared %v", e.Members(), e.Shared())
 	}
@@ -487,8 +485,8 @@ func TestEntryLease(t *testing.T) {
 		t.Fatal("the grant's units are not in the allowance")
 	}
 	e.Wanted(2)
-	e.SetAside(3, 7, 1e9)
-	e.SetAside(1, 6, 1.5e9)
+	e.setAside(3, 7, 1e9)
+	e.setAside(1, 6, 1.5e9)
 	if _, ok := e.TryStartLease(at(1e9), func() bool { return false }); ok || e.Leasing() != nil {
 		t.Fatal("a prefetch started although ready said no")
 	}
@@ -500,7 +498,7 @@ func TestEntryLease(t *testing.T) {
 	if l, wait := e.StartLease(1, 1, 1e9); wait == nil || l.Cold {
 		t.Fatalf("a request meeting a prefetch: %+v, %v; want it in flight, not cold", l, wait)
 	}
-	e.SetAside(2, 9, 2e9)
+	e.setAside(2, 9, 2e9)
 	if u, _ := e.DrainOldBack(3e9); u != 0 {
 		t.Fatalf("drained %d units set aside while a lease is in flight", u)
 	}
@@ -511,7 +509,7 @@ func TestEntryLease(t *testing.T) {
 	if u, at := e.DrainOldBack(2e9); u != 2 || at != 9 {
 		t.Fatalf("DrainOldBack = %d, %d; want 2 units granted at 9", u, at)
 	}
-	e.SetAside(5, 11, 3e9)
+	e.setAside(5, 11, 3e9)
 	if u, at := e.DrainBack(); u != 5 || at != 11 {
 		t.Fatalf("DrainBack = %d, %d; want 5, 11", u, at)
 	}
@@ -519,10 +517,10 @@ func TestEntryLease(t *testing.T) {
 
 // The hit path: one key, units to spare.
 func BenchmarkTake(b *testing.B) {
-	bound := local.NewBound[string](1000, nil)
+	bound := NewBound[string](1000, nil)
 	tab := bound.NewTable("p", nil)
 	e := tab.GetOrCreate("user:42")
-	e.Fill(local.Grant{Units: math.MaxInt64 / 2, Keep: math.MaxInt64 / 2, At: 1, Expires: math.MaxInt64}, 0, keepAll)
+	e.fill(Grant{Units: math.MaxInt64 / 2, Keep: math.MaxInt64 / 2, At: 1, Expires: math.MaxInt64}, 0, keepAll)
 	key := string([]byte("user:42"))
 	b.Run("seq", func(b *testing.B) {
 		b.ReportAllocs()
@@ -550,11 +548,11 @@ func BenchmarkIdleKeyMemory(b *testing.B) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		bound := local.NewBound[string](keys, nil)
+		bound := NewBound[string](keys, nil)
 		tab := bound.NewTable("p", nil)
 		for i := 0; i < keys; i++ {
 			e := tab.GetOrCreate("user:" + strconv.Itoa(1_000_000+i)) // 12-byte keys
-			e.Fill(local.Grant{Units: 10, Keep: 10, At: 1, Expires: math.MaxInt64}, 0, keepAll)
+			e.fill(Grant{Units: 10, Keep: 10, At: 1, Expires: math.MaxInt64}, 0, keepAll)
 		}
 		for i := 0; i < keys; i++ { // enough lookups to build the snapshot
 			tab.Get("user:" + strconv.Itoa(1_000_000+i))
@@ -570,12 +568,12 @@ func BenchmarkIdleKeyMemory(b *testing.B) {
 // A table tells its owner when its last entry leaves it; retired, it makes
 // no entry, and its hits outlive its entries.
 func TestTableEmptiesAndRetires(t *testing.T) {
-	var emptied []*local.Table[string]
-	onEmpty := func(tab *local.Table[string]) { emptied = append(emptied, tab) }
-	b := local.NewBound[string](1, nil)
+	var emptied []*Table[string]
+	onEmpty := func(tab *Table[string]) { emptied = append(emptied, tab) }
+	b := NewBound[string](1, nil)
 	p, q := b.NewTable("p", onEmpty), b.NewTable("q", onEmpty)
 	a := p.GetOrCreate("a")
-	a.Fill(local.Grant{Units: 5, Keep: 5, At: 1, Expires: math.MaxInt64}, 0, keepAll)
+	a.fill(Grant{Units: 5, Keep: 5, At: 1, Expires: math.MaxInt64}, 0, keepAll)
 	a.Take(1, 0)
 	a.Take(2, 0)
 	if p.Retire() {
@@ -605,31 +603,30 @@ func TestTableEmptiesAndRetires(t *testing.T) {
 // older generation, under its (earlier) expiry, so that none outlives its
 // own lease; it moves nothing when either generation is empty or expired.
 func TestAllowanceMerge(t *testing.T) {
-	var a local.Allowance
-	a.Add(3, 1, 10, 0) // a lease's remainder, valid until 10
-	a.Add(4, 2, 20, 1) // the next lease, valid until 20
-	if took(a.Take(5, 2)) {
+	var a allowance
+	a.add(3, 1, 10, 0) // a lease's remainder, valid until 10
+	a.add(4, 2, 20, 1) // the next lease, valid until 20
+	if took(a.take(5, 2)) {
 		t.Fatal("took 5 units that no generation holds alone")
 	}
-	if a.Merge(10) {
+	if a.merge(10) {
 		t.Fatal("merged into an expired generation")
 	}
-	if !a.Merge(2) || !took(a.Take(5, 2)) || a.Units() != 2 {
-		t.Fatalf("after Merge: units %d, want 5 taken and 2 left", a.Units())
+	if !a.merge(2) || !took(a.take(5, 2)) || a.units() != 2 {
+		t.Fatalf("after Merge: units %d, want 5 taken and 2 left", a.units())
 	}
-	if took(a.Take(1, 10)) {
+	if took(a.take(1, 10)) {
 		t.Fatal("a merged unit outlived the earlier lease's expiry")
 	}
-	if a.Merge(3) {
+	if a.merge(3) {
 		t.Fatal("merged with nothing in the newer generation")
 	}
-	if u, at := a.DrainExpired(10); u != 2 || at != 1 || a.Taken() != 5 {
-		t.Fatalf("drained %d units granted at %d, taken %d; want 2 at 1, 5 taken", u, at, a.Taken())
+	if u, at := a.drainExpired(10); u != 2 || at != 1 || a.taken() != 5 {
+		t.Fatalf("drained %d units granted at %d, taken %d; want 2 at 1, 5 taken", u, at, a.taken())
 	}
 }
 
 // keepAll sets aside every unit that lapses.
-func keepAll(int64, int64) bool { return true }
 
 // at is a reading of the time that is always t.
 func at(t int64) func() int64 { return func() int64 { return t } }
@@ -640,9 +637,9 @@ func at(t int64) func() int64 { return func() int64 { return t } }
 // fewer are left in Redis, and nothing is taken: word + units is the same
 // whenever a reader looks.
 func TestWordGoesWithItsUnits(t *testing.T) {
-	e := local.NewBound[string](10, nil).NewTable("p", nil).GetOrCreate("k")
+	e := NewBound[string](10, nil).NewTable("p", nil).GetOrCreate("k")
 	const total = 1_000_000
-	e.Answered(local.Word{Remaining: total}, 1, false)
+	e.answered(Word{Remaining: total}, 1, false)
 	// Two writers, as an abandoned lease's answer and the next one's may
 	// be: each answer says 10 fewer are left than the last one put in.
 	done := make(chan struct{})
@@ -653,12 +650,12 @@ func TestWordGoesWithItsUnits(t *testing.T) {
 		go func() {
 			defer writers.Done()
 			for range 1000 {
-				e.BeginAnswer()
+				e.beginAnswer()
 				i := answered.Add(1)
-				e.Answered(local.Word{Remaining: total - 10*i}, 1, false)
+				e.answered(Word{Remaining: total - 10*i}, 1, false)
 				runtime.Gosched() // widen the window between the two
-				e.Fill(local.Grant{Units: 10, Keep: 10, At: i, Expires: 1e18}, 0, keepAll)
-				e.EndAnswer()
+				e.fill(Grant{Units: 10, Keep: 10, At: i, Expires: 1e18}, 0, keepAll)
+				e.endAnswer()
 			}
 		}()
 	}

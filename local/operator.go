@@ -1,10 +1,9 @@
 package local
 
-// What the operators of a Limiter (Peek, Reset, AllowAtMost, Refund) do
-// with local state. None of it is on the hit path.
+// What a Limiter's operators (Peek, Reset, AllowAtMost, Refund, Block) do
+// with local state, off the hit path.
 
-// takeUpTo takes up to n units from g, as many as it holds unexpired at
-// now, and returns how many it took.
+// takeUpTo takes up to n of the units g holds unexpired at now.
 func (g generation) takeUpTo(n, now int64) int64 {
 	if now >= g.expires.Load() {
 		return 0
@@ -21,10 +20,7 @@ func (g generation) takeUpTo(n, now int64) int64 {
 	}
 }
 
-// TakeUpTo takes up to n units, as many as are held unexpired at now,
-// from the previous generation first, and returns how many it took. It
-// does not count a hit: the caller does (CountHit) when the units decide.
-func (a *Allowance) TakeUpTo(n, now int64) int64 {
+func (a *allowance) takeUpTo(n, now int64) int64 {
 	a.extra.Add(n) // before the take: see extra
 	var got int64
 	for _, g := range a.generations() {
@@ -34,9 +30,7 @@ func (a *Allowance) TakeUpTo(n, now int64) int64 {
 	return got
 }
 
-// Holds reports whether n units are held unexpired in one generation at
-// now: whether Take(n, now) would succeed, taking nothing.
-func (a *Allowance) Holds(n, now int64) bool {
+func (a *allowance) holds(n, now int64) bool {
 	for _, g := range a.generations() {
 		if now < g.expires.Load() && g.units.Load() >= n {
 			return true
@@ -45,28 +39,28 @@ func (a *Allowance) Holds(n, now int64) bool {
 	return false
 }
 
-// TakeUpTo takes up to n units from the allowance (see Allowance.TakeUpTo).
-func (e *Entry[P]) TakeUpTo(n, now int64) int64 { return e.allowance.TakeUpTo(n, now) }
+// TakeUpTo takes up to n of the units held unexpired at now, the older
+// lease's first, and returns how many it took. It counts no hit: the
+// caller does (CountHit) when the units decide.
+func (e *Entry[P]) TakeUpTo(n, now int64) int64 { return e.allowance.takeUpTo(n, now) }
 
 // Holds reports whether Take(n, now) would succeed, taking nothing.
-func (e *Entry[P]) Holds(n, now int64) bool { return e.allowance.Holds(n, now) }
+func (e *Entry[P]) Holds(n, now int64) bool { return e.allowance.holds(n, now) }
 
-// CountHit counts a request answered from the allowance other than by
-// Take (an AllowAtMost).
+// CountHit counts a request answered by TakeUpTo.
 func (e *Entry[P]) CountHit() { e.allowance.extra.Add(-1) }
 
-// ClearDenial forgets the recorded denial: units were given back to the
-// key, so Redis is asked again.
-func (e *Entry[P]) ClearDenial() { e.allowance.ClearDenial() }
+// ClearDenial forgets Redis's last denial, so that the next request asks
+// again.
+func (e *Entry[P]) ClearDenial() { e.allowance.clearDenial() }
 
-// Forget drops what the entry holds of its key (the key was reset): its
-// units, those set aside to go back, and the recorded denial; and the
-// grants of the leases started before, when they land (Fill). Nothing is
-// refunded: the state they would go back to is gone. It returns the units
-// dropped.
+// Forget drops what the entry holds of its key, which was reset: its
+// units, those set aside, the recorded denial, and the grants of leases
+// started before (when they land). Nothing is refunded: the state it would
+// go back to is gone. It returns the units dropped.
 func (e *Entry[P]) Forget() int64 {
 	e.mu.Lock()
-	units, _ := e.allowance.Drain()
+	units, _ := e.allowance.drain()
 	units += e.back
 	e.back = 0
 	e.epoch++
@@ -75,24 +69,30 @@ func (e *Entry[P]) Forget() int64 {
 	return units
 }
 
-// SetRetryAt records when (ns) Redis said the units it denied could be
-// admitted, and whether that is the wait of this instance's fair share
-// (the limits had room): the recorded denial (Deny) may lapse sooner, to
-// ask again.
-func (e *Entry[P]) SetRetryAt(at int64, fairShare bool) {
+func (e *Entry[P]) setRetryAt(at int64, fairShare bool) {
 	e.retryAt.Store(at)
 	e.fairShare.Store(fairShare)
 }
 
 // RetryAt returns when (ns) Redis said the units it last denied could be
-// admitted, and whether that is the wait of this instance's fair share.
+// admitted, and whether that is this instance's fair share's wait (the
+// limits had room). The recorded denial may lapse sooner, to ask again.
 func (e *Entry[P]) RetryAt() (int64, bool) { return e.retryAt.Load(), e.fairShare.Load() }
 
-// SetBlocked records that the entry's recorded denial (Deny) is a block of
-// its key that ends at until (ns), or, with 0, that it is not a block: set
-// at each answer from Redis and by a Block.
+// SetBlocked records that the recorded denial is a block of the key that
+// ends at until (ns), or, with 0, that it is not a block.
 func (e *Entry[P]) SetBlocked(until int64) { e.blockedUntil.Store(until) }
 
 // BlockedUntil returns when (ns) the key's block ends, if the recorded
 // denial is a block, or 0.
 func (e *Entry[P]) BlockedUntil() int64 { return e.blockedUntil.Load() }
+
+// Block takes out every unit held, for the caller to give back, and
+// records a block of the key until until (ns), denying every request until
+// denyUntil (ns).
+func (e *Entry[P]) Block(until, denyUntil int64) (units, at int64) {
+	units, at = e.drain()
+	e.SetBlocked(until)
+	e.allowance.deny(denyUntil, 1)
+	return units, at
+}

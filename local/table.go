@@ -8,31 +8,26 @@ import (
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 )
 
-// Table holds the entries of one policy by key. A Table belongs to one
-// Bound, which caps how many entries all its tables hold.
+// Table holds the entries of one policy by key, in one Bound.
 //
 // Get never takes a lock. Every live entry is in a sync.Map; a typed,
-// immutable snapshot of it (one atomic load and a map lookup, no interface
-// hashing) answers the keys that have been there a while, and is rebuilt in
-// the background once lookups have missed it a quarter of its size times
-// (at least 64): the rebuild's cost is paid for by those misses.
+// immutable snapshot of it (no interface hashing) answers the keys that
+// have been there a while, and is rebuilt in the background once lookups
+// have missed it a quarter of its size times (at least 64), so that the
+// misses pay for the rebuild.
 type Table[P any] struct {
 	all  sync.Map                             // string -> *Entry: every live entry
 	read atomic.Pointer[map[string]*Entry[P]] // a snapshot of all; evicted entries may linger (Get skips them)
-	// misses counts lookups answered by all, not read, since the last
-	// rebuild; rebuilding is held while one runs.
+	// misses counts lookups read could not answer since the last rebuild.
 	misses     atomic.Int64
 	rebuilding atomic.Bool
 	bound      *Bound[P]
 	policy     P
-	// live counts the table's entries (those made by GetOrCreate and not
-	// removed yet), or is -1 once the table is retired (see Retire).
-	live atomic.Int64
-	// goneHits counts the hits of the entries removed from the table.
-	goneHits atomic.Uint64
-	// onEmpty, if not nil, is called when the table's last entry is
-	// removed (see Bound.NewTable).
-	onEmpty func(*Table[P])
+	// live counts the entries made and not removed, or is -1 once the
+	// table is retired.
+	live     atomic.Int64
+	goneHits atomic.Uint64 // the hits of the entries removed
+	onEmpty  func(*Table[P])
 }
 
 // Get returns the entry of key, if there is one.
@@ -50,8 +45,8 @@ func (t *Table[P]) Get(key string) (*Entry[P], bool) {
 	return v.(*Entry[P]), true
 }
 
-// missed counts a lookup that the snapshot could not answer, and starts a
-// rebuild when there have been enough.
+// missed counts a lookup the snapshot could not answer, and starts a
+// rebuild after enough.
 func (t *Table[P]) missed() {
 	size := int64(0)
 	if m := t.read.Load(); m != nil {
@@ -72,10 +67,10 @@ func (t *Table[P]) missed() {
 	}()
 }
 
-// GetOrCreate returns the entry of key, creating it if needed. Creating an
-// entry may evict the least recently leased entry of any table of the bound.
-// It returns nil when the table is retired and has no entry of key: its
-// owner makes a new table.
+// GetOrCreate returns the entry of key, creating it if needed, which may
+// evict the least recently leased entry of the bound. It returns nil when
+// the table is retired and has no entry of key: its owner makes a new
+// table.
 func (t *Table[P]) GetOrCreate(key string) *Entry[P] {
 	if e, ok := t.Get(key); ok {
 		return e
@@ -91,15 +86,13 @@ func (t *Table[P]) GetOrCreate(key string) *Entry[P] {
 	}
 	e := &Entry[P]{key: key, policy: t.policy, table: t}
 	b := t.bound
-	// Counted among the entries being made, so that Clear waits for it to
-	// be in the bound (or for it to find the bound cleared): an entry in
-	// the table but not yet in the bound would escape Clear, and what a
-	// lease put in it would never go back.
+	// Counted among the entries being made, which Clear waits for: an
+	// entry in the table but not yet in the bound would escape Clear, and
+	// what a lease put in it would never go back.
 	b.adding.Add(1)
 	defer b.adding.Add(-1)
 	if b.cleared.Load() {
-		// Cleared (Close): the entry is made gone, and kept nowhere. A
-		// lease of it is refused, and nothing is put in it.
+		// Cleared (Close): the entry is made gone and kept nowhere.
 		t.left()
 		e.retire()
 		return e
@@ -115,8 +108,7 @@ func (t *Table[P]) GetOrCreate(key string) *Entry[P] {
 	return e
 }
 
-// remove drops e from the table (it is already marked evicted), keeping
-// its hits in goneHits.
+// remove drops e, already retired, from the table, keeping its hits.
 func (t *Table[P]) remove(e *Entry[P]) {
 	if t.all.CompareAndDelete(e.key, e) {
 		t.goneHits.Add(e.Hits())
@@ -124,67 +116,56 @@ func (t *Table[P]) remove(e *Entry[P]) {
 	}
 }
 
-// left counts an entry out of live, and calls onEmpty if it was the last.
 func (t *Table[P]) left() {
 	if t.live.Add(-1) == 0 && t.onEmpty != nil {
 		t.onEmpty(t)
 	}
 }
 
-// Retire marks the table as retired if it has no entries, and reports
-// whether it did (or had before). A retired table stays empty: GetOrCreate
-// makes no entry in it. Its owner drops it, and makes a new table of the
-// policy when it needs one.
+// Retire marks the table retired if it has no entries, and reports whether
+// it is. A retired table stays empty: its owner drops it, and makes a new
+// one when it needs one.
 func (t *Table[P]) Retire() bool {
 	return t.live.CompareAndSwap(0, -1) || t.live.Load() < 0
 }
 
-// Policy returns the policy the table's entries name.
+// Policy returns the table's policy.
 func (t *Table[P]) Policy() P { return t.policy }
 
 // Hits returns the hits of the table's entries, removed ones included. It
-// walks the entries: for statistics, not for the hot path.
+// walks the entries: for statistics.
 func (t *Table[P]) Hits() uint64 {
 	n := t.goneHits.Load()
 	t.all.Range(func(_, v any) bool { n += v.(*Entry[P]).Hits(); return true })
 	return n
 }
 
-// Range calls f for every entry of the table, until f returns false.
-func (t *Table[P]) Range(f func(*Entry[P]) bool) {
-	t.all.Range(func(_, v any) bool { return f(v.(*Entry[P])) })
-}
-
-// Evict removes every entry of the table from its bound, as the bound's
-// eviction does: each leaves the table, and its units go to the eviction
-// callback. An entry made meanwhile may stay: call Retire, and Evict again
-// while it fails.
+// Evict evicts every entry of the table from its bound. An entry made
+// meanwhile may stay: call Retire, and Evict again while it fails.
 func (t *Table[P]) Evict() {
-	t.Range(func(e *Entry[P]) bool {
-		t.bound.evict(e)
+	t.all.Range(func(_, v any) bool {
+		t.bound.evict(v.(*Entry[P]))
 		return true
 	})
 }
 
 // Bound caps the number of entries across its tables, evicting the least
-// recently leased. Evicted entries leave their table, and their unused units
-// are handed to the eviction callback (outside the lock) for a refund.
+// recently leased. An evicted entry leaves its table, and its units go to
+// the eviction callback, called outside the lock, for a refund.
 type Bound[P any] struct {
 	mu      sync.Mutex
 	lru     *simplelru.LRU[*Entry[P], struct{}] // requires mu held
-	evicted []*Entry[P]                         // requires mu held; drained by add
+	evicted []*Entry[P]                         // requires mu held
 	onEvict func(e *Entry[P], units, at int64)
-	// cleared: Clear has begun; adding counts the entries being made
-	// (GetOrCreate), which Clear waits for.
-	cleared atomic.Bool
-	adding  atomic.Int64
-	// beforeAdd, if set (by tests), is called when an entry is in its
-	// table but not yet in the bound.
-	beforeAdd func()
+	// cleared: Clear has begun; adding counts the entries being made,
+	// which Clear waits for.
+	cleared   atomic.Bool
+	adding    atomic.Int64
+	beforeAdd func() // a test's hook: an entry is in its table, not yet in the bound
 }
 
 // NewBound returns a Bound of at most max entries (max >= 1). onEvict, if
-// not nil, receives each evicted entry with the units it held, drained.
+// not nil, receives each evicted entry with the units it held.
 func NewBound[P any](max int, onEvict func(e *Entry[P], units, at int64)) *Bound[P] {
 	b := &Bound[P]{onEvict: onEvict}
 	b.lru, _ = simplelru.NewLRU[*Entry[P], struct{}](max, func(e *Entry[P], _ struct{}) {
@@ -193,11 +174,9 @@ func NewBound[P any](max int, onEvict func(e *Entry[P], units, at int64)) *Bound
 	return b
 }
 
-// NewTable returns an empty table of this bound for policy, which its
-// entries name (Entry.Policy). onEmpty, if not nil, is called each time the
-// table's last entry leaves it (evicted, or at Clear), on the goroutine
-// that removed it, outside the bound's lock: its owner may Retire the table
-// and drop it.
+// NewTable returns an empty table of the bound for policy. onEmpty, if not
+// nil, is called each time the table's last entry leaves it, outside the
+// bound's lock: its owner may Retire the table and drop it.
 func (b *Bound[P]) NewTable(policy P, onEmpty func(*Table[P])) *Table[P] {
 	return &Table[P]{bound: b, policy: policy, onEmpty: onEmpty}
 }
@@ -209,9 +188,9 @@ func (b *Bound[P]) Len() int {
 	return b.lru.Len()
 }
 
-// Touch marks e as recently leased. Call it when a lease is made, not on
-// hits: the hit path takes no lock.
-func (b *Bound[P]) Touch(e *Entry[P]) {
+// touch marks e as recently leased; never on the hit path, which takes no
+// lock.
+func (b *Bound[P]) touch(e *Entry[P]) {
 	b.mu.Lock()
 	b.lru.Get(e)
 	b.mu.Unlock()
@@ -228,8 +207,7 @@ func (b *Bound[P]) add(e *Entry[P]) {
 	}
 }
 
-// evict removes e, if it is still in the bound (else it was removed
-// already).
+// evict removes e if it is still in the bound.
 func (b *Bound[P]) evict(e *Entry[P]) {
 	b.mu.Lock()
 	b.lru.Remove(e) // which calls back: e joins evicted
@@ -241,7 +219,6 @@ func (b *Bound[P]) evict(e *Entry[P]) {
 	}
 }
 
-// remove takes e out of its table and hands its units to onEvict.
 func (b *Bound[P]) remove(e *Entry[P]) {
 	units, at := e.retire()
 	e.table.remove(e)
@@ -250,8 +227,8 @@ func (b *Bound[P]) remove(e *Entry[P]) {
 	}
 }
 
-// Range calls f for every entry of the bound, until f returns false. It
-// takes a snapshot under the lock and calls f outside it.
+// Range calls f for every entry of the bound, until f returns false,
+// outside the bound's lock.
 func (b *Bound[P]) Range(f func(*Entry[P]) bool) {
 	b.mu.Lock()
 	all := b.lru.Keys()
@@ -263,10 +240,9 @@ func (b *Bound[P]) Range(f func(*Entry[P]) bool) {
 	}
 }
 
-// Clear removes every entry, handing each one's units to onEvict, as Close
-// needs. Entries being made meanwhile are in the bound before it clears
-// it (it waits for them: a few steps each); those made after are gone as
-// soon as made (GetOrCreate), and hold nothing.
+// Clear removes every entry, handing its units to onEvict. Entries being
+// made meanwhile are waited for; those made after are gone as soon as made
+// and hold nothing.
 func (b *Bound[P]) Clear() {
 	b.cleared.Store(true)
 	for b.adding.Load() > 0 {

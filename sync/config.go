@@ -6,41 +6,36 @@ import (
 	"time"
 )
 
-// Config configures a Leaser. New checks it (see Validate).
+// Config configures a Leaser; New rejects an invalid one.
 type Config struct {
 	// Min bounds one lease from below, in units (>= 1); Max from above (0:
 	// no bound but the policy's capacity and the fair share).
 	Min, Max int64
 	// Refresh: a lease is sized to last about this long at the key's
-	// measured demand, and never less than a few measured lease round
-	// trips. 0: three quarters of TTL, so that a lease serves most of its
-	// life.
+	// demand, and never less than a few round trips. 0: three quarters of
+	// TTL.
 	Refresh time.Duration
 	// TTL: leased units unused after this long are given back. It bounds
-	// the overshoot of a token bucket over any window: Rate·TTL.
+	// a token bucket's overshoot over any window: Rate·TTL.
 	TTL time.Duration
-	// LowWater, in (0, 1): when fewer than LowWater × the last lease size
-	// units are left (and never fewer than a few round trips' worth of
-	// demand), the next lease is made ahead of need.
+	// LowWater, in (0, 1): below LowWater × the last grant (and a few
+	// round trips' demand) the next lease is made ahead of need.
 	LowWater float64
 	// MaxKeys bounds the number of keys with local state.
 	MaxKeys int
 }
 
-// Bounds of the durations: a TTL or Refresh past maxDuration would overflow
-// the nanosecond arithmetic of expiry, and one under minDuration could not
-// outlive a round trip.
+// Past maxDuration a TTL or Refresh would overflow the expiry arithmetic;
+// under minDuration it could not outlive a round trip.
 const (
 	minDuration = time.Millisecond
 	maxDuration = 24 * time.Hour
 )
 
-// ErrInvalidOption is wrapped by Validate's errors.
-var ErrInvalidOption = errors.New("invalid lease config")
+var errInvalidOption = errors.New("invalid lease config")
 
-// Validate reports what is wrong with c, as an error wrapping ErrConfig
-// that names the field.
-func (c Config) Validate() error {
+// validate reports what is wrong with c, naming the field.
+func (c Config) validate() error {
 	switch {
 	case c.Min < 1:
 		return errorf("Min %d must be at least 1", c.Min)
@@ -58,8 +53,7 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// horizon is how long a lease is meant to last: Refresh, or three quarters
-// of TTL.
+// horizon is how long a lease is meant to last.
 func (c Config) horizon() time.Duration {
 	if c.Refresh > 0 {
 		return c.Refresh
@@ -72,13 +66,12 @@ type Stats struct {
 	// Leases counts lease requests answered by Redis; Denied those that
 	// granted nothing.
 	Leases, Denied uint64
-	// RoundTrips counts pipelines sent (each one round trip per node),
-	// and refunds of grants that came late; Errors the calls in them that
-	// failed. The door counts them (door.Counts of Batch).
+	// RoundTrips counts pipelines sent (one round trip per node) and
+	// refunds of grants that came late; Errors the calls in them that
+	// failed.
 	RoundTrips, Errors uint64
 	// UnitsLeased, UnitsRefunded: units granted by and given back to Redis.
-	// UnitsExpired: units that lapsed unused (TTL or window end), given
-	// back or, when a refund could no longer give anything back, dropped.
+	// UnitsExpired: units that lapsed unused, given back or dropped.
 	UnitsLeased, UnitsRefunded, UnitsExpired uint64
 	// UnitsUsed: leased units that requests took; UnitsDropped: leased
 	// units neither used nor given back (lapsed past any refund's worth,
@@ -90,11 +83,9 @@ type Stats struct {
 	// Instances is the most members any key leased in the last minute had
 	// (1 before the first lease).
 	Instances int64
-	// Keys is the number of entries in the key store now (its bound,
-	// MaxKeys).
-	Keys uint64
+	Keys      uint64 // entries held now (at most MaxKeys)
 }
 
 func errorf(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalidOption, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w: %s", errInvalidOption, fmt.Sprintf(format, args...))
 }

@@ -36,9 +36,9 @@ func TestCloseGivesBackWhatARefusedLeaseTookAlong(t *testing.T) {
 				t.Fatalf("first lease: %+v, %v", d, err)
 			}
 			// The units held lapse, and are set aside to go back.
-			units, at := e.Drain()
-			if units == 0 || !e.SetAside(units, at, l.Now()) {
-				t.Fatalf("nothing to set aside (%d units)", units)
+			units := e.Lapse(l.Now()+int64(c.TTL), keepAll).Aside
+			if units == 0 {
+				t.Fatal("nothing to set aside")
 			}
 
 			reached, hold := make(chan struct{}), make(chan struct{})
@@ -97,8 +97,7 @@ func TestGrantOfAnEvictedEntryGoesBack(t *testing.T) {
 	if d, _, err := l.Lease(ctx, e, 1); err != nil || d.Granted == 0 {
 		t.Fatalf("first lease: %+v, %v", d, err)
 	}
-	units, at := e.Drain()
-	e.SetAside(units, at, l.Now())
+	e.Lapse(l.Now()+int64(c.TTL), keepAll)
 
 	reached, hold := make(chan struct{}), make(chan struct{})
 	leasesync.SetBeforeSend(l, func(*leasesync.Entry) { close(reached); <-hold })
@@ -106,7 +105,7 @@ func TestGrantOfAnEvictedEntryGoesBack(t *testing.T) {
 	<-reached
 	leasesync.SetBeforeSend(l, nil)
 	tb.GetOrCreate("b") // evicts a, whose lease is in flight
-	if !e.Evicted() {
+	if _, ok := tb.Get("a"); ok {
 		t.Fatal("a was not evicted")
 	}
 	close(hold)
@@ -122,3 +121,5 @@ func TestGrantOfAnEvictedEntryGoesBack(t *testing.T) {
 		t.Fatalf("after Close: leased %d, used %d (want 1), refunded %d, dropped %d, held %d: they must add up", s.UnitsLeased, s.UnitsUsed, s.UnitsRefunded, s.UnitsDropped, s.UnitsHeld)
 	}
 }
+
+func keepAll(units, at int64) bool { return true }

@@ -21,3 +21,9 @@ func ID(l *Leaser) string { return l.id }
 func PlanOf(l *Leaser, e *Entry, st local.Lease, n, now int64) remote.Request {
 	return l.plan(e, st, n, now).req
 }
+
+// ErrInvalidOption is wrapped by the errors of Validate (and New).
+var ErrInvalidOption = errInvalidOption
+
+// Validate is New's check of c.
+func Validate(c Config) error { return c.validate() }

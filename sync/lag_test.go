@@ -43,7 +43,7 @@ func TestHitsUseFewUnitsPastExpiryOnASaturatedCPU(t *testing.T) {
 		now := fine()
 		x := now + int64(life)
 		exp.Store(x)
-		e.Fill(local.Grant{Units: lease, Keep: lease, At: 1, Expires: x}, now, keep)
+		e.Answer(local.Answer{Grant: local.Grant{Units: lease, Keep: lease, At: 1, Expires: x}}, now, keep)
 		fills.Add(1)
 	}
 	fill()

@@ -16,66 +16,52 @@ import (
 	"github.com/ratelease/ratelease/remote"
 )
 
-// Entry is the local state of one key under a policy, which it names by
-// its compiled form.
+// Entry is the local state of one key under a compiled policy.
 type Entry = local.Entry[*remote.Policy]
 
 // Table holds the entries of one policy by key.
 type Table = local.Table[*remote.Policy]
 
-// Leaser makes and returns leases for the entries of one Limiter: it
-// decides what to lease (plan) and applies the answers (apply); its batcher
-// sends the calls.
+// Leaser makes and returns the leases of one Limiter's entries: it decides
+// what to lease (plan) and applies the answers (apply); its batcher sends
+// the calls.
 type Leaser struct {
-	// door makes every Redis call (its timeout bounds them) and holds the
-	// breakers a prefetch asks.
 	door  *door.Door
 	cfg   Config
 	clock clock.Clock
 	base  time.Time
-	// elapsed is a cheap reading of the time, when there is one: the
-	// clock's own (clock.Elapsed), or own, a coarse clock New starts for
-	// the system clock so that a hit reads no clock. skew is elapsed's
-	// reading at base. coarse is the coarse clock elapsed reads, if it is
-	// one (own, or one given): every reading but a hit's is precise
-	// (Coarse.Fine), and a hit allows for its lag (HitNow).
+	// elapsed is a cheap reading of the time, if there is one: the clock's
+	// own, or own, a coarse clock New starts for the system clock so that
+	// a hit reads no clock. skew is its reading at base. coarse is the
+	// coarse clock elapsed reads, if any: a hit allows for its lag
+	// (HitNow), every other reading is precise (Coarse.Fine).
 	elapsed clock.Elapsed
 	own     *clock.Coarse
 	coarse  *clock.Coarse
 	skew    time.Duration
-	// id names this instance among the members of the keys it leases.
-	id    string
-	bound *local.Bound[*remote.Policy]
+	id      string // this instance among the members of the keys it leases
+	bound   *local.Bound[*remote.Policy]
 
-	// instances is the most members a key leased had, and when (ns) it
-	// was last seen that high (see Instances).
+	// instances is the most members a key had, last seen at instancesAt
+	// (ns).
 	instances, instancesAt atomic.Int64
-	// offset is Redis's clock minus this one's (µs) at the last reply.
-	offset atomic.Int64
-	// goneHits: local hits of entries no longer in the bound.
-	goneHits atomic.Uint64
+	offset                 atomic.Int64  // µs: Redis's clock minus this one's at the last reply
+	goneHits               atomic.Uint64 // hits of entries no longer in the bound
 
-	// batcher queues the lease calls and refunds, sends them through the
-	// door, and completes the calls: it calls back apply, countLease and
-	// countRefund (its owner).
-	batcher *batcher
-	// beforeSend, if set (by tests), is called with each lease's entry
-	// before it is handed to the batcher.
-	beforeSend func(*Entry)
+	batcher    *batcher
+	beforeSend func(*Entry) // a test's hook
 
-	// stopped: Close has begun. leasing counts the leases under way (from
-	// before their start to their end), which Close waits for: a lease
-	// holds the units set aside that it takes along until it ends.
+	// stopped: Close has begun. leasing counts the leases under way, which
+	// Close waits for: a lease holds the units set aside that it took
+	// along until it ends.
 	stopped atomic.Bool
 	leasing atomic.Int64
 	stop    chan struct{}     // stops the sweeper
 	wg      stdsync.WaitGroup // the sweeper
 
-	// stats counts leases and units; the door counts round trips and
-	// errors. used: the units of grants their requesters took; goneUsed:
-	// those taken from allowances of entries no longer in the bound.
-	// returning: units on their way back (refunds queued or sent, and the
-	// Back of lease calls), not answered yet.
+	// used: units of grants their requesters took; goneUsed: those taken
+	// from entries no longer in the bound. returning: units on their way
+	// back, not answered yet.
 	stats struct {
 		leases, denied                     atomic.Uint64
 		leased, refunded, expired, dropped atomic.Uint64
@@ -84,10 +70,10 @@ type Leaser struct {
 	}
 }
 
-// New starts a Leaser that makes its Redis calls through d: its batcher's
-// and sweeper's goroutines run until Close. The Leaser does not close d.
+// New starts a Leaser that calls Redis through d, with goroutines that run
+// until Close. It does not close d.
 func New(d *door.Door, clk clock.Clock, cfg Config) (*Leaser, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	var id [8]byte
@@ -98,8 +84,7 @@ func New(d *door.Door, clk clock.Clock, cfg Config) (*Leaser, error) {
 	}
 	switch c := clk.(type) {
 	case clock.System:
-		// Leased hits compare against a cached time: one atomic load, not
-		// a reading of the system clock on every request.
+		// A hit reads a cached time, not the system clock.
 		l.own = clock.NewCoarse(coarseResolution)
 		l.elapsed, l.coarse = l.own, l.own
 	case *clock.Coarse:
@@ -117,18 +102,14 @@ func New(d *door.Door, clk clock.Clock, cfg Config) (*Leaser, error) {
 	return l, nil
 }
 
-// coarseResolution is the resolution of the coarse clock a Leaser on the
-// system clock reads for hits.
 const coarseResolution = time.Millisecond
 
 // RedisTime returns this instance's reading of Redis's clock (µs since
-// the Unix epoch): HitNow's reading (two atomic loads with a coarse
-// clock: it is read on the hit path), moved by the offset of Redis's TIME
-// at the last lease reply. It lags Redis's clock by up to that reply's way
-// back (the offset is taken when the reply arrives) and the coarse
-// clock's lag, and never leads it (but by a Redis Cluster's skew between
-// masters: the offset is the last reply's, of whichever master). 0 before
-// any reply.
+// the Unix epoch), cheap enough for the hit path: HitNow's reading moved
+// by the offset of Redis's TIME at the last lease reply. It lags Redis's
+// clock by up to that reply's way back and the coarse clock's lag, and
+// never leads it (but by a Cluster's skew between masters). 0 before any
+// reply.
 func (l *Leaser) RedisTime() int64 {
 	off := l.offset.Load()
 	if off == 0 { // no reply yet
@@ -137,10 +118,8 @@ func (l *Leaser) RedisTime() int64 {
 	return l.cached()/1e3 + off
 }
 
-// Now returns the Leaser's monotonic time in ns, the time base of every
-// allowance it fills, read precisely: with a coarse clock, a reading of
-// the system's monotonic clock, which brings the coarse clock up to date
-// (Coarse.Fine).
+// Now returns the Leaser's monotonic time in ns, the time base of its
+// entries, read precisely (with a coarse clock, Coarse.Fine).
 func (l *Leaser) Now() int64 {
 	if l.coarse != nil {
 		return int64(l.coarse.Fine() - l.skew)
@@ -152,14 +131,12 @@ func (l *Leaser) Now() int64 {
 }
 
 // HitNow returns the time a hit takes units at: with a coarse clock, its
-// cached reading (one atomic load), which may be behind; and how far
-// behind it may be (twice the most the clock lagged lately, Coarse.Lag),
-// by which the hit's units must outlast it. A hit within that of its
-// units' expiry is left to a precise reading (Now): a unit is never used
-// past its expiry while the clock's lag stays within twice its recent
-// worst. Other clocks read precisely: late is 0.
+// cached reading, which may be behind by up to late (twice its recent
+// worst lag), by which the hit's units must outlast it; a hit within late
+// of their expiry is left to a precise reading (Now). Other clocks read
+// precisely: late is 0.
 func (l *Leaser) HitNow() (now, late int64) {
-	if l.coarse != nil { // (cached's reading, written out: neither is inlined, and this is the hit path)
+	if l.coarse != nil { // cached, written out: the hit path does not inline it
 		return int64(l.coarse.Elapsed() - l.skew), int64(2 * l.coarse.Lag())
 	}
 	return l.Now(), 0
@@ -173,14 +150,12 @@ func (l *Leaser) cached() int64 {
 	return l.Now()
 }
 
-// NewTable returns a table of entries for one policy, bounded with all the
-// Leaser's other tables. onEmpty, if not nil, is called when the table's
-// last entry leaves it (see local.Bound.NewTable).
+// NewTable returns a table for policy p, bounded with the Leaser's other
+// tables (see local.Bound.NewTable).
 func (l *Leaser) NewTable(p *remote.Policy, onEmpty func(*Table)) *Table {
 	return l.bound.NewTable(p, onEmpty)
 }
 
-// instancesFor is how long a member count is remembered by Instances.
 const instancesFor = time.Minute
 
 // Instances returns the most members any key leased in the last minute
@@ -201,12 +176,11 @@ func (l *Leaser) sawMembers(m, now int64) {
 	}
 }
 
-// Lease gets n units for e's key from Redis, sized for its demand: the
-// caller gets its n units directly (granted > 0), and the rest of the grant
-// goes into e's allowance for later requests. If another lease for e is in
-// flight, Lease waits for it and then tries e's allowance first (taken
-// reports that: no Redis call of its own). A denial is recorded in e, so
-// that requests before its RetryAfter are denied locally.
+// Lease gets n units for e's key from Redis in a lease sized for its
+// demand: the caller gets its n units (granted > 0), the rest goes into e.
+// If a lease of e is in flight, Lease waits for it and takes from e
+// (taken), making no call of its own. A denial is recorded in e, so that
+// requests before its RetryAfter are denied locally.
 func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decision, taken bool, err error) {
 	if !l.begin() {
 		return remote.Decision{}, false, door.ErrClosed
@@ -216,12 +190,9 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 		now := l.Now()
 		st, inFlight := e.StartLease(n, l.cfg.Min, now)
 		if inFlight != nil && st.Cold {
-			// The lease in flight asks for its requester's units alone
-			// (a key with no demand known yet, so that a key used once
-			// costs one call): waiting for it would find nothing, then
-			// lease again, one after another. This request asks for its
-			// own, at the same time, as exact mode would; its units count
-			// as wanted.
+			// The lease in flight asks for its requester's units alone:
+			// waiting for it would find nothing. This request asks for its
+			// own at the same time, as exact mode would.
 			e.Wanted(n)
 			d, err = l.batcher.lease(ctx, l.plan(e, local.Lease{Epoch: st.Epoch}, n, now), n)
 			return d, false, err
@@ -249,12 +220,10 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 	}
 }
 
-// Decide asks Redis for n units of key under p as exact mode asks, the
-// request's units alone with no member named, but in the batcher's next
-// pipeline: for a key with no entry (its first decision), one command that
-// shares a round trip with the other calls due, where an exact call has a
-// round trip of its own. Nothing is kept: if the requester leaves before
-// the answer, a grant goes back.
+// Decide asks Redis for n units of key under p as exact mode does (no
+// member named), but in the batcher's next pipeline, sharing its round
+// trip: for a key's first decision. Nothing is kept: if the requester
+// leaves before the answer, a grant goes back.
 func (l *Leaser) Decide(ctx context.Context, p *remote.Policy, key string, n int64) (remote.Decision, error) {
 	if !l.begin() {
 		return remote.Decision{}, door.ErrClosed
@@ -264,17 +233,15 @@ func (l *Leaser) Decide(ctx context.Context, p *remote.Policy, key string, n int
 	return l.batcher.lease(ctx, c, n)
 }
 
-// sending calls the test hook beforeSend, if set.
 func (l *Leaser) sending(e *Entry) {
 	if l.beforeSend != nil {
 		l.beforeSend(e)
 	}
 }
 
-// begin counts a lease under way, unless Close has begun: it reports
-// whether it did. The count comes first, so that Close, which sets
-// stopped and then waits for the count to fall to zero, either waits for
-// this lease or is seen here.
+// begin counts a lease under way unless Close has begun, and reports
+// whether it did. Counting first, then checking, Close (which sets stopped
+// and then waits for the count) either waits for this lease or is seen.
 func (l *Leaser) begin() bool {
 	l.leasing.Add(1)
 	if l.stopped.Load() {
@@ -284,11 +251,9 @@ func (l *Leaser) begin() bool {
 	return true
 }
 
-// end ends the lease st of e, which its call to the batcher ended with
-// err: a call refused (Close began) never went out, and the units set
-// aside that it took along are set aside again, or, if e left its table
-// meanwhile, given back (Close waits for this before it stops the
-// batcher).
+// end ends e's lease st, whose call ended with err. A call refused (Close
+// began) never went out: the units set aside that it took along are set
+// aside again or, if e is gone, given back.
 func (l *Leaser) end(e *Entry, st local.Lease, err error) {
 	if !errors.Is(err, door.ErrClosed) {
 		e.EndLease()
@@ -298,19 +263,17 @@ func (l *Leaser) end(e *Entry, st local.Lease, err error) {
 	l.giveBack(e, units, at)
 }
 
-// Prefetch starts a lease for e in the background, if none is in flight, no
-// denial from Redis holds for e, the Leaser is open, and the breaker of the
-// key's server is closed (door.Ready). The breaker is asked last, only when
-// a lease would start: with a cluster, naming the key's master costs a
-// lookup and allocations, too much for every hit below low water.
-// Prefetch never blocks.
+// Prefetch starts a lease of e in the background if none is in flight, no
+// denial from Redis holds, the Leaser is open and the key's server's
+// breaker is closed (door.Ready). It never blocks. The breaker is asked
+// last: with a Cluster, naming the key's master costs a lookup and
+// allocations, too much for every hit below low water.
 func (l *Leaser) Prefetch(e *Entry) {
 	if l.stopped.Load() {
 		return
 	}
-	// Redis denied the last lease until a time still to come: asking sooner
-	// would only poll it. (The hit's reading of the time: a prefetch is
-	// tried on every hit below low water while one is in flight.)
+	// Asking before a denial lapses would only poll Redis. (The hit's
+	// cheap time: this runs on every hit below low water.)
 	if denied, _ := e.Denied(l.cached(), math.MaxInt64); denied {
 		return
 	}
@@ -330,188 +293,4 @@ func (l *Leaser) Prefetch(e *Entry) {
 		_, err := l.batcher.lease(ctx, c, 0)
 		l.end(e, st, err)
 	}()
-}
-
-// plan returns the call for the lease of e that st starts at now, for a
-// request of n units (0 for a prefetch): at least max(n, 1) units, or
-// nothing, and at most the size, which is the demand over the horizon
-// (Refresh, or three quarters of TTL; at least four measured round trips,
-// so that a hot key's prefetch lands before its units run out), but not
-// past the end of the current window, within [Min, Max] and the policy's
-// capacity; a prefetch asks for at least one request of the size of the
-// last (whole multiples of it). A cold key (no demand measured yet) asks
-// for n alone: a key used once costs what one exact call does. The call
-// also carries the units of e that lapsed and are still worth giving back
-// (st.Back).
-func (l *Leaser) plan(e *Entry, st local.Lease, n, now int64) *call {
-	p := e.Policy()
-	rate := st.Rate
-	if st.Waiting {
-		// Callers wait for the key's units: each asks once per retry and
-		// sleeps meanwhile, so the demand measured is what the key got, not
-		// what it wants. A waiter takes whatever comes, as a caller that
-		// spins does: it wants the key's whole rate, and the fair share
-		// (max-min) holds it to its part. Measured alone, the waiters of
-		// each instance would say they want what they got, and the share
-		// would leave them where they are.
-		rate = max(rate, p.Rate())
-	}
-	h := max(l.cfg.horizon(), min(4*l.batcher.roundTrip(), l.cfg.TTL/2))
-	want := rate * h.Seconds()
-	if st.WindowEnd > now {
-		want = min(want, rate*float64(st.WindowEnd-now)/1e9)
-	}
-	// Slow start: a lease grows at most fourfold over the last grant, so
-	// that a first estimate of the demand (two observations) cannot take a
-	// whole burst before the key's other instances have made themselves
-	// known; a hot key still reaches a million units in ten leases.
-	want = min(want, float64(max(growthFloor, growth*st.LastGrant)))
-	size := max(int64(math.Ceil(want)), n, l.cfg.Min)
-	if l.cfg.Max > 0 {
-		size = min(size, l.cfg.Max)
-	}
-	least := max(n, 1)
-	if n == 0 && st.Request > 1 {
-		// Ahead of need, whole requests of the last one's size: Redis
-		// grants whole multiples of Min, and a remainder below the size of
-		// the requests that use it would wait unused until it lapses.
-		least = min(st.Request, p.Capacity())
-	}
-	size = max(min(size, p.Capacity()), least)
-	demand := int64(math.Ceil(rate))
-	if n > 0 && st.Back == 0 && !st.Waiting && l.cfg.Min <= least &&
-		(want < float64(2*least) || crowdShare(p, e.Members(), h) < float64(2*least)) {
-		// This instance uses the key seldom: a horizon's demand is less
-		// than two requests, so a lease would serve this request and
-		// hardly another. Or the key is crowded: divided among the members
-		// it had at the last lease, what it makes in a horizon is less than
-		// two requests a member, and a lease would bring this one and
-		// hardly another. It goes as an exact decision, for the request
-		// alone and naming no member: it costs Redis what an exact call
-		// does (a member's call costs several), holds nothing, and the
-		// key's members are those that lease it.
-		demand, size = 0, least
-	}
-	return &call{
-		req: remote.Request{Policy: p, Key: e.Key(), Min: least, Max: size,
-			Member: l.id, Demand: demand, Horizon: h,
-			Back: st.Back, BackAt: st.BackAt},
-		entry: e, start: now, epoch: st.Epoch, done: make(chan struct{}),
-	}
-}
-
-// crowdShare is what a key of p makes in a horizon h, at most (each
-// limit's capacity and what it refills meanwhile; the least of them),
-// divided among its members: m, the members at its last lease; +Inf
-// when m is 1 or unknown.
-func crowdShare(p *remote.Policy, m int64, h time.Duration) float64 {
-	if m <= 1 {
-		return math.Inf(1)
-	}
-	supply := math.Inf(1)
-	for _, lim := range p.Limits() {
-		supply = min(supply, float64(lim.Burst)+float64(lim.Rate)*float64(h)/float64(lim.Period))
-	}
-	return supply / float64(m)
-}
-
-// growth bounds a lease to growth × the last grant, and at least
-// growthFloor units (see plan).
-const (
-	growth      = 4
-	growthFloor = 8
-)
-
-// apply puts the answer to c into its entry: the grant beyond the caller's n
-// units into the allowance, valid from the request's start for TTL or the
-// grant's own validity, whichever ends first; or the denial. The batcher
-// calls it once per answered call: on the requester's goroutine, or on its
-// own when the requester left (n is then 0).
-func (l *Leaser) apply(c *call, n int64) {
-	e, d, start := c.entry, c.d, c.start
-	if e == nil { // Decide's: the requester's units alone
-		switch {
-		case d.Granted > 0 && n > 0:
-			l.stats.used.Add(uint64(n))
-		case d.Granted > 0: // the requester left
-			l.batcher.queueBack(remote.Grant{Policy: c.req.Policy, Key: c.req.Key, Units: d.Granted, At: d.At})
-		}
-		return
-	}
-	now := l.Now()
-	l.offset.Store(d.At - now/1e3)
-	if d.Members > 0 {
-		l.sawMembers(d.Members, now)
-	} else if c.req.Demand == 0 && d.Granted > 0 && 2*d.Remaining >= c.req.Policy.Capacity() {
-		// An exact decision found the key half full or more: not
-		// crowded (any more), whatever its members were.
-		e.ClearMembers()
-	}
-	// ResetAt on the hit's reading of the time, which hits report it
-	// against (a precise one would put it up to the coarse clock's lag
-	// later, and a hit would report the reset that much further off).
-	e.BeginAnswer() // a hit that reads the word reads its units too
-	e.Answered(local.Word{Limit: d.Decider, Remaining: d.Remaining, ResetAt: l.cached() + int64(d.ResetAfter)},
-		d.Members, d.Members > 1 && (d.Granted == 0 || d.Next > 0))
-	e.SetBlocked(0)
-	if d.Blocked {
-		e.SetBlocked(now + int64(d.RetryAfter))
-	}
-	if d.Granted == 0 {
-		// From the reply, not the request: the wait counts from Redis's
-		// now, later than start by the queue and half the round trip, and
-		// counting from start would come back early and be denied again.
-		e.SetRetryAt(now+int64(d.RetryAfter), d.FairShare)
-		// Cached for TTL at most, then asked again: the denial may not
-		// hold that long. Other members hold units of the key that come
-		// back when they lapse; any instance may Reset the key, Refund
-		// units or lift a block (Unblock). A key denied for an hour costs
-		// a call per TTL, and each instance sees another's Reset within
-		// TTL. Under the fair share, not before its next batch (Next),
-		// which may be later than the limits' RetryAfter.
-		e.Deny(now+min(int64(max(d.RetryAfter, d.Next)), int64(l.cfg.TTL)), max(n, 1))
-		e.EndAnswer()
-		return
-	}
-	l.stats.used.Add(uint64(n)) // the requester's
-	valid := l.cfg.TTL
-	g := local.Grant{Units: d.Granted, Keep: d.Granted - n, At: d.At, Epoch: c.epoch}
-	if d.ValidFor >= 0 {
-		valid = min(valid, d.ValidFor)
-		g.WindowEnd = start + int64(d.ValidFor)
-	}
-	g.Expires = start + int64(valid)
-	lapsed, kept, forgot := e.Fill(g, now, l.keep(e, now))
-	e.EndAnswer()
-	l.lapsed(lapsed)
-	switch {
-	case !kept: // e left its table while the lease was in flight: nobody will use them
-		l.giveBack(e, g.Keep, g.At)
-	case forgot: // e's key was reset meanwhile: they would go back to a state that is gone
-		l.stats.dropped.Add(uint64(g.Keep))
-	}
-	if g.Keep > 0 && kept && !forgot {
-		// Low water: a fraction of the lease, and never less than what the
-		// demand takes during a few round trips, so that a prefetch lands
-		// in time. A lease of a few units is not renewed ahead: a renewal
-		// as the last unit goes would start the next lease a request early,
-		// and a slow key would lose a request's worth of each lease's life.
-		lw := float64(c.req.Demand) * 3 * float64(l.batcher.roundTrip()) / 1e9
-		if lw < 1 {
-			lw = 0 // not a unit's worth: a miss is as likely as a prefetch's use
-		}
-		if f := l.cfg.LowWater * float64(d.Granted); f >= 2 {
-			lw = max(lw, math.Ceil(f))
-		}
-		e.SetLowWater(min(int64(math.Ceil(lw)), c.req.Max))
-	}
-	if d.Next > 0 {
-		// Held to its fair share: no lease before the share holds the next
-		// batch (what a request denied meanwhile is told); the units held
-		// are used meanwhile. For TTL at most, as a denial: the others may
-		// have used up the limit by then, or given units back.
-		e.SetRetryAt(now+int64(d.Next), true)
-		e.Deny(now+min(int64(d.Next), int64(l.cfg.TTL)), 1)
-	}
-	l.bound.Touch(e)
 }

@@ -89,8 +89,8 @@ func TestConfigErrors(t *testing.T) {
 	} {
 		c := cfg()
 		mod(&c)
-		if err := c.Validate(); !errors.Is(err, leasesync.ErrInvalidOption) {
-			t.Errorf("Validate(%+v) = %v, want ErrConfig", c, err)
+		if err := leasesync.Validate(c); !errors.Is(err, leasesync.ErrInvalidOption) {
+			t.Errorf("Validate(%+v) = %v, want ErrInvalidOption", c, err)
 		}
 	}
 }
@@ -296,7 +296,7 @@ func TestEvictionRefunds(t *testing.T) {
 		t.Fatal(err)
 	}
 	tab.GetOrCreate("b") // evicts a
-	if !a.Evicted() {
+	if _, ok := tab.Get("a"); ok {
 		t.Fatal("a was not evicted")
 	}
 	waitFor(t, func() bool { return l.Stats().UnitsRefunded == 9 })

@@ -8,10 +8,8 @@ import (
 	"github.com/ratelease/ratelease/remote"
 )
 
-// keep returns what tells whether units of e that lapsed unused at now,
-// granted at Redis time at, are worth setting aside, to go back with e's
-// next lease or on their own at a later sweep: not when a refund could no
-// longer give anything back (they are dropped).
+// keep tells whether units of e that lapsed at now are worth setting
+// aside to go back: not when a refund could no longer give anything back.
 func (l *Leaser) keep(e *Entry, now int64) local.Keep {
 	p, redisNow := e.Policy(), now/1e3+l.offset.Load()
 	return func(units, at int64) bool { return p.Refundable(units, at, redisNow) }
@@ -33,11 +31,9 @@ func (l *Leaser) evicted(e *Entry, units, at int64) {
 	l.giveBack(e, back, backAt)
 	if e.Members() > 0 && (units > 0 || e.Shared()) {
 		// Leave the key's members, so that this demand stops counting in
-		// the others' shares: with the refund, at no cost of its own; or on
-		// its own for a key that is shared out (the others would be held
-		// to less than they may have for three horizons). Any other entry
-		// does not leave: a call for that alone would cost a command per
-		// key at Close, and its membership lapses within three horizons.
+		// the others' shares: with the refund, at no cost; or on its own
+		// for a key shared out. Any other membership lapses within three
+		// horizons, which costs no command per key at Close.
 		l.batcher.queueBack(remote.Grant{Policy: e.Policy(), Key: e.Key(), Units: units, At: at, Member: l.id})
 		return
 	}
@@ -118,7 +114,7 @@ func (l *Leaser) Close() {
 // waitLeases returns once no lease is under way, or ctx has ended.
 func (l *Leaser) waitLeases(ctx context.Context) {
 	for l.leasing.Load() > 0 && ctx.Err() == nil {
-		time.Sleep(100 * time.Microsecond)
+		time.Sleep(100 * time.Microsecond) // the wall clock: a poll of a counter, which an injected test clock would never end
 	}
 }
 
@@ -189,9 +185,7 @@ func (l *Leaser) Stats() Stats {
 // instance may lift a block: Unblock). A lease in flight may still put
 // units in, used until they lapse, within TTL.
 func (l *Leaser) Block(e *Entry, left time.Duration) {
-	units, at := e.Drain()
-	l.giveBack(e, units, at)
 	now := l.Now()
-	e.SetBlocked(now + int64(left))
-	e.Deny(now+int64(min(left, l.cfg.TTL)), 1)
+	units, at := e.Block(now+int64(left), now+int64(min(left, l.cfg.TTL)))
+	l.giveBack(e, units, at)
 }

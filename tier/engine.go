@@ -206,8 +206,7 @@ type Stats struct {
 }
 
 // New returns an Engine for cfg, with its door to Redis and, when
-// cfg.Lease is set, its Leaser. The only error is an invalid cfg.Lease,
-// wrapping leasesync.ErrInvalidOption.
+// cfg.Lease is set, its Leaser. The only error is an invalid cfg.Lease.
 func New(cfg Config) (*Engine, error) {
 	e := &Engine{clock: cfg.Clock, done: make(chan struct{})}
 	e.tables.others = &others{}

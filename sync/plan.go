@@ -1,0 +1,158 @@
+package sync
+
+import (
+	"math"
+	"time"
+
+	"github.com/ratelease/ratelease/local"
+	"github.com/ratelease/ratelease/remote"
+)
+
+// plan returns the call for e's lease st at now, for a request of n units
+// (0 for a prefetch): at least max(n, 1) units, at most the demand over the
+// horizon (at least four round trips, so that a hot key's prefetch lands
+// in time), not past the window's end, within [Min, Max] and the policy's
+// capacity. A prefetch asks for whole requests of the last one's size; a
+// cold key asks for n alone. The call carries the units set aside
+// (st.Back).
+func (l *Leaser) plan(e *Entry, st local.Lease, n, now int64) *call {
+	p := e.Policy()
+	rate := st.Rate
+	if st.Waiting {
+		// A waiter asks once per retry and sleeps, so the measured demand
+		// is what the key got: it wants the key's whole rate, and the fair
+		// share holds it to its part.
+		rate = max(rate, p.Rate())
+	}
+	h := max(l.cfg.horizon(), min(4*l.batcher.roundTrip(), l.cfg.TTL/2))
+	want := rate * h.Seconds()
+	if st.WindowEnd > now {
+		want = min(want, rate*float64(st.WindowEnd-now)/1e9)
+	}
+	// Slow start: a first estimate of the demand cannot take a whole burst
+	// before the key's other instances have made themselves known.
+	want = min(want, float64(max(growthFloor, growth*st.LastGrant)))
+	size := max(int64(math.Ceil(want)), n, l.cfg.Min)
+	if l.cfg.Max > 0 {
+		size = min(size, l.cfg.Max)
+	}
+	least := max(n, 1)
+	if n == 0 && st.Request > 1 {
+		// Redis grants whole multiples of Min: a remainder smaller than
+		// the requests would lapse unused.
+		least = min(st.Request, p.Capacity())
+	}
+	size = max(min(size, p.Capacity()), least)
+	demand := int64(math.Ceil(rate))
+	if n > 0 && st.Back == 0 && !st.Waiting && l.cfg.Min <= least &&
+		(want < float64(2*least) || crowdShare(p, e.Members(), h) < float64(2*least)) {
+		// Seldom used here, or crowded (a horizon's supply shared by the
+		// members is under two requests each): a lease would serve this
+		// request and hardly another. It goes as an exact decision, naming
+		// no member, which costs Redis less than a member's call.
+		demand, size = 0, least
+	}
+	return &call{
+		req: remote.Request{Policy: p, Key: e.Key(), Min: least, Max: size,
+			Member: l.id, Demand: demand, Horizon: h,
+			Back: st.Back, BackAt: st.BackAt},
+		entry: e, start: now, epoch: st.Epoch, done: make(chan struct{}),
+	}
+}
+
+// crowdShare is the most a key of p supplies in a horizon h, divided
+// among its m members; +Inf when m is 1 or unknown.
+func crowdShare(p *remote.Policy, m int64, h time.Duration) float64 {
+	if m <= 1 {
+		return math.Inf(1)
+	}
+	supply := math.Inf(1)
+	for _, lim := range p.Limits() {
+		supply = min(supply, float64(lim.Burst)+float64(lim.Rate)*float64(h)/float64(lim.Period))
+	}
+	return supply / float64(m)
+}
+
+// A lease is at most growth × the last grant, and at least growthFloor.
+const (
+	growth      = 4
+	growthFloor = 8
+)
+
+// apply puts the answer to c into its entry: the grant beyond the
+// caller's n units, valid from the request's start for TTL or the grant's
+// own validity, whichever ends first; or the denial. The batcher calls it
+// once per answered call, with n 0 when the requester left.
+func (l *Leaser) apply(c *call, n int64) {
+	e, d, start := c.entry, c.d, c.start
+	if e == nil { // Decide's: the requester's units alone
+		switch {
+		case d.Granted > 0 && n > 0:
+			l.stats.used.Add(uint64(n))
+		case d.Granted > 0: // the requester left
+			l.batcher.queueBack(remote.Grant{Policy: c.req.Policy, Key: c.req.Key, Units: d.Granted, At: d.At})
+		}
+		return
+	}
+	now := l.Now()
+	l.offset.Store(d.At - now/1e3)
+	// ResetAt on the hit's time, which hits report it against.
+	a := local.Answer{
+		Word:    local.Word{Limit: d.Decider, Remaining: d.Remaining, ResetAt: l.cached() + int64(d.ResetAfter)},
+		Members: d.Members, Shared: d.Members > 1 && (d.Granted == 0 || d.Next > 0),
+	}
+	if d.Members > 0 {
+		l.sawMembers(d.Members, now)
+	} else if c.req.Demand == 0 && d.Granted > 0 && 2*d.Remaining >= c.req.Policy.Capacity() {
+		// An exact decision found the key half full: not crowded.
+		a.ForgetMembers = true
+	}
+	if d.Blocked {
+		a.BlockedUntil = now + int64(d.RetryAfter)
+	}
+	if d.Granted == 0 {
+		// From the reply, not the request's start: counting from start
+		// would come back early and be denied again.
+		a.RetryAt, a.FairShare = now+int64(d.RetryAfter), d.FairShare
+		// Cached for TTL at most: other members' units come back, and any
+		// instance may Reset, Refund or Unblock. Under the fair share, not
+		// before its next batch.
+		a.DenyUntil, a.DenyUnits = now+min(int64(max(d.RetryAfter, d.Next)), int64(l.cfg.TTL)), max(n, 1)
+		e.Answer(a, now, nil)
+		return
+	}
+	l.stats.used.Add(uint64(n)) // the requester's
+	valid := l.cfg.TTL
+	g := local.Grant{Units: d.Granted, Keep: d.Granted - n, At: d.At, Epoch: c.epoch}
+	if d.ValidFor >= 0 {
+		valid = min(valid, d.ValidFor)
+		g.WindowEnd = start + int64(d.ValidFor)
+	}
+	g.Expires = start + int64(valid)
+	a.Grant = g
+	// Low water: a fraction of the lease, and at least a few round trips'
+	// demand, so that a prefetch lands in time. A lease of a few units is
+	// not renewed ahead, which would start the next lease a request early.
+	lw := float64(c.req.Demand) * 3 * float64(l.batcher.roundTrip()) / 1e9
+	if lw < 1 {
+		lw = 0 // not a unit's worth: a miss is as likely as a prefetch's use
+	}
+	if f := l.cfg.LowWater * float64(d.Granted); f >= 2 {
+		lw = max(lw, math.Ceil(f))
+	}
+	a.LowWater = min(int64(math.Ceil(lw)), c.req.Max)
+	if d.Next > 0 {
+		// Held to its fair share: no lease before the next batch, for TTL
+		// at most.
+		a.RetryAt, a.FairShare = now+int64(d.Next), true
+		a.DenyUntil, a.DenyUnits = now+min(int64(d.Next), int64(l.cfg.TTL)), 1
+	}
+	lapsed, kept, forgot := e.Answer(a, now, l.keep(e, now))
+	l.lapsed(lapsed)
+	switch {
+	case !kept: // e left its table while the lease was in flight: nobody will use them
+		l.giveBack(e, g.Keep, g.At)
+	case forgot: // e's key was reset meanwhile: they would go back to a state that is gone
+		l.stats.dropped.Add(uint64(g.Keep))
+	}
+}
