@@ -19,7 +19,9 @@ type loading struct {
 }
 
 // scriptsSpell is how long a Store runs scripts after a server said it
-// has no functions, before it tries them again.
+// has no functions, before it tries them again. It is wall-clock time
+// (not the Store's clock): it waits for the servers to change, which a
+// Limiter's manual clock does not move.
 const scriptsSpell = time.Minute
 
 // scripts reports whether the entry points run as scripts now.
