@@ -173,7 +173,7 @@ func (p *Policy) blockKey(prefix, key string) string {
 func (p *Policy) MaxCapacity() int64 {
 	var c int64
 	for _, l := range p.limits {
-		c = max(c, l.Capacity())
+		c = max(c, l.capacity())
 	}
 	return c
 }

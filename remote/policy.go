@@ -94,7 +94,7 @@ func (p *Policy) SetSlot(s *Slot) { p.slot.Store(s) }
 // NewPolicy validates name and limits and compiles them. The name must be 1
 // to MaxNameLen bytes without ':', '{', '}' or whitespace (it is part of
 // every key, and the ':' after it ends it); errors wrap ErrName. Limits: 1 to
-// MaxLimits, each valid (see Limit.Validate), no two with the same algorithm
+// MaxLimits, each valid (see Limit.validate), no two with the same algorithm
 // and period (they would share state); errors wrap ErrLimit.
 func NewPolicy(name string, limits []Limit) (*Policy, error) {
 	if err := CheckName(name); err != nil {
@@ -107,7 +107,7 @@ func NewPolicy(name string, limits []Limit) (*Policy, error) {
 	seen := make(map[string]int, len(limits))
 	var mask uint8
 	for i, l := range p.limits {
-		if err := l.Validate(); err != nil {
+		if err := l.validate(); err != nil {
 			return nil, fmt.Errorf("limit %d: %w", i, err)
 		}
 		sfx := l.suffix()
@@ -116,8 +116,8 @@ func NewPolicy(name string, limits []Limit) (*Policy, error) {
 		}
 		seen[sfx] = i
 		mask |= 1 << l.Algorithm
-		if i == 0 || l.Capacity() < p.capacity {
-			p.capacity = l.Capacity()
+		if i == 0 || l.capacity() < p.capacity {
+			p.capacity = l.capacity()
 		}
 		if r := float64(l.Rate) / l.Period.Seconds(); i == 0 || r < p.rate {
 			p.rate = r
@@ -298,7 +298,7 @@ func (p *Policy) Refundable(units, at, now int64) bool {
 			}
 		case CalendarWindow:
 			c := l.Calendar
-			if c.Next(time.UnixMicro(at)).Equal(c.Next(time.UnixMicro(now))) {
+			if c.next(time.UnixMicro(at)).Equal(c.next(time.UnixMicro(now))) {
 				return true
 			}
 		default:
