@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
@@ -46,14 +47,18 @@ type library struct{ name, code string }
 // set's bit mask (bit a for Algorithm a).
 var scriptCache [1 << numAlgorithms]atomic.Pointer[scripts]
 
-// The entry points of a set's library: the files each one's definitions
-// need beyond the set's (helpers), its body (main), and the algorithms it
-// can serve (0 for any set; else only a set within them has it).
-var entries = []struct {
+// entry is an entry point of a library: its name, its body (main), the
+// files its definitions need beyond the set's (helpers), and the
+// algorithms it can serve (0 for any set; else only a set within them has
+// it).
+type entry struct {
 	name, main string
 	helpers    []string
 	within     uint8
-}{
+}
+
+// entries are the entry points of a set of algorithms' library.
+var entries = []entry{
 	{"acquire", "acquire.lua", []string{"members.lua", "fairshare.lua"}, 0},
 	{"exact", "exact.lua", nil, 0},
 	{"refund", "refund.lua", []string{"members.lua"}, 0},
@@ -70,6 +75,22 @@ func scriptsFor(mask uint8) *scripts {
 	if s := scriptCache[mask].Load(); s != nil {
 		return s
 	}
+	progs := build(mask, entries)
+	s := &scripts{acquire: progs[0], exact: progs[1], refund: progs[2], bucket: progs[3]}
+	scriptCache[mask].CompareAndSwap(nil, s)
+	return scriptCache[mask].Load()
+}
+
+// permitProgram is permit.lua's program, in a library of its own: the
+// definitions of no algorithm (mask 0), and fairshare.lua's water level.
+var permitProgram = sync.OnceValue(func() *program {
+	return &build(0, []entry{{"permit", "permit.lua", []string{"fairshare.lua"}, 0}})[0]
+})
+
+// build assembles the library of es over the definitions for mask, and
+// returns the program of each entry point (the zero program for one that
+// does not serve mask).
+func build(mask uint8, es []entry) []program {
 	// The library: the definitions once, then each entry point as a
 	// function whose arguments become the KEYS and ARGV the files read.
 	// Its name is its code's hash (the code written with a placeholder
@@ -78,7 +99,7 @@ func scriptsFor(mask uint8) *scripts {
 	code := "#!lua name=" + placeholder + "\nlocal KEYS, ARGV\n" + definitions(mask)
 	// (Each helper once: a file two entry points need is read once.)
 	var helpers []string
-	for _, e := range entries {
+	for _, e := range es {
 		if has(mask, e.within) {
 			for _, h := range e.helpers {
 				if !slices.Contains(helpers, h) {
@@ -88,7 +109,7 @@ func scriptsFor(mask uint8) *scripts {
 		}
 	}
 	code += read(helpers...)
-	for _, e := range entries {
+	for _, e := range es {
 		if !has(mask, e.within) {
 			continue
 		}
@@ -98,16 +119,14 @@ func scriptsFor(mask uint8) *scripts {
 	sum := sha1.Sum([]byte(code))
 	lib := &library{name: "ratelease_" + hex.EncodeToString(sum[:10])}
 	lib.code = strings.ReplaceAll(code, placeholder, lib.name)
-	progs := make([]program, len(entries))
-	for i, e := range entries {
+	progs := make([]program, len(es))
+	for i, e := range es {
 		if has(mask, e.within) {
 			fn := lib.name + "_" + e.name
 			progs[i] = program{script: redis.NewScript(assemble(mask, append(e.helpers, e.main)...)), fn: fn, fnArg: fn, lib: lib}
 		}
 	}
-	s := &scripts{acquire: progs[0], exact: progs[1], refund: progs[2], bucket: progs[3]}
-	scriptCache[mask].CompareAndSwap(nil, s)
-	return scriptCache[mask].Load()
+	return progs
 }
 
 // assemble returns one script: the definitions for the algorithms in mask,
