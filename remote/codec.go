@@ -7,6 +7,74 @@ import (
 	"time"
 )
 
+// Keys returns the Redis keys of key under p, one per limit, in the layout
+// prefix:{policy:key}:<algorithm>:<period µs>. All of them carry one hash
+// tag, so they share a Cluster slot whatever bytes key holds: a '}' in key
+// ends the tag early, but identically for every limit of that key. Distinct
+// (policy, key) pairs never share a Redis key: the policy name has no ':',
+// and every tail starts with '}', which no tail contains twice.
+//
+// The keys are substrings of one string: one allocation for the text.
+func (p *Policy) Keys(prefix, key string) []string { return p.keys(prefix, key, false, false) }
+
+// membersTail ends the key of the members hash of a (policy, key) (see
+// acquire.lua): like the limits' tails it starts with '}', and no limit's
+// tail is "}:m".
+const membersTail = "}:m"
+
+// blockTail ends the key of a (policy, key)'s block (see Store.Block): no
+// other tail is "}:b".
+const blockTail = "}:b"
+
+// keys is Keys, with the members hash's key after the limits' when members
+// is set, and the block's key last when block is set.
+func (p *Policy) keys(prefix, key string, members, block bool) []string {
+	n := len(p.limits)
+	var buf [MaxLimits + 2]string // on the stack: no allocation of its own
+	tails, tailsLen := append(buf[:0], p.tails[:n]...), p.tailsLen
+	if members {
+		tails, tailsLen = append(tails, membersTail), tailsLen+len(membersTail)
+	}
+	if block {
+		tails, tailsLen = append(tails, blockTail), tailsLen+len(blockTail)
+	}
+	head := len(prefix) + 2 + len(p.name) + 1 + len(key) // prefix ":{" name ":" key
+	var b strings.Builder
+	b.Grow(head*len(tails) + tailsLen)
+	for _, t := range tails {
+		b.WriteString(prefix)
+		b.WriteString(":{")
+		b.WriteString(p.name)
+		b.WriteByte(':')
+		b.WriteString(key)
+		b.WriteString(t)
+	}
+	all := b.String()
+	keys := make([]string, len(tails))
+	off := 0
+	for i, t := range tails {
+		n := head + len(t)
+		keys[i] = all[off : off+n]
+		off += n
+	}
+	return keys
+}
+
+// blockKey is the key of key's block under p.
+func (p *Policy) blockKey(prefix, key string) string {
+	return prefix + ":{" + p.name + ":" + key + blockTail
+}
+
+// permitTail ends the key of a concurrency limit's permits: no policy's
+// tail is "}:permits".
+const permitTail = "}:permits"
+
+// PermitKey returns the Redis key of name's permits of key: one key, in
+// the hash slot of key's tag, as a policy's keys are.
+func (s *Store) PermitKey(name, key string) string {
+	return s.prefix + ":{" + name + ":" + key + permitTail
+}
+
 // acquireKeys returns the keys of r: its limits' state, the members hash
 // when r names a member with demand, and the key's block.
 func (s *Store) acquireKeys(r Request) []string {

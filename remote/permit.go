@@ -55,16 +55,6 @@ type PermitReply struct {
 	Lost, Contended bool
 }
 
-// permitTail ends the key of a concurrency limit's permits: no policy's
-// tail is "}:permits".
-const permitTail = "}:permits"
-
-// PermitKey returns the Redis key of name's permits of key: one key, in
-// the hash slot of key's tag, as a policy's keys are.
-func (s *Store) PermitKey(name, key string) string {
-	return s.prefix + ":{" + name + ":" + key + permitTail
-}
-
 // Permit makes one permit call (see permit.lua).
 // Errors are Redis's or ctx's, naming the server.
 func (s *Store) Permit(ctx context.Context, c PermitCall) (PermitReply, error) {
