@@ -27,7 +27,7 @@ type scripts struct {
 }
 
 // program is an entry point of a set's scripts, runnable two ways (see
-// prelude.lua): as the function fn of the set's library (FCALL), its
+// docs/scripts.md): as the function fn of the set's library (FCALL), its
 // definitions made once when the library is loaded; or as a script
 // (EVALSHA), which makes them anew on every call. The first is cheaper
 // for Redis (TestScriptCost); the second runs on every server.

@@ -71,7 +71,7 @@ type Request struct {
 	// the call count it among the key's members with its Demand (units per
 	// second it wants of the key): while the members together want more
 	// than the key's rate, each is held to its max-min fair share (see
-	// acquire.lua). Empty in exact mode, and for a key whose demand is not
+	// fairshare.lua). Empty in exact mode, and for a key whose demand is not
 	// known yet (or is zero): such a call leaves the members alone.
 	Member string
 	Demand int64
