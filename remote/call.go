@@ -27,12 +27,14 @@ const scriptsSpell = time.Minute
 // scripts reports whether the entry points run as scripts now.
 func (s *Store) scripts() bool {
 	until := s.scriptsUntil.Load()
-	return until != 0 && (until == math.MaxInt64 || time.Now().UnixNano() < until)
+	return until != 0 && (until == math.MaxInt64 || time.Now().UnixNano() < until) // wall clock: see scriptsSpell
 }
 
 // noFunctionsSaid records that a server said it has no functions: scripts
 // for scriptsSpell.
-func (s *Store) noFunctionsSaid() { s.scriptsUntil.Store(time.Now().Add(scriptsSpell).UnixNano()) }
+func (s *Store) noFunctionsSaid() {
+	s.scriptsUntil.Store(time.Now().Add(scriptsSpell).UnixNano()) // wall clock: see scriptsSpell
+}
 
 // failedFunction looks at err, a failed function call's error that is not
 // Redis's reply. Before any function call has succeeded through this
