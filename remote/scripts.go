@@ -26,7 +26,7 @@ type scripts struct {
 	acquire, exact, refund, bucket program
 }
 
-// program is an entry point of a set's scripts, runnable two ways (see
+// program is an entry point of a library, runnable two ways (see
 // docs/scripts.md): as the function fn of the set's library (FCALL), its
 // definitions made once when the library is loaded; or as a script
 // (EVALSHA), which makes them anew on every call. The first is cheaper
@@ -38,9 +38,9 @@ type program struct {
 	lib    *library
 }
 
-// library is the Redis function library of one set of algorithms: its
-// name, from its code's hash (two releases of ratelease that differ each
-// load their own), and its code.
+// library is the Redis function library of one set of algorithms, or of
+// the permits: its name, from its code's hash (two releases of ratelease
+// that differ each load their own), and its code.
 type library struct{ name, code string }
 
 // scriptCache holds the scripts of every algorithm set used so far, by the
