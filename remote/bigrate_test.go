@@ -40,9 +40,9 @@ func TestLargestRatesAgainstExactModel(t *testing.T) {
 				gap += rng.Int64N(gap)
 				f.Advance(time.Duration(gap) * time.Microsecond)
 				m.advance(f.Now().UnixMicro())
-				n := 1 + rng.Int64N(c.l.Capacity())
+				n := 1 + rng.Int64N(remote.LimitCapacity(c.l))
 				if rng.IntN(3) == 0 {
-					n = 1 + rng.Int64N(min(c.l.Capacity(), 1000))
+					n = 1 + rng.Int64N(min(remote.LimitCapacity(c.l), 1000))
 				}
 				d := acquire(t, f.s, p, "k", n, n, false)
 				want := m.admit(n)

@@ -60,19 +60,13 @@ func (c Calendar) Nominal() time.Duration {
 	return 24 * time.Hour
 }
 
-// Start returns the start of the window holding t.
-func (c Calendar) Start(t time.Time) time.Time {
-	s, _ := c.Window(t)
-	return s
-}
-
-// Next returns the end of the window holding t: the start of the next.
-func (c Calendar) Next(t time.Time) time.Time {
-	_, e := c.Window(t)
+// next returns the end of the window holding t: the start of the next.
+func (c Calendar) next(t time.Time) time.Time {
+	_, e := c.window(t)
 	return e
 }
 
-// Window returns the start and end of the window holding t: s <= t < e.
+// window returns the start and end of the window holding t: s <= t < e.
 // The windows are placed by civil dates, never by the date of a
 // normalized instant (time.Date's midnight of a day without one may be
 // the eve's 23:00): the window's first date is t's local date, less the
@@ -82,7 +76,7 @@ func (c Calendar) Next(t time.Time) time.Time {
 // It ends where the window of the next first date (a day, 7 days or a
 // month on) begins; should the local date go back across a boundary, the
 // instant is in the window that began last.
-func (c Calendar) Window(t time.Time) (s, e time.Time) {
+func (c Calendar) window(t time.Time) (s, e time.Time) {
 	d := civil(t.In(c.Location))
 	switch c.Unit {
 	case CalendarWeek:
@@ -203,7 +197,7 @@ const skew = time.Hour
 // calendarWindow returns the start and end, in µs since the Unix epoch,
 // of the window holding now + skew.
 func (c Calendar) calendarWindow(now time.Time) (int64, int64) {
-	s, e := c.Window(now.Add(skew))
+	s, e := c.window(now.Add(skew))
 	return s.UnixMicro(), e.UnixMicro()
 }
 

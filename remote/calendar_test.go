@@ -84,7 +84,7 @@ func firstDate(c remote.Calendar, day int64) (int64, int64) {
 // midnight: an instant up to u, the window's start, had a later date) it
 // is the window of the latest date reached, the one that began last.
 func checkWindow(c remote.Calendar, u time.Time) error {
-	s, e := c.Window(u)
+	s, e := remote.CalendarBounds(c, u)
 	if u.Before(s) || !u.Before(e) {
 		return fmt.Errorf("window [%v, %v) does not hold %v", s, e, u)
 	}
@@ -95,7 +95,7 @@ func checkWindow(c remote.Calendar, u time.Time) error {
 	if before, at := civilDay(e.Add(-1).In(c.Location)), civilDay(e.In(c.Location)); before >= next || at < next {
 		return fmt.Errorf("window [%v, %v) holding %v: its end is not the first instant of %v", s, e, u, time.Unix(next*86400, 0).UTC().Format(time.DateOnly))
 	}
-	if s2, _ := c.Window(e); !s2.Equal(e) {
+	if s2, _ := remote.CalendarBounds(c, e); !s2.Equal(e) {
 		return fmt.Errorf("window [%v, %v) holding %v: the next begins at %v", s, e, u, s2)
 	}
 	return nil

@@ -423,3 +423,30 @@ func TestFunctionLoadedTwice(t *testing.T) {
 		})
 	}
 }
+
+// TestPermitFunction: permit.lua runs as the one function of a library of
+// its own, loaded by the first call and again after FUNCTION FLUSH.
+func TestPermitFunction(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	s := NewStore(c, "pf")
+	acquire := func(id string, want bool) {
+		t.Helper()
+		r, err := s.Permit(ctx, PermitCall{Name: "p", Key: "k", ID: id, Op: PermitAcquire, Limit: 1, TTL: time.Minute})
+		if err != nil || r.Done != want || r.Held != 1 {
+			t.Fatalf("Permit(%q): %+v, %v; want done %v, 1 held", id, r, err, want)
+		}
+	}
+	acquire("a", true)
+	libs, err := c.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: permitProgram().lib.name}).Result()
+	if err != nil || len(libs) != 1 || len(libs[0].Functions) != 1 {
+		t.Fatalf("FUNCTION LIST: %+v, %v; want the permits' library with one function", libs, err)
+	}
+	c.FunctionFlush(ctx)
+	acquire("b", false) // the limit is 1, and a holds it
+	if s.scripts() {
+		t.Fatal("the Store runs scripts after a FUNCTION FLUSH; want functions")
+	}
+}

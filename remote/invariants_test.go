@@ -22,8 +22,8 @@ func randomLoad(t *testing.T, l remote.Limit, seed uint64, steps int) []grant {
 	var log []grant
 	for i := 0; i < steps; i++ {
 		f.Advance(time.Duration(rng.Int64N(int64(l.Period / 3))))
-		lo := 1 + rng.Int64N(l.Capacity())
-		hi := lo + rng.Int64N(l.Capacity())
+		lo := 1 + rng.Int64N(remote.LimitCapacity(l))
+		hi := lo + rng.Int64N(remote.LimitCapacity(l))
 		if d := acquire(t, f.s, p, "k", lo, hi, false); d.Granted > 0 {
 			if d.Granted < lo || d.Granted > hi {
 				t.Fatalf("granted %d outside [%d, %d]", d.Granted, lo, hi)

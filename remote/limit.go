@@ -37,9 +37,9 @@ func (a Algorithm) String() string {
 	return "Algorithm(" + strconv.Itoa(int(a)) + ")"
 }
 
-// Windowed reports whether the algorithm counts units in windows, whose
+// windowed reports whether the algorithm counts units in windows, whose
 // capacity is the rate (no separate burst).
-func (a Algorithm) Windowed() bool {
+func (a Algorithm) windowed() bool {
 	return a == FixedWindow || a == SlidingWindowLog || a == SlidingWindowCounter || a == CalendarWindow
 }
 
@@ -67,7 +67,7 @@ type Limit struct {
 	Calendar Calendar
 }
 
-// Validate reports why the scripts cannot enforce l exactly, as an error
+// validate reports why the scripts cannot enforce l exactly, as an error
 // wrapping ErrLimit, or nil.
 //
 // Rules: a known algorithm; Rate >= 1; Period a whole number of
@@ -76,7 +76,7 @@ type Limit struct {
 // Burst >= 1, equal to Rate for windowed algorithms;
 // and Rate·Period and Burst·Period (in µs) below 2^53, so that the scripts'
 // integer arithmetic stays exact (for a CalendarWindow, Rate alone).
-func (l Limit) Validate() error {
+func (l Limit) validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalidLimit, fmt.Sprintf(format, args...))
 	}
@@ -97,7 +97,7 @@ func (l Limit) Validate() error {
 		return bad("rate %d per %v is more than one per microsecond, the most a %s keeps", l.Rate, l.Period, l.Algorithm)
 	case l.Burst <= 0:
 		return bad("burst %d is not positive", l.Burst)
-	case l.Algorithm.Windowed() && l.Burst != l.Rate:
+	case l.Algorithm.windowed() && l.Burst != l.Rate:
 		return bad("a %s has no burst of its own: burst %d must equal rate %d", l.Algorithm, l.Burst, l.Rate)
 	case l.Algorithm == CalendarWindow:
 		// Its script counts units and compares window ends, never
@@ -119,8 +119,8 @@ func (l Limit) Validate() error {
 	return nil
 }
 
-// Capacity is the most units one request can ever be granted.
-func (l Limit) Capacity() int64 {
+// capacity is the most units one request can ever be granted.
+func (l Limit) capacity() int64 {
 	if l.Algorithm == SlidingWindowLog {
 		return min(l.Burst, MaxLogUnits)
 	}

@@ -162,18 +162,3 @@ func (s *Store) Block(ctx context.Context, p *Policy, key string, d time.Duratio
 func (s *Store) Unblock(ctx context.Context, p *Policy, key string) error {
 	return s.named(p, key, s.client.Del(ctx, p.blockKey(s.prefix, key)).Err())
 }
-
-// blockKey is the key of key's block under p.
-func (p *Policy) blockKey(prefix, key string) string {
-	return prefix + ":{" + p.name + ":" + key + blockTail
-}
-
-// MaxCapacity is the largest capacity of the policy's limits: the most
-// units a refund can give back to any of them.
-func (p *Policy) MaxCapacity() int64 {
-	var c int64
-	for _, l := range p.limits {
-		c = max(c, l.Capacity())
-	}
-	return c
-}

@@ -4,12 +4,7 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
-
-// permitScript is permit.lua: the permits of a concurrency limit.
-var permitScript = redis.NewScript(mustRead("permit.lua"))
 
 // PermitOp is what a permit call does: acquire a permit, release one, or
 // extend one's TTL.
@@ -60,29 +55,22 @@ type PermitReply struct {
 	Lost, Contended bool
 }
 
-// permitTail ends the key of a concurrency limit's permits: no policy's
-// tail is "}:permits".
-const permitTail = "}:permits"
-
-// PermitKey returns the Redis key of name's permits of key: one key, in
-// the hash slot of key's tag, as a policy's keys are.
-func (s *Store) PermitKey(name, key string) string {
-	return s.prefix + ":{" + name + ":" + key + permitTail
-}
-
-// Permit makes one permit call (see permit.lua), as an operator's script.
+// Permit makes one permit call (see permit.lua).
 // Errors are Redis's or ctx's, naming the server.
 func (s *Store) Permit(ctx context.Context, c PermitCall) (PermitReply, error) {
 	k := s.PermitKey(c.Name, c.Key)
-	keys, args, values := []string{k}, []any{string(c.Op), c.ID, c.Limit, c.TTL.Microseconds()}, 4
+	keys, values := []string{k}, 4
 	lease := c.Op == PermitLease
 	if lease {
 		// The members that lease the key: "}:permits:m", which no
 		// policy's tail is.
-		keys = append(keys, k+":m")
-		args, values = append(args, c.Slots, c.InUse, c.Want, c.Demand, c.Maybe), 7
+		keys, values = append(keys, k+":m"), 7
 	}
-	v, err := permitScript.Run(ctx, s.client, keys, args...).Int64Slice()
+	args := append(make([]any, room(keys), room(keys)+9), string(c.Op), c.ID, c.Limit, c.TTL.Microseconds())
+	if lease {
+		args = append(args, c.Slots, c.InUse, c.Want, c.Demand, c.Maybe)
+	}
+	v, err := s.run(ctx, permitProgram(), keys, args).Int64Slice()
 	if err != nil {
 		return PermitReply{}, named(s.Addr(nil, ""), err)
 	}

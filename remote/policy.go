@@ -94,7 +94,7 @@ func (p *Policy) SetSlot(s *Slot) { p.slot.Store(s) }
 // NewPolicy validates name and limits and compiles them. The name must be 1
 // to MaxNameLen bytes without ':', '{', '}' or whitespace (it is part of
 // every key, and the ':' after it ends it); errors wrap ErrName. Limits: 1 to
-// MaxLimits, each valid (see Limit.Validate), no two with the same algorithm
+// MaxLimits, each valid (see Limit.validate), no two with the same algorithm
 // and period (they would share state); errors wrap ErrLimit.
 func NewPolicy(name string, limits []Limit) (*Policy, error) {
 	if err := CheckName(name); err != nil {
@@ -107,7 +107,7 @@ func NewPolicy(name string, limits []Limit) (*Policy, error) {
 	seen := make(map[string]int, len(limits))
 	var mask uint8
 	for i, l := range p.limits {
-		if err := l.Validate(); err != nil {
+		if err := l.validate(); err != nil {
 			return nil, fmt.Errorf("limit %d: %w", i, err)
 		}
 		sfx := l.suffix()
@@ -116,8 +116,8 @@ func NewPolicy(name string, limits []Limit) (*Policy, error) {
 		}
 		seen[sfx] = i
 		mask |= 1 << l.Algorithm
-		if i == 0 || l.Capacity() < p.capacity {
-			p.capacity = l.Capacity()
+		if i == 0 || l.capacity() < p.capacity {
+			p.capacity = l.capacity()
 		}
 		if r := float64(l.Rate) / l.Period.Seconds(); i == 0 || r < p.rate {
 			p.rate = r
@@ -219,59 +219,6 @@ func (p *Policy) Capacity() int64 { return p.capacity }
 // smallest Rate/Period of its limits.
 func (p *Policy) Rate() float64 { return p.rate }
 
-// Keys returns the Redis keys of key under p, one per limit, in the layout
-// prefix:{policy:key}:<algorithm>:<period µs>. All of them carry one hash
-// tag, so they share a Cluster slot whatever bytes key holds: a '}' in key
-// ends the tag early, but identically for every limit of that key. Distinct
-// (policy, key) pairs never share a Redis key: the policy name has no ':',
-// and every tail starts with '}', which no tail contains twice.
-//
-// The keys are substrings of one string: one allocation for the text.
-func (p *Policy) Keys(prefix, key string) []string { return p.keys(prefix, key, false, false) }
-
-// membersTail ends the key of the members hash of a (policy, key) (see
-// acquire.lua): like the limits' tails it starts with '}', and no limit's
-// tail is "}:m".
-const membersTail = "}:m"
-
-// blockTail ends the key of a (policy, key)'s block (see Store.Block): no
-// other tail is "}:b".
-const blockTail = "}:b"
-
-// keys is Keys, with the members hash's key after the limits' when members
-// is set, and the block's key last when block is set.
-func (p *Policy) keys(prefix, key string, members, block bool) []string {
-	n := len(p.limits)
-	var buf [MaxLimits + 2]string // on the stack: no allocation of its own
-	tails, tailsLen := append(buf[:0], p.tails[:n]...), p.tailsLen
-	if members {
-		tails, tailsLen = append(tails, membersTail), tailsLen+len(membersTail)
-	}
-	if block {
-		tails, tailsLen = append(tails, blockTail), tailsLen+len(blockTail)
-	}
-	head := len(prefix) + 2 + len(p.name) + 1 + len(key) // prefix ":{" name ":" key
-	var b strings.Builder
-	b.Grow(head*len(tails) + tailsLen)
-	for _, t := range tails {
-		b.WriteString(prefix)
-		b.WriteString(":{")
-		b.WriteString(p.name)
-		b.WriteByte(':')
-		b.WriteString(key)
-		b.WriteString(t)
-	}
-	all := b.String()
-	keys := make([]string, len(tails))
-	off := 0
-	for i, t := range tails {
-		n := head + len(t)
-		keys[i] = all[off : off+n]
-		off += n
-	}
-	return keys
-}
-
 // Refundable reports whether a refund of units granted at Redis time at
 // (µs) would give anything back at Redis time now: whether any limit of the
 // policy would take some of them back (see refund.lua). A token bucket takes
@@ -298,7 +245,7 @@ func (p *Policy) Refundable(units, at, now int64) bool {
 			}
 		case CalendarWindow:
 			c := l.Calendar
-			if c.Next(time.UnixMicro(at)).Equal(c.Next(time.UnixMicro(now))) {
+			if c.next(time.UnixMicro(at)).Equal(c.next(time.UnixMicro(now))) {
 				return true
 			}
 		default:
@@ -306,4 +253,14 @@ func (p *Policy) Refundable(units, at, now int64) bool {
 		}
 	}
 	return false
+}
+
+// MaxCapacity is the largest capacity of the policy's limits: the most
+// units a refund can give back to any of them.
+func (p *Policy) MaxCapacity() int64 {
+	var c int64
+	for _, l := range p.limits {
+		c = max(c, l.capacity())
+	}
+	return c
 }

@@ -35,7 +35,7 @@ func TestLimitValidate(t *testing.T) {
 		{"burst × period reaches 2^53", tb(1, 1<<40, 1<<14*time.Second), false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			err := c.l.Validate()
+			err := remote.ValidateLimit(c.l)
 			if c.ok && err != nil {
 				t.Fatalf("Validate() = %v, want nil", err)
 			}

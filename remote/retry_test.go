@@ -150,7 +150,8 @@ func windowEnd(t *testing.T, f *fake, p *remote.Policy) time.Duration {
 		case remote.FixedWindow, remote.SlidingWindowCounter:
 			left = l.Period - time.Duration(now.UnixNano()%int64(l.Period))
 		case remote.CalendarWindow:
-			left = l.Calendar.Next(now).Sub(now)
+			_, end := remote.CalendarBounds(l.Calendar, now)
+			left = end.Sub(now)
 		default:
 			continue
 		}

@@ -13,7 +13,7 @@
 --
 -- It is the script of every exact decision, so it is kept lean: every
 -- argument costs Redis a string to make and a number to read, and a table
--- costs more than the arithmetic of a decision (see prelude.lua). A policy
+-- costs more than the arithmetic of a decision (docs/scripts.md). A policy
 -- of one limit, the common case, is decided with no table; one of one
 -- token or leaky bucket without reserve goes to bucket.lua instead.
 HEADER = 3

@@ -1,66 +1,41 @@
--- members.lua: the instances that lease a key, for acquire.lua's fair share,
--- kept so that a lease call costs Redis the same with 10 members or 10,000:
--- a call reads its own entry and the key's aggregates, never the others'
--- entries.
+-- members.lua: the instances that lease a key, for acquire.lua's fair
+-- share. A call reads its own entry and the key's aggregates, never the
+-- others' entries, so it costs the same with 10 members or 10,000
+-- (docs/scripts.md tells the generations and the sweep).
 --
--- A key leased by several instances keeps a hash of them next to its state.
--- Each member id -> its entry, "gen demand tk at since f size u uw class":
---   gen      us, the start of the generation it last leased in (below)
+-- The key's members hash: member id -> "gen demand tk at since f size u uw
+-- class":
+--   gen      us, the start of the generation it last leased in
 --   demand   units per second it said it wants
---   tokens   its bucket under the fair share (fairshare.lua), in units, or
---            'x' for a bucket not kept (the demand fitted), which counts
---            as full
+--   tk       its bucket (fairshare.lua), in units, or 'x' for none (its
+--            demand fitted), which counts as full
 --   at       us, when the entry was last written
 --   since    us, when it joined
 --   f, size  its fair rate (units/s) and its bucket's size when written
---   u, uw    what it had taken of its part of the window that started at
---            uw (us), or 0 0
+--   u, uw    what it took of its part of the window that started at uw
+--            (us), or 0 0
 --   class    the class its demand was counted in (class_of)
--- and the field '#' (no member id starts with '#'), the key's aggregates:
---   "newest U uw" then, for each live generation,
---   ";start P T F FT Z" and " idx count sum" for each demand class
--- where
+-- and the field '#' (no member id starts with '#'), the aggregates:
+--   "newest U uw", then for each live generation ";start P T F FT Z" and
+--   " idx count sum" for each demand class, where
 --   newest   us, when the member that joined last joined
---   U, uw    what the members together had taken of their parts of the
---            window that started at uw
+--   U, uw    what the members together took of their parts of the window
+--            that started at uw
 --   start, P the generation's start and length (us)
---   T, F, FT, Z  the sums, over the generation's members, of their
---            buckets (units, never below 0), their fair rates (units/s),
---            f * (at - start) / 1e6 (units) and their buckets' sizes: the
---            buckets together, sum(min(size, tk + f * (now - at))), are
---            read as min(Z, T + F * (now - start) / 1e6 - FT)
---   idx count sum  a class of demands (those within a factor 2^(1/8)):
---            how many members, and their demands' sum
--- A member's contribution to the sums is in its entry, so a lease takes it
--- out and puts the new one in, in constant time.
---
--- Generations. A member counts from each lease until GENS - 1 to GENS
--- generations later: a member's contribution goes to the newest
--- generation, which begins with the first call past the last one's end
--- (start + P), and a generation is dropped with all its members once
--- GENS generation lengths have passed since its start. So nothing walks the
--- members to find who lapsed. A dead member's entry stays in the hash,
--- counting for nothing, until the sweep (a few fields a call, drawn at
--- random, only while dead entries outnumber the live) deletes it, or the hash expires
--- with its last generation. Instances that never lease the key cost it
--- nothing; exact mode never names a member.
+--   T, F, FT, Z  the sums over its members of their buckets (never below
+--            0), fair rates, f * (at - start) / 1e6, and sizes: the buckets
+--            together are min(Z, T + F * (now - start) / 1e6 - FT)
+--   idx count sum  a demand class: how many members, their demands' sum
 
--- How long a member counts after its last lease, at least: three of its
--- horizons, since it leases about once a horizon, so that one late lease
--- (a slow reply, a pause) does not drop it and hand its share to the
--- others for a moment; and at least a second, the heartbeat of a Leaser.
--- It counts at most a third longer than the longest of the members that
--- leased in its generation (GENS).
+-- How long a member counts after its last lease: three horizons (one late
+-- lease does not drop it), at least a second (a Leaser's heartbeat).
 local function member_ttl(horizon) return max(3 * horizon, 1000000) end
+-- A member counts until GENS - 1 to GENS generations after its lease; a
+-- generation goes, with its members, GENS lengths after its start.
 local GENS = 4
--- 8 / ln 2: a demand d is in class floor(log(d) * CLASS), within a factor
--- 2^(1/8) of the others of its class: 9 %, close enough for the level,
--- which counts a class as its members at their mean demand. Only demands
--- from R / 2^SPAN to R (the key's rate) are told apart: a demand of R or
--- more is held to the level L <= R whatever it is, and those below
--- R / 2^SPAN share the lowest class (with their true sum), so that a key
--- has at most 8 * SPAN + 1 classes a generation however its members'
--- demands spread, and a call's work stays bounded.
+-- 8 / ln 2: demand d is in class floor(log(d) * CLASS), within a factor
+-- 2^(1/8) of its class's others. Only demands from R / 2^SPAN to R are
+-- told apart, so a generation has at most 8 * SPAN + 1 classes.
 local CLASS, SPAN = 11.541560327111707, 12
 -- The sweep looks at SWEEP fields a call.
 local SWEEP = 16
@@ -189,11 +164,9 @@ local function classes(M)
   return cs
 end
 
--- Deletes up to SWEEP entries of dead members while they outnumber the
--- live ones (see Generations), drawn at random: more than half of them
--- dead. (Not HSCAN: a small hash, a listpack, is scanned whole whatever
--- its COUNT, and a reply of hundreds of fields costs more than the rest
--- of the call.)
+-- Deletes up to SWEEP entries of dead members, drawn at random, while they
+-- outnumber the live ones. (Not HSCAN: a listpack is scanned whole
+-- whatever its COUNT.)
 local function sweep(M)
   if call('HLEN', M.key) <= 2 * M.n + SWEEP then return end
   local live = {}
@@ -224,11 +197,10 @@ local function format_members(M)
 end
 
 -- Writes member's entry and puts its contribution in the newest
--- generation: its bucket (tokens, a number or nil for none, kept to a
--- thousandth of a unit: see fairshare.lua, "Floats"), its fair rate f and
--- its bucket's size (both 0 for a window's part), and u, what it took of its part of the window that
--- started at uw (0 0 for none). The hash lives until its last generation
--- lapses.
+-- generation: its bucket (tokens, nil for none, kept to a thousandth of a
+-- unit), its fair rate f and its bucket's size (both 0 for a window's
+-- part), and u, what it took of its part of the window that started at uw
+-- (0 0 for none). The hash lives until its last generation lapses.
 local function write_member(M, tokens, f, size, u, uw)
   local cur = M.cur
   local tk, tkc = 'x', size

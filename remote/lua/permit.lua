@@ -1,60 +1,43 @@
--- permit.lua: the permits of a concurrency limit's key (Limiter.AcquirePermit):
--- at most `limit` held at once, each until it is released or its TTL ends
--- (a holder that crashed), on Redis's clock. The key is a sorted set of
--- permit ids scored by when they expire (us); it expires with its last.
+-- permit.lua: the permits of a concurrency limit's key (Limiter.AcquirePermit),
+-- and in lease mode the members' slots among them (docs/scripts.md).
 --
--- KEYS[1]   the key's permits
+-- KEYS[1]   the key's permits: a sorted set of permit ids by expiry (us)
 -- KEYS[2]   (lease) the key's members: member -> "demand slots expiry
 --           waiting-since"
 -- ARGV[1]   'acquire', 'release', 'extend' or 'lease'
 -- ARGV[2]   the permit's id (random, the caller's); lease: the member's
 -- ARGV[3]   limit (acquire, lease)
 -- ARGV[4]   ttl, us (acquire, extend, lease)
+-- ARGV[5..8] (lease) the slots the member holds (h), of them in use (u),
+--           the slots it wants (w >= u), its demand (d: in use and asked for)
+-- ARGV[9]   (lease) how many it may hold after a call whose reply it did
+--           not get: those past h are removed
 --
 -- Returns { done (1 or 0), now (us), held (after the call), retry_after
--- (us until the first permit held expires, when an acquire is denied; a
--- release frees one sooner), 0 otherwise }: acquire, 1 when granted;
--- release and extend, 1 when the permit was held (0: expired or unknown).
---
--- A lease (lease mode: Engine.AcquirePermit) holds slots for a member, an
--- instance that grants permits from them: members m#0 .. m#(n-1) of the
--- set, all with one expiry, which each lease call renews. Its ARGV[5..8]:
--- the slots the member holds (h), of them in use (u, which it keeps
--- whatever the share), the slots it wants (w >= u), its demand (d: in use
--- and asked for); ARGV[9], how many it may hold after a call whose reply
--- it did not get (those past h are removed). Under contention (the members' demands past what the
--- permits outside leases leave) a member holds at most its fair share
--- (max-min over the demands), or what it uses; free slots go first to the
--- members that have waited longest (in turn). Returns { slots held after
--- the call, now, held by all, retry_after (us until the first permit or
--- slot held expires, when it holds no more than u), lost (1: its slots had
--- expired: the permits it granted from them are gone), contended (1 or 0),
--- its fair share }.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- (us until the first permit held expires, when an acquire is denied), 0 }:
+-- acquire, 1 when granted; release and extend, 1 when the permit was held.
+-- A lease returns { slots held after the call, now, held by all,
+-- retry_after (when it holds no more than u), lost (1: its slots had
+-- expired), contended (1 or 0), its fair share }.
+local now = NOW
 local key, op, id = KEYS[1], ARGV[1], ARGV[2]
 -- Expired permits (their holder gone) are dropped first.
-redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
-
--- k lives life us more (at least a ms).
-local function expire(k, life)
-  redis.call('PEXPIRE', k, string.format('%d', math.max(1, math.ceil(life / 1000))))
-end
+call('ZREMRANGEBYSCORE', key, '-inf', now)
 
 -- The key lives as long as its last permit. Returns how long that is (us),
 -- or 0 when none is held.
 local function keep()
-  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  local last = call('ZRANGE', key, -1, -1, 'WITHSCORES')
   if not last[2] then return 0 end
   local life = tonumber(last[2]) - now
-  expire(key, life)
+  expire_in(key, life)
   return life
 end
 
 -- The first permit or slot held expires in (us).
 local function first_expiry()
-  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-  if first[2] then return math.max(1, tonumber(first[2]) - now) end
+  local first = call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if first[2] then return max(1, tonumber(first[2]) - now) end
   return 1
 end
 
@@ -64,7 +47,7 @@ local function drop(m, from, to)
   for j = from, to - 1 do
     args[#args + 1] = m .. '#' .. j
     if #args == 1000 or j == to - 1 then
-      gone = gone + redis.call('ZREM', key, unpack(args))
+      gone = gone + call('ZREM', key, unpack(args))
       args = {}
     end
   end
@@ -85,12 +68,12 @@ if op == 'lease' then
   -- The members: "demand slots expiry waiting-since" (since: when it
   -- began to want more than it holds, 0 when it does not).
   local mkey = KEYS[2]
-  local all = redis.call('HGETALL', mkey)
+  local all = call('HGETALL', mkey)
   local od, on, os, leased, since = {}, {}, {}, 0, now
   for i = 1, #all, 2 do
-    local a, b, e, w0 = string.match(all[i + 1], '^(%d+) (%d+) (%d+) ?(%d*)$')
+    local a, b, e, w0 = match(all[i + 1], '^(%d+) (%d+) (%d+) ?(%d*)$')
     if not e or tonumber(e) <= now then
-      redis.call('HDEL', mkey, all[i])
+      call('HDEL', mkey, all[i])
     elseif all[i] == m then
       if (tonumber(w0) or 0) > 0 then since = tonumber(w0) end
     else
@@ -98,81 +81,76 @@ if op == 'lease' then
       leased = leased + tonumber(b)
     end
   end
-  local held = redis.call('ZCARD', key) -- without this member's slots
+  local held = call('ZCARD', key) -- without this member's slots
   -- What the permits outside every lease leave to the members, shared by
-  -- max-min over their demands: the level L gives each min(demand, L)
-  -- (rounded up: with more members than room, each may have a slot in
-  -- turn).
-  local room = math.max(0, limit - (held - leased))
+  -- max-min over their demands (fairshare.lua's water level, each demand
+  -- a class of its own), rounded up: with more members than room, each
+  -- may have a slot in turn.
+  local room = max(0, limit - (held - leased))
   local total, level = d, nil
   for i = 1, #od do total = total + od[i] end
   local contended = 0
   if total > room then
     contended = 1
-    local left, ds = room, { d }
-    for i = 1, #od do ds[#ds + 1] = od[i] end
-    table.sort(ds)
-    for i = 1, #ds do
-      local even = left / (#ds - i + 1)
-      if ds[i] >= even then level = math.ceil(even) break end
-      left = left - ds[i]
-    end
+    local cs = { { d, 1, d } }
+    for i = 1, #od do cs[#cs + 1] = { od[i], 1, od[i] } end
+    level = ceil(water_level(cs, room))
   end
   local share = w
-  if level then share = math.min(d, level) end
+  if level then share = min(d, level) end
   -- Free slots go first to the members that have waited longer, up to
   -- their share: in turn, not to whoever asks again first.
   local reserved = 0
   for i = 1, #od do
     if os[i] > 0 and os[i] < since then
       local want = od[i]
-      if level then want = math.min(want, level) end
-      reserved = reserved + math.max(0, want - on[i])
+      if level then want = min(want, level) end
+      reserved = reserved + max(0, want - on[i])
     end
   end
   -- (Its slots in use it keeps, even past the limit, lowered meanwhile.)
-  local n = math.max(u, math.min(w, math.max(share, u), limit - held - reserved))
+  local n = max(u, min(w, max(share, u), limit - held - reserved))
   local exp = now + ttl
   local args = {}
   for j = 0, n - 1 do
     args[#args + 1] = exp
     args[#args + 1] = m .. '#' .. j
     if #args == 2000 or j == n - 1 then
-      redis.call('ZADD', key, unpack(args))
+      call('ZADD', key, unpack(args))
       args = {}
     end
   end
   if n > 0 or d > 0 then
     if n >= d then since = 0 end
     -- A member that holds nothing counts its demand a second at most.
-    if n == 0 then exp = now + math.min(ttl, 1000000) end
-    redis.call('HSET', mkey, m, string.format('%d %d %d %d', d, n, exp, since))
+    if n == 0 then exp = now + min(ttl, 1000000) end
+    call('HSET', mkey, m, format('%d %d %d %d', d, n, exp, since))
   else
-    redis.call('HDEL', mkey, m)
+    call('HDEL', mkey, m)
   end
   -- The members live as long as the last permit, or this member's entry.
-  expire(mkey, math.max(exp - now, keep()))
+  expire_in(mkey, max(exp - now, keep()))
   local retry = 0
   if n <= u then retry = first_expiry() end
   return { n, now, held + n, retry, lost, contended, share }
 end
 
 if op == 'release' then
-  local done = redis.call('ZREM', key, id)
-  return { done, now, redis.call('ZCARD', key), 0 }
+  local done = call('ZREM', key, id)
+  return { done, now, call('ZCARD', key), 0 }
 end
 local ttl = tonumber(ARGV[4])
 if op == 'extend' then
   -- (ZREM then ZADD: the commands the README's ACL allows.)
-  if redis.call('ZREM', key, id) == 0 then return { 0, now, redis.call('ZCARD', key), 0 } end
-  redis.call('ZADD', key, now + ttl, id)
+  if call('ZREM', key, id) == 0 then return { 0, now, call('ZCARD', key), 0 } end
+  call('ZADD', key, now + ttl, id)
   keep()
-  return { 1, now, redis.call('ZCARD', key), 0 }
+  return { 1, now, call('ZCARD', key), 0 }
 end
-local held = redis.call('ZCARD', key)
+local held = call('ZCARD', key)
 if held >= tonumber(ARGV[3]) then
   return { 0, now, held, first_expiry() }
 end
-redis.call('ZADD', key, now + ttl, id)
+call('ZADD', key, now + ttl, id)
 keep()
 return { 1, now, held + 1, 0 }

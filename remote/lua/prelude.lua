@@ -1,39 +1,22 @@
--- prelude.lua: shared by every script. For each set of algorithms the Go
--- side concatenates
---   prelude.lua, gcra.lua (if a bucket is used), the file of each algorithm
---   in the set: the definitions; then, for each entry point, now.lua and
---   its main file (acquire.lua after members.lua and fairshare.lua,
---   exact.lua, refund.lua, ...)
--- so a policy that mixes algorithms is still decided by one atomic call.
--- The same text runs two ways (store.go):
---   - as a Redis function (Redis 7+): one library per set, loaded once
---     (FUNCTION LOAD), whose definitions run once at load, and each main
---     file the body of a function (FCALL), which sets KEYS and ARGV, the
---     library's locals, from its arguments;
---   - as a script (EVALSHA), definitions and one main file, where Redis
---     runs the whole chunk on every call: every function and table in the
---     definitions is made anew each time, garbage included (remote's
---     TestScriptCost measures what that costs).
--- So only what the set uses is included, state moves between functions as
--- plain numbers (multiple returns), and the limits are read from ARGV on
--- demand rather than copied into tables. Nothing defined here is changed
--- by a call but NOW, KEYS and ARGV (and, on a library's first call, the
--- locals globals() sets): a function's calls share them.
+-- prelude.lua: the definitions every script shares. The Go side assembles
+-- each set of algorithms' scripts from it (scripts.go, docs/scripts.md);
+-- one text runs as a Redis function library and as a plain script, so
+-- only what a set uses is included, and state moves between functions as
+-- plain numbers.
 --
--- Arithmetic: Lua numbers are doubles. Every value here is a whole number
--- below 2^53 (the Go side rejects limits whose products could exceed it), so
--- sums, products and the floor or ceiling of a quotient are exact.
+-- Numbers: admission state (a bucket's TAT, window counts, debts) is whole
+-- microseconds and whole units below 2^53 (the Go side rejects limits that
+-- could pass it), so its sums, products, floors and ceilings are exact.
+-- Only the fair share's rates and member buckets (fairshare.lua) are
+-- fractions, and they never grant more than the integer state allows.
 --
--- Time: NOW is Redis TIME in microseconds, read once; no other clock is read.
--- Redis may expire a key while a script runs (a TTL can be a millisecond):
--- no script reads a key after writing it, and an algorithm's TTL only ever
--- drops state that no longer matters.
+-- Time: NOW is Redis TIME in us, read once (now.lua); no other clock is
+-- read. No script reads a key after writing it: Redis may expire it
+-- meanwhile.
 
--- The library functions the scripts use, as locals: reading a global
--- costs Redis about as much as the call it makes (math.floor: two table
--- lookups). A function library cannot read them when it loads (Redis lets
--- it see only redis.register_function then), so now.lua sets them at the
--- start of a call, once per library (a script's, every call).
+-- The library functions the scripts use, as locals (a global read costs
+-- as much as the call); a library cannot read them as it loads, so
+-- now.lua sets them at a call's start, once per library.
 local function globals()
   return math.floor, math.ceil, math.max, math.min, string.format, string.match,
     tonumber, redis.call, table.sort, unpack, select, string.gmatch, math.log, table.concat
@@ -46,7 +29,7 @@ local function idiv(a, b) return floor(a / b) end
 local function cdiv(a, b) return -floor(-a / b) end
 
 -- Numbers go to redis.call formatted by hand: the default conversion keeps
--- only 14 significant digits and would round a microsecond timestamp.
+-- 14 significant digits and would round a microsecond timestamp.
 local function int(x) return format('%d', x) end
 
 -- Expire key after us microseconds, rounded up to whole milliseconds.
@@ -57,41 +40,23 @@ end
 -- Redis TIME in us, set at the start of each call (now.lua).
 local NOW
 
--- The reply of a decision (acquire.lua, exact.lua, peek.lua, charge.lua) is
--- up to eleven integers, written as one string (reply below), in this
--- order; values left off the end are 0, so that the common replies are
--- short:
---   granted      units charged to every limit; 0 means denied, nothing charged
+-- reply(...) is a decision's reply (acquire.lua, exact.lua, peek.lua,
+-- charge.lua): 4 to 11 integers as one string, in decimal, separated by
+-- spaces, those left off the end 0 (cheaper for Redis and the client than
+-- an array). In order (docs/scripts.md tells each one's cases):
+--   granted      units charged to every limit; 0: denied, nothing charged
 --   now          the Redis time of the decision, us (a refund names it)
 --   remaining    units the decider could still grant now
---   reset_after  us until the decider is fully replenished
---   valid_for    us the grant may be used for before it lapses (the end of a
---                window or bucket, always > 0), or 0 for no limit of the
---                policy's own, and when denied
---   retry_after  us until min units could be granted (when the limits deny
---                them, theirs, as exact mode's; else this member's);
---                when granted, 0, or under the fair share the us until
---                this member's own bucket holds its next batch (asking
---                sooner is denied)
---   decider      0-based index of the limit that decided: when denied, the
---                denying limit that frees up last; when granted, the one with
---                the fewest units left
---   wait         us until the granted units may be used (a leaky bucket's
---                queue); when denied under the fair share, the us until
---                this member asks again, when later than retry_after; else 0
---   members      the live members of the key, this one included; 0 when the
---                call names no member
---   blocked      1 when denied because the key is blocked (then decider 0,
---                remaining 0, retry_after and reset_after the block's time
---                left, members 0); 2 when denied by this member's fair
---                share while the limits had room for min units
---                (acquire.lua: retry_after is this member's wait); else 0
---   debt         (charge.lua only) units the decider owes beyond its room
-
--- reply(...) is the reply of a decision: its 4 to 11 integers as one
--- string, in decimal, separated by spaces. Redis converts a table reply
--- value by value, which costs more than formatting them here, and the
--- client reads one string with fewer allocations than an array.
+--   reset_after  us until the decider is full again
+--   valid_for    us a grant may be used before it lapses; 0: no bound, or denied
+--   retry_after  us until min units fit; under the fair share, when granted,
+--                until this member's next batch
+--   decider      0-based index of the limit that decided
+--   wait         us until the grant may be used (a leaky bucket's queue);
+--                denied under the fair share, until this member asks again
+--   members      the key's live members, this one included; 0 with no member
+--   blocked      1: the key is blocked; 2: denied by this member's fair share
+--   debt         (charge.lua) units the decider owes beyond its room
 local REPLY = { '%d %d %d %d', '%d %d %d %d %d', '%d %d %d %d %d %d',
   '%d %d %d %d %d %d %d', '%d %d %d %d %d %d %d %d', '%d %d %d %d %d %d %d %d %d',
   '%d %d %d %d %d %d %d %d %d %d', '%d %d %d %d %d %d %d %d %d %d %d' }
@@ -99,10 +64,9 @@ local function reply(...)
   return format(REPLY[select('#', ...) - 3], ...)
 end
 
--- The time left (us) of a block of a key (Store.Block: a key with a PX
--- TTL), or 0 when the key is not blocked; block_left, the same from the
--- block key's PTTL. A block key without a TTL (not one ratelease wrote)
--- blocks until it is deleted: 1s at a time.
+-- The time left (us) of a key's block (Store.Block: a key with a PX TTL),
+-- or 0; block_left, from its PTTL. A block without a TTL (not one
+-- ratelease wrote) blocks until deleted: 1s at a time.
 local function block_left(ms)
   if ms == -2 then return 0 end
   if ms < 0 then return 1000000 end
@@ -143,10 +107,9 @@ end
 --   span(a, b, c, rate, period, burst)  (optional)  -> period, burst as the
 --                              fair share sees them, where the limit's slots
 --                              hold something else (a calendar window's ends)
+--   whole  (optional)  true when a window's room comes whole as it opens
 local ALG = {}
 
--- Give back g units of a grant made at time `at` (us) to limits 1..n, each
--- by its algorithm's refund.
 -- The limit that denies need units and frees up last, of the n limits whose
 -- states (S1..S3) and room (AV) a script read: its index, the us until need
 -- units fit (retry_after) and until it is full again (reset_after).
@@ -186,6 +149,8 @@ local function charge_all(n, S1, S2, S3, g, reserve)
   return wait, decider, left, reset
 end
 
+-- Give back g units of a grant made at time `at` (us) to limits 1..n, each
+-- by its algorithm's refund.
 local function refund_all(n, g, at)
   for i = 1, n do
     local alg, rate, period, burst = limit(i)
