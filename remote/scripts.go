@@ -30,7 +30,7 @@ type scripts struct {
 // docs/scripts.md): as the function fn of the set's library (FCALL), its
 // definitions made once when the library is loaded; or as a script
 // (EVALSHA), which makes them anew on every call. The first is cheaper
-// for Redis (BenchmarkScriptCost); the second runs on every server.
+// for Redis; the second runs on every server.
 type program struct {
 	script *redis.Script
 	fn     string
