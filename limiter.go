@@ -25,9 +25,24 @@ type Limiter struct {
 
 // Result is the decision on one request.
 type Result struct {
+	// (The one-byte fields stay together: every decision copies a Result,
+	// and TestResultStaysSmall holds its size.)
 	// Allowed reports whether the request was admitted (and charged,
 	// unless Shadowed).
 	Allowed bool
+	// Source says where the decision came from.
+	Source Source
+	// Shadowed reports a would-be denial admitted because the policy is in
+	// shadow mode (Policy.Shadow): nothing was charged, and the other
+	// fields are the denial's.
+	Shadowed bool
+	// Blocked reports a denial because the key is blocked (Limiter.Block):
+	// RetryAfter and ResetAfter are the block's time left.
+	Blocked bool
+	// FairShare reports a denial in lease mode by this instance's fair
+	// share of the key while the limits had room: other instances hold or
+	// are owed it, and RetryAfter is this instance's wait for its share.
+	FairShare bool
 	// Limit is the limit that decided: when denied, the denying limit that
 	// frees up last; when allowed, the one with the fewest units left.
 	Limit Limit
@@ -41,22 +56,9 @@ type Result struct {
 	// ResetAfter is how long until the deciding limit is fully
 	// replenished, as if nothing more were admitted.
 	ResetAfter time.Duration
-	// Source says where the decision came from.
-	Source Source
 	// Granted is the number of units admitted: n for AllowN, 1 to n for
 	// AllowAtMost, 0 when denied. Peek says what Allow would admit.
 	Granted int
-	// Shadowed reports a would-be denial admitted because the policy is in
-	// shadow mode (Policy.Shadow): nothing was charged, and the other
-	// fields are the denial's.
-	Shadowed bool
-	// Blocked reports a denial because the key is blocked (Limiter.Block):
-	// RetryAfter and ResetAfter are the block's time left.
-	Blocked bool
-	// FairShare reports a denial in lease mode by this instance's fair
-	// share of the key while the limits had room: other instances hold or
-	// are owed it, and RetryAfter is this instance's wait for its share.
-	FairShare bool
 	// Debt is, for Charge, the units Limit owes beyond its room: the key
 	// is denied until they are paid off (RetryAfter).
 	Debt int

@@ -2,6 +2,7 @@ package ratelease
 
 import (
 	"testing"
+	"unsafe"
 
 	"github.com/ratelease/ratelease/internal/door"
 	"github.com/ratelease/ratelease/remote"
@@ -27,5 +28,14 @@ func TestExportedConstantsMatchTheirInternals(t *testing.T) {
 		if c.got != c.want {
 			t.Errorf("%s: %d, the engine's %d", c.name, c.got, c.want)
 		}
+	}
+}
+
+// Every decision returns a Result by value: its one-byte fields sit
+// together so that it stays within 120 bytes (a field's growth, such as a
+// Limit's, shows here before it shows in the hit path's benchmarks).
+func TestResultStaysSmall(t *testing.T) {
+	if n := unsafe.Sizeof(Result{}); n > 120 {
+		t.Errorf("a Result takes %d bytes, more than 120", n)
 	}
 }
