@@ -25,8 +25,6 @@ type Limiter struct {
 
 // Result is the decision on one request.
 type Result struct {
-	// (The one-byte fields stay together: every decision copies a Result,
-	// and TestResultStaysSmall holds its size.)
 	// Allowed reports whether the request was admitted (and charged,
 	// unless Shadowed).
 	Allowed bool
