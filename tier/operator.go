@@ -335,5 +335,7 @@ func (e *Engine) Unblock(ctx context.Context, p *remote.Policy, key string) erro
 // CountShadowDenied counts a denial of p that was admitted because p is
 // in shadow mode (the denial itself is counted where it was decided).
 func (e *Engine) CountShadowDenied(p *remote.Policy) {
-	e.counts(p).shadowDenied.Add(1)
+	c := e.counts(p)
+	c.shadowDenied.Add(1)
+	e.movedLate(c)
 }

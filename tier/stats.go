@@ -79,8 +79,12 @@ type counts struct {
 	busy                     atomic.Uint64
 	local                    atomic.Uint64
 	shadowDenied             atomic.Uint64 // (a subset of denied)
-	limits                   []remote.Limit
-	deniedBy                 [remote.MaxLimits]atomic.Uint64
+	// retired is set when the policy's state is let go, before its
+	// counters move to the totals of dropped policies: a decision counted
+	// here after that moves its own count (see moved).
+	retired  atomic.Bool
+	limits   []remote.Limit
+	deniedBy [remote.MaxLimits]atomic.Uint64
 }
 
 // add counts one decision of p from s; by is the index in p of the limit
@@ -127,18 +131,28 @@ func (c *counts) load() PolicyStats {
 	}
 }
 
-// fold adds what st counted, its local hits included, to c (the totals of
-// dropped policies: DeniedBy folds into nothing).
+// fold moves what st counted, its local hits included, to c (the totals
+// of dropped policies: DeniedBy folds into nothing), retiring st's
+// counters first: each count is then in one place, st's or c's, whatever
+// decision races with the move.
 func (c *counts) fold(st *policy) {
-	s := st.stats()
-	c.allowed.Add(s.Allowed - s.Local)
-	c.denied.Add(s.Denied)
-	c.local.Add(s.Local)
-	c.remote.Add(s.Remote)
-	c.cached.Add(s.Cached)
-	c.fallback.Add(s.Fallback)
-	c.busy.Add(s.Busy)
-	c.shadowDenied.Add(s.ShadowDenied)
+	st.counts.retired.Store(true)
+	c.moved(&st.counts)
+	if st.table != nil {
+		c.local.Add(st.table.Hits()) // (Allowed counts local apart: see load)
+	}
+}
+
+// moved moves from's counters to c, leaving from's at zero.
+func (c *counts) moved(from *counts) {
+	c.allowed.Add(from.allowed.Swap(0))
+	c.denied.Add(from.denied.Swap(0))
+	c.local.Add(from.local.Swap(0))
+	c.remote.Add(from.remote.Swap(0))
+	c.cached.Add(from.cached.Swap(0))
+	c.fallback.Add(from.fallback.Swap(0))
+	c.busy.Add(from.busy.Swap(0))
+	c.shadowDenied.Add(from.shadowDenied.Swap(0))
 }
 
 // stats returns a snapshot of st's counters, walking its table's entries
@@ -191,6 +205,16 @@ func (e *Engine) countIn(c *counts, p *remote.Policy, s Source, allowed bool, by
 		e.stats.denied.Add(1)
 	}
 	c.add(p, s, allowed, by)
+	e.movedLate(c)
+}
+
+// movedLate moves the counts of c, a policy's counters, to the totals of
+// dropped policies when its state was let go meanwhile: a decision that
+// raced with the drop is counted, once.
+func (e *Engine) movedLate(c *counts) {
+	if c.retired.Load() {
+		e.tables.others.dropped.moved(c)
+	}
 }
 
 // deciding returns the index of the limit that made d, a decision on a
