@@ -187,9 +187,8 @@ type Stats struct {
 	// exactly when the program no longer refers to it (it is collected),
 	// and every policy at Close. A policy used again after it was dropped
 	// counts from zero. The policies' counts and DroppedPolicies add up to
-	// Allowed, Denied, Local, Remote, Cached and Fallback (but for
-	// decisions counted while Stats reads, or in the moment a policy is
-	// dropped).
+	// Allowed, Denied, Local, Remote, Cached, Fallback and Busy (but for
+	// decisions counted while Stats reads).
 	Policies        map[string]PolicyStats
 	DroppedPolicies PolicyStats
 	// DeniedBy counts the denials of the policies the engine holds by the
