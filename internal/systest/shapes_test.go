@@ -82,6 +82,9 @@ type shape struct {
 	// of the limit's rate, at time x (0..1) of the run, sec seconds into
 	// it; nil for a flood.
 	rate func(x, sec float64) float64
+	// rateOf, when set, is instance i's own rate instead, in the same
+	// units: what all instances would offer together were each at i's.
+	rateOf func(i int, x, sec float64) float64
 	// n is the units of each decision, as a fraction of the burst (0: 1).
 	n float64
 	// keys: 0 is one key; -1 a new key every decision; k > 0 keys drawn
@@ -123,6 +126,37 @@ var shapes = []shape{
 	{name: "ramp", kind: "paced", rate: func(x, _ float64) float64 { return 0.1 + 4.9*(1-math.Abs(2*x-1)) }, peak: 5},
 	{name: "single-use", kind: "paced", rate: constant(1), keys: -1, peak: 1},
 	{name: "zipf", kind: "paced", rate: constant(2), keys: 10_000, peak: 2},
+	// Each instance in turn idle and at ten times its share, for spans of
+	// 50 to 400ms of its own: units leased to an instance whose demand
+	// just fell wait there while another asks.
+	{name: "shifting", kind: "paced", rateOf: shifting, peak: 10},
+}
+
+// shiftSpans are the ends, in seconds, of each instance's spans of the
+// shifting shape, drawn once for a minute (seeded by the instance, so that
+// both modes meet the same demand); the first span is on for even
+// instances, off for odd ones.
+var shiftSpans = func() [][]float64 {
+	spans := make([][]float64, 16)
+	for i := range spans {
+		rng := rand.New(rand.NewPCG(uint64(i)+1, 0x5eed))
+		for t := 0.0; t < 60; {
+			t += 0.05 + 0.35*rng.Float64()
+			spans[i] = append(spans[i], t)
+		}
+	}
+	return spans
+}()
+
+// shifting is instance i's rate in the shifting shape, sec seconds into a
+// run: 10 in its on spans, 0 in its off spans.
+func shifting(i int, _, sec float64) float64 {
+	ends := shiftSpans[i%len(shiftSpans)]
+	span, _ := slices.BinarySearch(ends, sec)
+	if (span+i)%2 == 0 {
+		return 10
+	}
+	return 0
 }
 
 var (
@@ -314,7 +348,14 @@ func drive(ctx context.Context, start time.Time, d time.Duration, c shapeCell, i
 	at := time.Duration(float64(i*goroutines+g) / parts * 1e6) // spread the starts over a ms
 	// gap is the time to the next decision at time at, for the rate then.
 	gap := func() (time.Duration, bool) {
-		r := c.shape.rate(float64(at)/float64(d), at.Seconds()) * shapeRate / parts // per second
+		x, sec := float64(at)/float64(d), at.Seconds()
+		var r float64
+		if c.shape.rateOf != nil {
+			r = c.shape.rateOf(i, x, sec)
+		} else {
+			r = c.shape.rate(x, sec)
+		}
+		r *= shapeRate / parts // per second
 		if r <= 0 {
 			return d / 100, false // off: look again in a moment
 		}
