@@ -172,24 +172,8 @@ func TestAnswerPutsWordAndUnitsInTogether(t *testing.T) {
 				Grant: Grant{Units: 10, Keep: 10, At: i, Expires: 1e18}}, 0, keepAll)
 		}
 	}()
-	for reads := 0; ; reads++ {
-		select {
-		case <-done:
-			if w, held := e.WordAndUnits(); w.Remaining+held != total || held != 10*answers {
-				t.Fatalf("at the end: word %d + units %d", w.Remaining, held)
-			}
-			return
-		default:
-		}
-		v := e.Answers()
-		held := e.Units()
-		w := e.LastWord()
-		if !e.Unchanged(v) {
-			w, held = e.WordAndUnits()
-		}
-		if w.Remaining+held != total {
-			t.Fatalf("read %d: word %d + units %d = %d, want %d", reads, w.Remaining, held, w.Remaining+held, total)
-		}
-		runtime.Gosched()
+	readPairs(t, e, total, done)
+	if w, held := e.WordAndUnits(); w.Remaining+held != total || held != 10*answers {
+		t.Fatalf("at the end: word %d + units %d", w.Remaining, held)
 	}
 }

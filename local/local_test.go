@@ -663,12 +663,20 @@ func TestWordGoesWithItsUnits(t *testing.T) {
 		writers.Wait()
 		close(done)
 	}()
+	readPairs(t, e, total, done)
+	if w, held := e.WordAndUnits(); w.Remaining+held != total {
+		t.Fatalf("at the end: word %d + units %d", w.Remaining, held)
+	}
+}
+
+// readPairs reads e's word and units as a hit does (the answer count
+// around the two reads, both again when an answer came between) until done
+// is closed, and fails t when a pair does not add up to total.
+func readPairs(t *testing.T, e *Entry[string], total int64, done <-chan struct{}) {
+	t.Helper()
 	for reads := 0; ; reads++ {
 		select {
 		case <-done:
-			if w, held := e.WordAndUnits(); w.Remaining+held != total {
-				t.Fatalf("at the end: word %d + units %d", w.Remaining, held)
-			}
 			return
 		default:
 		}
