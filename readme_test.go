@@ -188,11 +188,11 @@ var (
 	urlOrTarget = regexp.MustCompile(`https?://\S+|\]\([^)]*\)|&#[0-9]+;`)
 )
 
-// docFiles returns the repository's Markdown files, and the text files of
-// docs/ (generated figures are docs too), relative to the root, sorted.
-func docFiles(t *testing.T) []string {
+// repoFiles calls f with the path of each file of the repository,
+// relative to the root, in lexical order, skipping hidden directories,
+// testdata and node_modules.
+func repoFiles(t *testing.T, f func(path string)) {
 	t.Helper()
-	var files []string
 	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -204,14 +204,24 @@ func docFiles(t *testing.T) []string {
 			}
 			return nil
 		}
-		if strings.HasSuffix(name, ".md") || (filepath.Dir(path) == "docs" && strings.HasSuffix(name, ".txt")) {
-			files = append(files, filepath.ToSlash(path))
-		}
+		f(filepath.ToSlash(path))
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// docFiles returns the repository's Markdown files, and the text files of
+// docs/ (generated figures are docs too), relative to the root, sorted.
+func docFiles(t *testing.T) []string {
+	t.Helper()
+	var files []string
+	repoFiles(t, func(path string) {
+		if strings.HasSuffix(path, ".md") || (filepath.Dir(path) == "docs" && strings.HasSuffix(path, ".txt")) {
+			files = append(files, path)
+		}
+	})
 	return files
 }
 

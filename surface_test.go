@@ -3,7 +3,6 @@ package ratelease_test
 import (
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -53,28 +52,18 @@ func TestSurfaceBudget(t *testing.T) {
 			t.Errorf("%s: %.1f %% of its non-test lines are comments, more than %.0f %%", dir, 100*share, 100*maxCommentShare)
 		}
 	}
-	err = filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || d.Name() == "node_modules") {
-			return filepath.SkipDir
-		}
-		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
+	repoFiles(t, func(path string) {
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return
 		}
 		src, err := os.ReadFile(path)
 		if err != nil {
-			return err
+			t.Fatal(err)
 		}
 		if n := strings.Count(string(src), "\n"); n > maxFileLines {
 			t.Errorf("%s is %d lines, more than %d: split it by job", path, n, maxFileLines)
 		}
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // commentLines counts the non-blank lines of dir's non-test Go files, and
