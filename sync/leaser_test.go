@@ -672,3 +672,94 @@ func TestCrowdedKeyNamesNoMember(t *testing.T) {
 		t.Fatalf("the crowd gone, the key full: %d members known, entry %q; want this member leasing alone", e.Members(), entry())
 	}
 }
+
+// A key that others keep empty (a popular key of a fleet, a key under
+// attack) is asked less and less often by an instance whose exact
+// decisions it keeps denying: each denial in a row holds eight times
+// longer than the last, up to TTL, and no member call is made for a
+// small lease of a key that just had no room. Once the key has room, the
+// instance is granted within TTL, and a grant ends the streak.
+func TestDeniedInARowAsksLess(t *testing.T) {
+	mr := redistest.StartMini(t)
+	clk := clock.NewManual(mr.Now())
+	c := mr.Client(t)
+	conf := leasesync.Config{Min: 1, Refresh: 500 * time.Millisecond, TTL: time.Second, LowWater: 0.25, MaxKeys: 100}
+	l := newLeaser(t, c, clk, conf)
+	p, err := remote.NewPolicy("p", []remote.Limit{{Algorithm: remote.TokenBucket, Rate: 20, Period: time.Second, Burst: 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	s := remote.NewStore(c, "t")
+	e := l.NewTable(p, nil).GetOrCreate("k")
+	// ask makes a decision every 100ms (10/s, a lease of 5 units over the
+	// horizon) for d, the others taking the key's room first while
+	// drain; it returns the calls this instance made and its grants.
+	ask := func(d time.Duration, drain bool) (calls, grants int) {
+		t.Helper()
+		for range int(d / (100 * time.Millisecond)) {
+			mr.Advance(100 * time.Millisecond)
+			clk.Advance(100 * time.Millisecond)
+			if drain {
+				if _, err := s.Acquire(ctx, remote.Request{Policy: p, Key: "k", Min: 1, Max: 1000}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if denied, _ := e.Denied(l.Now(), 1); denied {
+				continue
+			}
+			if _, ok := e.Take(1, l.Now()); ok {
+				grants++
+				continue
+			}
+			calls++
+			d, _, err := l.Lease(ctx, e, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Granted > 0 {
+				grants++
+			}
+		}
+		return calls, grants
+	}
+	if _, grants := ask(time.Second, false); grants != 10 {
+		t.Fatalf("a key with room: %d of 10 granted", grants)
+	}
+	member := func() string {
+		v, err := c.HGet(ctx, "t:{p:k}:m", leasesync.ID(l)).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			t.Fatal(err)
+		}
+		return v
+	}
+	// The units held lapse. The first denial is a member's call (the key
+	// had room before).
+	mr.Advance(2 * conf.TTL)
+	clk.Advance(2 * conf.TTL)
+	calls, grants := ask(300*time.Millisecond, true)
+	before := member()
+	c2, g2 := ask(10*time.Second, true)
+	calls, grants = calls+c2, grants+g2
+	if grants != 0 {
+		t.Fatalf("others took every unit first, yet %d granted", grants)
+	}
+	// 103 decisions: the first denials hold 50ms, 400ms, then TTL each.
+	if calls > 15 {
+		t.Errorf("a key kept empty by others, asked every 100ms for 10.3s: %d calls; want one a TTL once denied in a row", calls)
+	}
+	if after := member(); after != before {
+		t.Errorf("small leases of a key that had no room: the member entry went from %q to %q; want exact decisions, naming no member", before, after)
+	}
+	if streak, _ := e.DenialStreak(); streak < 3 {
+		t.Errorf("after 10s of denials, a streak of %d", streak)
+	}
+	// The others stop: within TTL the instance is granted again.
+	_, grants = ask(conf.TTL+100*time.Millisecond, false)
+	if grants == 0 {
+		t.Fatalf("the key has room again: no grant within TTL")
+	}
+	if streak, _ := e.DenialStreak(); streak != 0 {
+		t.Errorf("granted again, the streak is %d; want 0", streak)
+	}
+}
