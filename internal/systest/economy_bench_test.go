@@ -122,7 +122,8 @@ func BenchmarkFlatOut(b *testing.B) {
 // where every key is new), or on keys used a few times each, one after
 // another (uses=4), lease mode against exact mode. Each op is one
 // decision; the keys are made in the loop, for both alike. What Close
-// sends is counted in the cost.
+// sends is counted in the cost, in commands and round trips, and in
+// Redis's CPU (INFO cpu, all of its work) per decision.
 func BenchmarkSingleUseKeys(b *testing.B) {
 	addr := redistest.BenchAddr(b)
 	p, err := ratelease.NewPolicy("single", ratelease.PerMinute(60))
@@ -136,6 +137,12 @@ func BenchmarkSingleUseKeys(b *testing.B) {
 			b.Run(fmt.Sprintf("uses=%d/impl=%s", uses, impl), func(b *testing.B) {
 				l, tc, closeBoth := benchLimiter(b, addr, modeOpts(impl == "exact")...)
 				defer closeBoth()
+				admin := redis.NewClient(&redis.Options{Addr: addr})
+				defer admin.Close()
+				cpu := func() float64 {
+					return redistest.InfoField(b, admin, "cpu", "used_cpu_user") + redistest.InfoField(b, admin, "cpu", "used_cpu_sys")
+				}
+				cpu0 := cpu()
 				prefix := fmt.Sprintf("single-%s-%s-%d:", impl, strconv.FormatInt(time.Now().UnixNano(), 36), benchRuns.Add(1))
 				var next atomic.Int64
 				b.SetParallelism((16 + procs - 1) / procs) // 16 goroutines
@@ -154,6 +161,7 @@ func BenchmarkSingleUseKeys(b *testing.B) {
 				closeBoth() // what Close sends is part of the cost
 				b.ReportMetric(float64(tc.Cmds.Load())/float64(b.N), "cmds/op")
 				b.ReportMetric(float64(tc.Trips.Load())/float64(b.N), "trips/op")
+				b.ReportMetric((cpu()-cpu0)*1e6/float64(b.N), "redis-cpu-µs/op")
 			})
 		}
 	}
