@@ -181,16 +181,16 @@ func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, key string, 
 	return dec, nil
 }
 
-// decideFirst decides the first use of key (firstUse) as exact mode
-// would, the request's units alone, in the Leaser's next pipeline
-// (Leaser.Decide), and makes no entry.
+// decideFirst decides the first use of key (firstUse) exactly as exact
+// mode decides (through the door's combiner, the request's units alone),
+// and makes no entry.
 func (e *Engine) decideFirst(ctx context.Context, p *remote.Policy, key string, n int64) (Decision, error) {
-	var d remote.Decision
-	if dec, done, err := e.viaDoor(ctx, p, key, n, func(ctx context.Context) (err error) {
-		d, err = e.leaser.Decide(ctx, p, key, n)
-		return err
-	}); done {
-		return dec, err
+	d, cause, err := e.door.Acquire(ctx, remote.Request{Policy: p, Key: key, Min: n, Max: n})
+	if err != nil {
+		return Decision{}, err
+	}
+	if cause != nil {
+		return e.unavailable(p, key, n, cause)
 	}
 	dec := decision(d)
 	// Counted with the policy, held keys or not (a policy whose keys are
