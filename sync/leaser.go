@@ -220,19 +220,6 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 	}
 }
 
-// Decide asks Redis for n units of key under p as exact mode does (no
-// member named), but in the batcher's next pipeline, sharing its round
-// trip: for a key's first decision. Nothing is kept: if the requester
-// leaves before the answer, a grant goes back.
-func (l *Leaser) Decide(ctx context.Context, p *remote.Policy, key string, n int64) (remote.Decision, error) {
-	if !l.begin() {
-		return remote.Decision{}, door.ErrClosed
-	}
-	defer l.leasing.Add(-1)
-	c := &call{req: remote.Request{Policy: p, Key: key, Min: n, Max: n}, done: make(chan struct{})}
-	return l.batcher.lease(ctx, c, n)
-}
-
 func (l *Leaser) sending(e *Entry) {
 	if l.beforeSend != nil {
 		l.beforeSend(e)

@@ -545,39 +545,6 @@ func TestPrefetchAsksForWholeRequests(t *testing.T) {
 	}
 }
 
-// Decide asks for a request's units alone, as exact mode does, with no
-// entry: its grant is the requester's; a grant whose requester left before
-// the answer goes back, so that nothing is lost.
-func TestDecideKeepsNothing(t *testing.T) {
-	proxy, c := proxied(t)
-	l := newLeaser(t, c, clock.System{}, cfg())
-	p := tokenBucket(t, 1000, 1000)
-	d, err := l.Decide(context.Background(), p, "k", 3)
-	if err != nil || d.Granted != 3 {
-		t.Fatalf("Decide: %+v, %v; want the 3 units asked for", d, err)
-	}
-	proxy.SetDelay(200 * time.Millisecond)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	_, err = l.Decide(ctx, p, "k", 5)
-	cancel()
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Decide past its context: %v, want DeadlineExceeded", err)
-	}
-	l.Close() // waits for the call in flight, and sends its refund
-	s := l.Stats()
-	if s.UnitsLeased != 8 || s.UnitsUsed != 3 || s.UnitsRefunded != 5 || s.UnitsHeld != 0 {
-		t.Fatalf("Stats %+v: want 8 granted, 3 used, the 5 whose requester left given back", s)
-	}
-	proxy.SetDelay(0)
-	exact := remote.NewStore(c, "t")
-	if got, err := exact.Acquire(context.Background(), remote.Request{Policy: p, Key: "k", Min: 998, Max: 998}); err != nil || got.Granted != 0 {
-		t.Fatalf("Redis granted 998 more (%+v, %v): the 3 used are not charged", got, err)
-	}
-	if got, err := exact.Acquire(context.Background(), remote.Request{Policy: p, Key: "k", Min: 997, Max: 997}); err != nil || got.Granted != 997 {
-		t.Fatalf("Redis has not the 997 left (%+v, %v): the 5 did not come back", got, err)
-	}
-}
-
 // A key this instance uses seldom (its measured demand over a horizon is
 // less than the request) is asked as an exact decision would be: the call
 // names no member, so it costs Redis what an exact call does and leaves

@@ -124,15 +124,6 @@ const (
 // once per answered call, with n 0 when the requester left.
 func (l *Leaser) apply(c *call, n int64) {
 	e, d, start := c.entry, c.d, c.start
-	if e == nil { // Decide's: the requester's units alone
-		switch {
-		case d.Granted > 0 && n > 0:
-			l.stats.used.Add(uint64(n))
-		case d.Granted > 0: // the requester left
-			l.batcher.queueBack(remote.Grant{Policy: c.req.Policy, Key: c.req.Key, Units: d.Granted, At: d.At})
-		}
-		return
-	}
 	now := l.Now()
 	l.offset.Store(d.At - now/1e3)
 	// ResetAt on the hit's time, which hits report it against.
