@@ -135,3 +135,40 @@ func TestForgetDropsLeasesStartedBefore(t *testing.T) {
 		t.Fatalf("a lease from after Forget: forgot %v, %d units held; want 9", forgot, e.Units())
 	}
 }
+
+// RetryAt's time and fair-share flag are one answer's, whatever races: a
+// reader never sees one answer's time with another's flag. Times round
+// trip exactly, negative ones (a manual clock's) too.
+func TestRetryAtIsOneWord(t *testing.T) {
+	e := &Entry[*int]{}
+	for _, at := range []int64{0, 1, -1, 1_700_000_000_000_000_000, -5_000_000_000, 1 << 61} {
+		for _, fs := range []bool{false, true} {
+			e.setRetryAt(at, fs)
+			if gotAt, gotFS := e.RetryAt(); gotAt != at || gotFS != fs {
+				t.Fatalf("setRetryAt(%d, %v): RetryAt() = %d, %v", at, fs, gotAt, gotFS)
+			}
+		}
+	}
+	const a, b = int64(1_000), int64(2_000) // a goes with the fair share, b without
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 200_000 {
+			if i%2 == 0 {
+				e.setRetryAt(a, true)
+			} else {
+				e.setRetryAt(b, false)
+			}
+		}
+	}()
+	for {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		if at, fs := e.RetryAt(); at == a && !fs || at == b && fs {
+			t.Fatalf("RetryAt() = %d, %v: one answer's time with another's flag", at, fs)
+		}
+	}
+}

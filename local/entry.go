@@ -54,9 +54,11 @@ type Entry[P any] struct {
 	members      atomic.Int64
 	shared       atomic.Bool
 	blockedUntil atomic.Int64
-	retryAt      atomic.Int64
-	fairShare    atomic.Bool
-	lowWater     atomic.Int64
+	// retryAt is RetryAt's time (ns) and fair-share flag in one word, so
+	// that a reader never sees one answer's time with another's flag: the
+	// time doubled, plus 1 for the fair share.
+	retryAt  atomic.Int64
+	lowWater atomic.Int64
 
 	table   *Table[P]
 	evicted atomic.Bool

@@ -3,6 +3,8 @@ package local
 // What a Limiter's operators (Peek, Reset, AllowAtMost, Refund, Block) do
 // with local state, off the hit path.
 
+import "math"
+
 // takeUpTo takes up to n of the units g holds unexpired at now.
 func (g generation) takeUpTo(n, now int64) int64 {
 	if now >= g.expires.Load() {
@@ -70,14 +72,21 @@ func (e *Entry[P]) Forget() int64 {
 }
 
 func (e *Entry[P]) setRetryAt(at int64, fairShare bool) {
-	e.retryAt.Store(at)
-	e.fairShare.Store(fairShare)
+	// (Within ±2^62 ns, until the year 2116 on any real clock.)
+	w := min(max(at, math.MinInt64/2), math.MaxInt64/2) * 2
+	if fairShare {
+		w++
+	}
+	e.retryAt.Store(w)
 }
 
 // RetryAt returns when (ns) Redis said the units it last denied could be
 // admitted, and whether that is this instance's fair share's wait (the
 // limits had room). The recorded denial may lapse sooner, to ask again.
-func (e *Entry[P]) RetryAt() (int64, bool) { return e.retryAt.Load(), e.fairShare.Load() }
+func (e *Entry[P]) RetryAt() (int64, bool) {
+	w := e.retryAt.Load()
+	return w >> 1, w&1 == 1
+}
 
 // SetBlocked records that the recorded denial is a block of the key that
 // ends at until (ns), or, with 0, that it is not a block.
