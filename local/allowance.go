@@ -42,9 +42,8 @@ type allowance struct {
 	denial atomic.Pointer[denial]
 }
 
-// denial: Redis denied n units until until (ns), the streak-th denial in
-// a row (see Answer.DenyStreak). Never changed once stored.
-type denial struct{ until, n, streak int64 }
+// denial: Redis denied n units until until (ns). Never changed once stored.
+type denial struct{ until, n int64 }
 
 // slot is the units of one generation, and the Redis time (µs) of the
 // oldest grant among them, which a refund names.
@@ -223,24 +222,7 @@ func (a *allowance) drainSlot(s *slot, units, at int64) (int64, int64) {
 	return units + u, at
 }
 
-func (a *allowance) deny(until, n, streak int64) { a.denial.Store(&denial{until, n, streak}) }
-
-// endStreak ends the recorded denial's streak (a grant came), keeping
-// the denial itself.
-func (a *allowance) endStreak() {
-	if d := a.denial.Load(); d != nil && d.streak != 0 {
-		a.denial.CompareAndSwap(d, &denial{d.until, d.n, 0})
-	}
-}
-
-// streak returns the recorded denial's streak and when it lapses; 0 0
-// for none.
-func (a *allowance) streak() (streak, until int64) {
-	if d := a.denial.Load(); d != nil {
-		return d.streak, d.until
-	}
-	return 0, 0
-}
+func (a *allowance) deny(until, n int64) { a.denial.Store(&denial{until, n}) }
 
 func (a *allowance) clearDenial() { a.denial.Store(nil) }
 

@@ -97,11 +97,6 @@ func (e *Entry[P]) Hits() uint64 {
 // at now, and how long until it lapses.
 func (e *Entry[P]) Denied(now, n int64) (bool, int64) { return e.allowance.denied(now, n) }
 
-// DenialStreak returns how many of Redis's denials in a row, with no grant
-// between them, the last recorded denial ends (see Answer.DenyStreak),
-// and when that denial lapses (ns); 0 0 for none.
-func (e *Entry[P]) DenialStreak() (streak, until int64) { return e.allowance.streak() }
-
 // Merge puts the units of the entry's two leases together, under the
 // earlier expiry, when both hold units unexpired at now, so that a Take of
 // more than either holds finds them. It reports whether it did.

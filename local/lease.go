@@ -144,11 +144,10 @@ type Answer struct {
 	LowWater int64
 	// RetryAt and FairShare, if RetryAt is not 0, are set (see
 	// Entry.RetryAt). DenyUntil, if not 0, records a denial of DenyUnits
-	// until then (see Entry.Denied), the DenyStreak-th in a row (see
-	// Entry.DenialStreak; 0: not counted). A grant ends the streak.
-	RetryAt                          int64
-	FairShare                        bool
-	DenyUntil, DenyUnits, DenyStreak int64
+	// until then (see Entry.Denied).
+	RetryAt              int64
+	FairShare            bool
+	DenyUntil, DenyUnits int64
 }
 
 // Answer puts a into the entry at now as one answer: a hit that sees its
@@ -175,9 +174,7 @@ func (e *Entry[P]) Answer(a Answer, now int64, keep Keep) (l Lapsed, kept, forgo
 		e.setRetryAt(a.RetryAt, a.FairShare)
 	}
 	if a.DenyUntil != 0 {
-		e.allowance.deny(a.DenyUntil, a.DenyUnits, a.DenyStreak)
-	} else if a.Grant.Units > 0 {
-		e.allowance.endStreak()
+		e.allowance.deny(a.DenyUntil, a.DenyUnits)
 	}
 	e.endAnswer()
 	if a.Grant.Units > 0 {

@@ -288,7 +288,7 @@ func TestHitsAreMonotone(t *testing.T) {
 
 func TestAllowanceDenial(t *testing.T) {
 	var a allowance
-	a.deny(100, 5, 0)
+	a.deny(100, 5)
 	if d, left := a.denied(70, 5); !d || left != 30 {
 		t.Fatalf("Denied(70, 5) = %v, %d", d, left)
 	}

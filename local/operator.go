@@ -102,6 +102,6 @@ func (e *Entry[P]) BlockedUntil() int64 { return e.blockedUntil.Load() }
 func (e *Entry[P]) Block(until, denyUntil int64) (units, at int64) {
 	units, at = e.drain()
 	e.SetBlocked(until)
-	e.allowance.deny(denyUntil, 1, 0)
+	e.allowance.deny(denyUntil, 1)
 	return units, at
 }

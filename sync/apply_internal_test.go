@@ -16,7 +16,6 @@ import (
 // applied is what apply leaves in an entry that a hit or a cached denial
 // reads.
 type applied struct {
-	streak       int64 // the denial streak (see backoff)
 	members      int64
 	shared       bool
 	limit        int
@@ -69,14 +68,10 @@ func applyRandomly(t *testing.T, l *Leaser, clk *clock.Manual, conf Config, p *r
 		w := e.LastWord()
 		at, fs := e.RetryAt()
 		denied, left := e.Denied(now, 1)
-		streak, _ := e.DenialStreak()
-		return applied{streak: streak, members: e.Members(), shared: e.Shared(), limit: w.Limit, remaining: w.Remaining, resetAt: w.ResetAt,
+		return applied{members: e.Members(), shared: e.Shared(), limit: w.Limit, remaining: w.Remaining, resetAt: w.ResetAt,
 			blockedUntil: e.BlockedUntil(), retryAt: at, fairShare: fs, lowWater: e.LowWater(), units: e.Units(),
 			denied: denied, deniedLeft: left}
 	}
-	// The denial streak (see backoff): its count, and when its last denial
-	// lapses.
-	var streak, streakUntil int64
 	for step := range 2000 {
 		clk.Advance(time.Duration(r.Intn(3)) * time.Millisecond)
 		now := l.Now()
@@ -124,22 +119,7 @@ func applyRandomly(t *testing.T, l *Leaser, clk *clock.Manual, conf Config, p *r
 		}
 		if dec.Granted == 0 {
 			want.retryAt, want.fairShare = now+int64(dec.RetryAfter), dec.FairShare
-			wait := max64(dec.RetryAfter, dec.Next)
-			switch {
-			case dec.Blocked || dec.FairShare:
-				streak = 0
-			case streak == 0 || now-streakUntil > int64(conf.TTL):
-				streak = 1
-			default:
-				if demand == 0 { // an exact decision's denial in a row backs off
-					for i := int64(0); i < min(streak, 8) && wait < conf.TTL; i++ {
-						wait *= 8
-					}
-				}
-				streak++
-			}
-			streakUntil = now + min(int64(wait), int64(conf.TTL))
-			deny(streakUntil, max64(n, 1))
+			deny(now+min(int64(max64(dec.RetryAfter, dec.Next)), int64(conf.TTL)), max64(n, 1))
 			if n > 1 {
 				want.denied, want.deniedLeft = false, 0 // a denial of n > 1 units does not hold for one
 			}
@@ -159,14 +139,11 @@ func applyRandomly(t *testing.T, l *Leaser, clk *clock.Manual, conf Config, p *r
 				}
 				want.lowWater = min(int64(math.Ceil(lw)), max)
 			}
-			streak = 0
 			if dec.Next > 0 {
 				want.retryAt, want.fairShare = now+int64(dec.Next), true
-				streakUntil = now + min(int64(dec.Next), int64(conf.TTL))
-				deny(streakUntil, 1)
+				deny(now+min(int64(dec.Next), int64(conf.TTL)), 1)
 			}
 		}
-		want.streak = streak
 		c := &call{req: remote.Request{Policy: p, Key: e.Key(), Min: max64(n, 1), Max: max, Demand: demand},
 			entry: e, start: now, epoch: st.Epoch, done: make(chan struct{}), d: dec}
 		l.apply(c, n)

@@ -220,6 +220,28 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 	}
 }
 
+// Begin counts a decision of a key with no entry (its first use) under
+// way, as a lease, which Close waits for; End ends it. Begin reports false
+// once Close has begun: the decision is not made.
+func (l *Leaser) Begin() bool { return l.begin() }
+
+// End ends what Begin began.
+func (l *Leaser) End() { l.leasing.Add(-1) }
+
+// Decided counts d, Redis's answer to r, an exact decision of a key with
+// no entry (its first use, between Begin and End), as a lease of the
+// request's units alone: used by its requester (used), or else given
+// back, so that nothing is lost.
+func (l *Leaser) Decided(r remote.Request, d remote.Decision, used bool) {
+	l.countLease(r, d)
+	switch {
+	case d.Granted > 0 && used:
+		l.stats.used.Add(uint64(d.Granted))
+	case d.Granted > 0:
+		l.batcher.queueBack(remote.Grant{Policy: r.Policy, Key: r.Key, Units: d.Granted, At: d.At})
+	}
+}
+
 func (l *Leaser) sending(e *Entry) {
 	if l.beforeSend != nil {
 		l.beforeSend(e)

@@ -46,12 +46,12 @@ func (l *Leaser) plan(e *Entry, st local.Lease, n, now int64) *call {
 	demand := int64(math.Ceil(rate))
 	if n > 0 && st.Back == 0 && !st.Waiting && l.cfg.Min <= least &&
 		(want < float64(2*least) || crowdShare(p, e.Members(), h) < float64(2*least) ||
-			want < growthFloor && l.denied(e, now)) {
+			want < growthFloor && e.Answers() > 0 && e.LastWord().Remaining == 0) {
 		// Seldom used here, or crowded (a horizon's supply shared by the
 		// members is under two requests each), or a small lease of a key
-		// that just had no room: a lease would serve this request and
-		// hardly another. It goes as an exact decision, naming no member,
-		// which costs Redis a sixth of a member's call.
+		// that Redis last said was empty: a lease would serve this request
+		// and hardly another. It goes as an exact decision, naming no
+		// member, which costs Redis a sixth of a member's call.
 		demand, size = 0, least
 	}
 	return &call{
@@ -74,43 +74,6 @@ func crowdShare(p *remote.Policy, m int64, h time.Duration) float64 {
 	}
 	return supply / float64(m)
 }
-
-// backoff returns the streak of a denial that Redis answered at now (the
-// key had no room: neither a block nor the fair share), and how long the
-// denial holds here. The units a denial waits for are the whole key's:
-// the one who asks first after wait takes them. Denied again, this
-// instance came after others: the key is sought by more than its rate.
-// An exact decision's requester (exact, naming no member) holds no lease
-// whose fair share would space its calls, so each denial in a row holds
-// backoffFactor times longer than the last, from wait: the calls of a key
-// that denies most requests (a popular key of a fleet, a key under
-// attack) stay a few for each unit it makes, while the others' calls
-// still take every unit. A streak ends with a grant, or a TTL after its
-// last denial lapsed, and no denial is cached past TTL.
-func (l *Leaser) backoff(e *Entry, now int64, wait time.Duration, exact bool) (int64, time.Duration) {
-	streak, until := e.DenialStreak()
-	if streak == 0 || now-until > int64(l.cfg.TTL) {
-		return 1, wait
-	}
-	for i := int64(0); exact && i < min(streak, maxBackoff) && wait < l.cfg.TTL; i++ {
-		wait *= backoffFactor
-	}
-	return streak + 1, wait
-}
-
-// denied reports whether e's last call was denied for want of room, a TTL
-// ago at most (see backoff).
-func (l *Leaser) denied(e *Entry, now int64) bool {
-	streak, until := e.DenialStreak()
-	return streak > 0 && now-until <= int64(l.cfg.TTL)
-}
-
-// Each denial in a row holds backoffFactor times longer, at most
-// backoffFactor^maxBackoff times the first (and TTL).
-const (
-	backoffFactor = 8
-	maxBackoff    = 8
-)
 
 // A lease is at most growth × the last grant, and at least growthFloor.
 const (
@@ -147,11 +110,7 @@ func (l *Leaser) apply(c *call, n int64) {
 		// Cached for TTL at most: other members' units come back, and any
 		// instance may Reset, Refund or Unblock. Under the fair share, not
 		// before its next batch.
-		wait := max(d.RetryAfter, d.Next)
-		if !d.Blocked && !d.FairShare {
-			a.DenyStreak, wait = l.backoff(e, now, wait, c.req.Demand == 0)
-		}
-		a.DenyUntil, a.DenyUnits = now+min(int64(wait), int64(l.cfg.TTL)), max(n, 1)
+		a.DenyUntil, a.DenyUnits = now+min(int64(max(d.RetryAfter, d.Next)), int64(l.cfg.TTL)), max(n, 1)
 		e.Answer(a, now, nil)
 		return
 	}

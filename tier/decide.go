@@ -181,16 +181,39 @@ func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, key string, 
 	return dec, nil
 }
 
-// decideFirst decides the first use of key (firstUse) exactly as exact
-// mode decides (through the door's combiner, the request's units alone),
-// and makes no entry.
+// decideFirst decides the first use of key (firstUse) as exact mode
+// decides it (through the door's combiner, the request's units alone),
+// and makes no entry. It is counted as a lease of those units
+// (Leaser.Decided); a grant whose requester left goes back rather than
+// being lost.
 func (e *Engine) decideFirst(ctx context.Context, p *remote.Policy, key string, n int64) (Decision, error) {
-	d, cause, err := e.door.Acquire(ctx, remote.Request{Policy: p, Key: key, Min: n, Max: n})
+	if err := ctx.Err(); err != nil {
+		return Decision{}, err
+	}
+	if !e.leaser.Begin() {
+		return Decision{}, door.ErrClosed
+	}
+	defer e.leaser.End()
+	r := remote.Request{Policy: p, Key: key, Min: n, Max: n}
+	cctx := ctx
+	if !e.door.Guarded() {
+		// The client would cut the call at ctx's end and lose its grant:
+		// the call goes on, bounded by the Redis timeout, and Decided
+		// gives the grant back. (A guarded call returns at ctx's end, and
+		// the door refunds a grant that lands later.)
+		cctx = context.WithoutCancel(ctx)
+	}
+	d, cause, err := e.door.Acquire(cctx, r)
 	if err != nil {
 		return Decision{}, err
 	}
 	if cause != nil {
 		return e.unavailable(p, key, n, cause)
+	}
+	left := ctx.Err()
+	e.leaser.Decided(r, d, left == nil)
+	if left != nil {
+		return Decision{}, left
 	}
 	dec := decision(d)
 	// Counted with the policy, held keys or not (a policy whose keys are

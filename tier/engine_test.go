@@ -411,8 +411,8 @@ func TestSourceString(t *testing.T) {
 }
 
 // In lease mode a key's first decision is made as exact mode makes it, the
-// request's units alone (through the door's combiner, not a lease), and
-// keeps no entry: a key used once costs what an exact decision costs. From its
+// request's units alone (through the door's combiner; counted as a lease of
+// those units), and keeps no entry: a key used once costs what an exact decision costs. From its
 // second decision on the key has an entry and leases. The first decision
 // counts with its policy. A lease size set by hand (Min above 1) holds
 // from the first decision.
@@ -423,7 +423,7 @@ func TestFirstUseKeepsNoEntry(t *testing.T) {
 	if d, err := e.Allow(ctx, p, "k", 1); err != nil || !d.Allowed || d.Source != tier.SourceRemote {
 		t.Fatalf("first use: %+v, %v", d, err)
 	}
-	if s := e.Stats(); s.Keys != 0 || s.Policies[p.Name()].Remote != 1 || s.Leases != 0 || s.UnitsUsed != 0 || s.UnitsHeld != 0 {
+	if s := e.Stats(); s.Keys != 0 || s.Policies[p.Name()].Remote != 1 || s.Leases != 1 || s.UnitsUsed != 1 || s.UnitsHeld != 0 {
 		t.Fatalf("after a first use: %+v, want no key held, the decision counted with its policy", s)
 	}
 	if d, err := e.Allow(ctx, p, "k", 1); err != nil || !d.Allowed {

@@ -212,6 +212,11 @@ func (d *Door) Node(ctx context.Context, p *remote.Policy, key string) string {
 // Sharded reports whether Node can name more than one server.
 func (d *Door) Sharded() bool { return d.sharded }
 
+// Guarded reports whether a call's end at its context's deadline is the
+// Door's (Config.Guard: it refunds a grant that arrives later) rather
+// than the client's, which cuts the call and loses such a grant.
+func (d *Door) Guarded() bool { return d.guard }
+
 // Counts are what a Door counted of one kind of call.
 type Counts struct {
 	// RoundTrips counts round trips (a pipeline counts one, and so does
