@@ -51,7 +51,7 @@ func (l *Leaser) plan(e *Entry, st local.Lease, n, now int64) *call {
 		// members is under two requests each), or a small lease of a key
 		// that Redis last said was empty: a lease would serve this request
 		// and hardly another. It goes as an exact decision, naming no
-		// member, which costs Redis a sixth of a member's call.
+		// member, which costs Redis a fraction of a member's call.
 		demand, size = 0, least
 	}
 	return &call{
