@@ -23,9 +23,10 @@ local EXCESS = 4
 -- The level L of the water-filling of demands to R: the smallest are met
 -- in full, the rest share what is left equally. cs: the demand classes
 -- { mean, count, sum } (members.lua's classes(M)); a class counts as
--- members of its mean demand.
+-- members of its mean demand; cs.sorted: cs comes sorted by mean (no two
+-- alike), as classes(M) makes it.
 local function water_level(cs, R)
-  sort(cs, function(x, y) return x[1] < y[1] end)
+  if not cs.sorted then sort(cs, function(x, y) return x[1] < y[1] end) end
   local left, k, L = R, 0, R
   for j = 1, #cs do k = k + cs[j][2] end
   for j = 1, #cs do

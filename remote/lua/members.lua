@@ -48,35 +48,37 @@ end
 
 -- A generation's sums with a member's contribution added (s = 1) or taken
 -- out (s = -1): demand d in class i, bucket tk (>= 0), fair rate f,
--- written at, size.
+-- written at, size. (A generation's classes are two tables by class,
+-- g.c its members and g.s their demands' sum: no table per class.)
 local function contribute(g, s, d, i, tk, f, at, size)
-  local c = g.h[i]
-  if not c then
-    c = { 0, 0 }
-    g.h[i] = c
+  local c = (g.c[i] or 0) + s
+  if c <= 0 then
+    g.c[i], g.s[i] = nil, nil
+  else
+    g.c[i], g.s[i] = c, (g.s[i] or 0) + s * d
   end
-  c[1], c[2] = c[1] + s, c[2] + s * d
-  if c[1] <= 0 then g.h[i] = nil end
   g.n, g.D = g.n + s, g.D + s * d
   g.T, g.F, g.FT, g.Z = g.T + s * tk, g.F + s * f, g.FT + s * f * (at - g.start) / 1000000, g.Z + s * size
 end
 
--- The entry of a member, parsed: nil for none.
+-- The entry of a member, parsed, as gen, d, tk, at, since, f, size, u, uw,
+-- c (see above; tk nil for none): nil for none. (Plain values, not a
+-- table: a call reads one entry.)
+local ENTRY = '^(%d+) (%d+) (%S+) (%d+) (%d+) (%S+) (%S+) (%S+) (%d+) (%-?%d+)$'
 local function parse_entry(v)
   if not v then return nil end
-  local gen, d, tk, at, since, f, size, u, uw, c =
-    match(v, '^(%d+) (%d+) (%S+) (%d+) (%d+) (%S+) (%S+) (%S+) (%d+) (%-?%d+)$')
+  local gen, d, tk, at, since, f, size, u, uw, c = match(v, ENTRY)
   if not gen then return nil end -- not an entry of this format: a new member
-  return { gen = tonumber(gen), d = tonumber(d), tk = tonumber(tk), at = tonumber(at), since = tonumber(since),
-    f = tonumber(f), size = tonumber(size), u = tonumber(u), uw = tonumber(uw), c = tonumber(c) }
+  return tonumber(gen), tonumber(d), tonumber(tk), tonumber(at), tonumber(since),
+    tonumber(f), tonumber(size), tonumber(u), tonumber(uw), tonumber(c)
 end
 
 -- What an entry adds to its generation's bucket sums: its bucket, never
 -- below 0 (a bucket in debt claims nothing), full when not kept.
-local function entry_tk(e)
-  if e.uw > 0 then return 0 end -- a window's part: see U
-  if e.tk then return max(0, e.tk) end
-  return e.size
+local function entry_tk(tk, size, uw)
+  if uw > 0 then return 0 end -- a window's part: see U
+  if tk then return max(0, tk) end
+  return size
 end
 
 -- The key's membership, read by member (whose demand is demand and whose
@@ -91,39 +93,41 @@ end
 --   M.U, M.uw  what the others took of their window parts (see above)
 local function read_members(mkey, member, demand, ttl)
   local raw = call('HMGET', mkey, '#', member)
-  local M = { key = mkey, member = member, demand = demand, gens = {}, newest = 0, U = 0, uw = 0 }
+  local gens = {}
+  local M = { key = mkey, member = member, demand = demand, gens = gens, newest = 0, U = 0, uw = 0,
+    since = NOW, n = 1, D = demand }
   local agg = raw[1]
   if agg then
-    local head, rest = match(agg, '^([^;]*)(.*)$')
-    local newest, U, uw = match(head, '^(%d+) (%S+) (%d+)')
+    -- (One pass over the aggregates: the head, then each generation
+    -- through its classes, up to the next ';'.)
+    local newest, U, uw = match(agg, '^(%d+) ([^%s;]+) (%d+)')
     if newest then
       M.newest, M.U, M.uw = tonumber(newest), tonumber(U), tonumber(uw)
-      for gs in gmatch(rest, '[^;]+') do
-        local start, P, T, F, FT, Z, cls = match(gs, '^(%d+) (%d+) (%S+) (%S+) (%S+) (%S+)(.*)$')
+      for start, P, T, F, FT, Z, cls in gmatch(agg, ';(%d+) (%d+) ([^%s;]+) ([^%s;]+) ([^%s;]+) ([^%s;]+)([^;]*)') do
         start, P = tonumber(start), tonumber(P)
-        if start and NOW < start + GENS * P then
-          local g = { start = start, P = P, T = tonumber(T), F = tonumber(F), FT = tonumber(FT), Z = tonumber(Z), n = 0, D = 0, h = {} }
+        if NOW < start + GENS * P then
+          local cc, cd, n, D = {}, {}, 0, 0
           for i, c, s in gmatch(cls, '(%-?%d+) (%d+) (%d+)') do
-            c, s = tonumber(c), tonumber(s)
-            g.h[tonumber(i)] = { c, s }
-            g.n, g.D = g.n + c, g.D + s
+            i, c, s = tonumber(i), tonumber(c), tonumber(s)
+            cc[i], cd[i] = c, s
+            n, D = n + c, D + s
           end
-          M.gens[#M.gens + 1] = g
+          gens[#gens + 1] = { start = start, P = P, T = tonumber(T), F = tonumber(F), FT = tonumber(FT), Z = tonumber(Z),
+            n = n, D = D, c = cc, s = cd }
         end
       end
     end
   end
   -- This member's last contribution comes out, if its generation lives.
-  local e = parse_entry(raw[2])
-  M.since = NOW
-  if e then
-    for k = 1, #M.gens do
-      local g = M.gens[k]
-      if g.start == e.gen then
-        contribute(g, -1, e.d, e.c, entry_tk(e), e.f, e.at, e.size)
-        M.since = e.since
-        if e.tk then M.tokens, M.at = e.tk, e.at end
-        if e.uw == M.uw then M.U = M.U - e.u end
+  local gen, d, tk, at, since, f, size, u, uw, c = parse_entry(raw[2])
+  if gen then
+    for k = 1, #gens do
+      local g = gens[k]
+      if g.start == gen then
+        contribute(g, -1, d, c, entry_tk(tk, size, uw), f, at, size)
+        M.since = since
+        if tk then M.tokens, M.at = tk, at end
+        if uw == M.uw then M.U = M.U - u end
         break
       end
     end
@@ -131,36 +135,52 @@ local function read_members(mkey, member, demand, ttl)
   -- The newest generation, begun anew once the last one's length passed;
   -- long enough that this member, leasing no later than ttl from now, is
   -- still in a live generation.
-  local cur = M.gens[#M.gens]
+  local cur = gens[#gens]
   local P = cdiv(ttl, GENS - 1)
   if not cur or NOW >= cur.start + cur.P then
-    cur = { start = NOW, P = P, T = 0, F = 0, FT = 0, Z = 0, n = 0, D = 0, h = {} }
-    M.gens[#M.gens + 1] = cur
+    cur = { start = NOW, P = P, T = 0, F = 0, FT = 0, Z = 0, n = 0, D = 0, c = {}, s = {} }
+    gens[#gens + 1] = cur
   elseif cur.P < P then
     cur.P = P
   end
   M.cur = cur
   if M.since > M.newest then M.newest = M.since end
-  M.n, M.D = 1, demand
-  for k = 1, #M.gens do M.n, M.D = M.n + M.gens[k].n, M.D + M.gens[k].D end
+  local n, D = 1, demand
+  for k = 1, #gens do n, D = n + gens[k].n, D + gens[k].D end
+  M.n, M.D = n, D
   return M
 end
 
 -- The demand classes of every live member, this one's included (in its
--- class, M.class), as a list of { mean, count, sum }.
+-- class, M.class), as a list of { mean, count, sum }. When no two classes
+-- have one mean, the list comes sorted by mean and marked so (sorted), as
+-- water_level would sort it: sorted by its numbers alone, in C, not by a
+-- Lua comparison per pair. (Ties are left to water_level's own sort, in
+-- the order they came: the list is then exactly what it always was.)
 local function classes(M)
-  local by = {}
+  local bc, bs = {}, {}
   for k = 1, #M.gens do
-    for i, c in pairs(M.gens[k].h) do
-      local b = by[i]
-      if b then b[1], b[2] = b[1] + c[1], b[2] + c[2] else by[i] = { c[1], c[2] } end
+    local g = M.gens[k]
+    local gs = g.s
+    for i, c in pairs(g.c) do
+      bc[i], bs[i] = (bc[i] or 0) + c, (bs[i] or 0) + gs[i]
     end
   end
   local i = M.class
-  local b = by[i]
-  if b then b[1], b[2] = b[1] + 1, b[2] + M.demand else by[i] = { 1, M.demand } end
-  local cs = {}
-  for _, b in pairs(by) do cs[#cs + 1] = { b[2] / b[1], b[1], b[2] } end
+  bc[i], bs[i] = (bc[i] or 0) + 1, (bs[i] or 0) + M.demand
+  local cs, means, by_mean, ties = {}, {}, {}, false
+  for i, c in pairs(bc) do
+    local s = bs[i]
+    local m = s / c
+    local x = { m, c, s }
+    cs[#cs + 1], means[#means + 1] = x, m
+    if by_mean[m] then ties = true else by_mean[m] = x end
+  end
+  if not ties then
+    sort(means)
+    for j = 1, #means do cs[j] = by_mean[means[j]] end
+    cs.sorted = true
+  end
   return cs
 end
 
@@ -190,7 +210,8 @@ local function format_members(M)
     local g = M.gens[k]
     if g.n > 0 then
       out[#out + 1] = format(';%d %d %.17g %.17g %.17g %.17g', g.start, g.P, g.T, g.F, g.FT, g.Z)
-      for i, c in pairs(g.h) do out[#out + 1] = format(' %d %d %d', i, c[1], c[2]) end
+      local gs = g.s
+      for i, c in pairs(g.c) do out[#out + 1] = format(' %d %d %d', i, c, gs[i]) end
     end
   end
   return concat(out)
