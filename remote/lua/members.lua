@@ -81,6 +81,16 @@ local function entry_tk(tk, size, uw)
   return size
 end
 
+-- The aggregates the last call of this library wrote (a library's locals
+-- outlive a call; a script's do not), parsed: the key AGG_KEY, its '#' as
+-- written (AGG), and what read_members would read from it (the head's
+-- numbers, the generations written). Every number of the text reads back
+-- as it was (%.17g, and whole numbers as %d), so when a call finds the
+-- very text, it takes these rather than parse it. Each call takes them
+-- (they are then its own) and only write_member puts them back, after
+-- its HSET.
+local AGG_KEY, AGG, AGG_NEWEST, AGG_U, AGG_UW, AGG_GENS
+
 -- The key's membership, read by member (whose demand is demand and whose
 -- lease lasts ttl) at NOW: the live generations, this member's entry, and
 -- the aggregates, with this member's last contribution taken out and its
@@ -97,7 +107,29 @@ local function read_members(mkey, member, demand, ttl)
   local M = { key = mkey, member = member, demand = demand, gens = gens, newest = 0, U = 0, uw = 0,
     since = NOW, n = 1, D = demand }
   local agg = raw[1]
-  if agg then
+  -- The aggregates this library wrote last, if they are these: what
+  -- parsing them would give, without the parsing (see AGG). Taken either
+  -- way: their tables are this call's now.
+  local wrote = agg and agg == AGG and mkey == AGG_KEY and AGG_GENS
+  AGG, AGG_GENS = nil, nil
+  if wrote then
+    M.newest, M.U, M.uw = AGG_NEWEST, AGG_U, AGG_UW
+    for k = 1, #wrote do
+      local g = wrote[k]
+      if NOW < g.start + GENS * g.P then
+        -- (Classes and sums made anew in the order the text holds them,
+        -- as parsing makes them: the same tables, the same order.)
+        local cc, cd, n, D, gs = {}, {}, 0, 0, g.s
+        for i, c in pairs(g.c) do
+          local s = gs[i]
+          cc[i], cd[i] = c, s
+          n, D = n + c, D + s
+        end
+        g.n, g.D, g.c, g.s = n, D, cc, cd
+        gens[#gens + 1] = g
+      end
+    end
+  elseif agg then
     -- (One pass over the aggregates: the head, then each generation
     -- through its classes, up to the next ';'.)
     local newest, U, uw = match(agg, '^(%d+) ([^%s;]+) (%d+)')
@@ -203,18 +235,30 @@ local function sweep(M)
   end
 end
 
--- The aggregates as stored (see above).
+-- The aggregates as stored (see above), and the generations they hold
+-- (nil where a number written '%d' is not a whole one >= 0, which
+-- parsing would not read back as it is: never, as written here).
 local function format_members(M)
-  local out = { format('%d %.17g %d', M.newest, M.U, M.uw) }
+  local newest, uw = M.newest, M.uw
+  local out = { format('%d %.17g %d', newest, M.U, uw) }
+  local kept, whole = {}, newest % 1 == 0 and newest >= 0 and uw % 1 == 0 and uw >= 0
   for k = 1, #M.gens do
     local g = M.gens[k]
     if g.n > 0 then
-      out[#out + 1] = format(';%d %d %.17g %.17g %.17g %.17g', g.start, g.P, g.T, g.F, g.FT, g.Z)
+      kept[#kept + 1] = g
+      local start, P = g.start, g.P
+      if start % 1 ~= 0 or start < 0 or P % 1 ~= 0 or P < 0 then whole = false end
+      out[#out + 1] = format(';%d %d %.17g %.17g %.17g %.17g', start, P, g.T, g.F, g.FT, g.Z)
       local gs = g.s
-      for i, c in pairs(g.c) do out[#out + 1] = format(' %d %d %d', i, c, gs[i]) end
+      for i, c in pairs(g.c) do
+        local s = gs[i]
+        if i % 1 ~= 0 or c % 1 ~= 0 or s % 1 ~= 0 or s < 0 then whole = false end
+        out[#out + 1] = format(' %d %d %d', i, c, s)
+      end
     end
   end
-  return concat(out)
+  if not whole then kept = nil end
+  return concat(out), kept
 end
 
 -- Writes member's entry and puts its contribution in the newest
@@ -236,8 +280,12 @@ local function write_member(M, tokens, f, size, u, uw)
     M.U = M.U + u
   end
   sweep(M)
+  local agg, kept = format_members(M)
   call('HSET', M.key, M.member, format('%d %d %s %d %d %.17g %.17g %.17g %d %d', cur.start, M.demand, tk, NOW, M.since, f, size, u, uw, M.class),
-    '#', format_members(M))
+    '#', agg)
+  if kept then
+    AGG_KEY, AGG, AGG_NEWEST, AGG_U, AGG_UW, AGG_GENS = M.key, agg, M.newest, M.U, M.uw, kept
+  end
   -- (The newest generation need not be the last to lapse: an older one
   -- may be longer, made so by a member of a longer horizon.)
   local last = 0
@@ -258,5 +306,5 @@ local function leave_members(mkey, member)
     return
   end
   call('HDEL', mkey, member)
-  call('HSET', mkey, '#', format_members(M))
+  call('HSET', mkey, '#', (format_members(M)))
 end
