@@ -44,6 +44,19 @@ same('classes', #ca, #cb)
 same('sorted', ca.sorted, cb.sorted)
 for j = 1, #ca do for k = 1, 3 do same('class ' .. j, ca[j][k], cb[j][k]) end end
 same('level', water_level(ca, R), water_level(cb, R))
+-- The classes of every generation together, as each call keeps them.
+local function merged(M)
+  local mc, ms = {}, {}
+  for _, g in ipairs(M.gens) do
+    for i, c in pairs(g.c) do mc[i], ms[i] = (mc[i] or 0) + c, (ms[i] or 0) + g.s[i] end
+  end
+  return mc, ms
+end
+for _, M in ipairs({ a, b }) do
+  local mc, ms = merged(M)
+  for i, c in pairs(mc) do same('merged ' .. i, c, M.mc[i]); same('merged sum ' .. i, ms[i], M.ms[i]) end
+  for i in pairs(M.mc) do same('merged has ' .. i, mc[i] ~= nil, true) end
+end
 same('text', format_members(a), format_members(b))
 return 'ok'
 `

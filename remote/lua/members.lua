@@ -50,12 +50,27 @@ end
 -- out (s = -1): demand d in class i, bucket tk (>= 0), fair rate f,
 -- written at, size. (A generation's classes are two tables by class,
 -- g.c its members and g.s their demands' sum: no table per class.)
-local function contribute(g, s, d, i, tk, f, at, size)
-  local c = (g.c[i] or 0) + s
+local function contribute(g, s, d, i, tk, f, at, size, M)
+  local t = g.t
+  if t then t[i] = nil end -- its text is no longer the class's
+  local c0, s0 = g.c[i] or 0, g.s[i] or 0
+  local c, sum = c0 + s, s0 + s * d
   if c <= 0 then
     g.c[i], g.s[i] = nil, nil
+    c, sum = 0, 0
   else
-    g.c[i], g.s[i] = c, (g.s[i] or 0) + s * d
+    g.c[i], g.s[i] = c, sum
+  end
+  -- The classes of every generation together, when kept (M.mc, M.ms: see
+  -- classes), change as this one's did.
+  local mc = M and M.mc
+  if mc then
+    local ms, n = M.ms, (mc[i] or 0) + c - c0
+    if n <= 0 then
+      mc[i], ms[i] = nil, nil
+    else
+      mc[i], ms[i] = n, (ms[i] or 0) + sum - s0
+    end
   end
   g.n, g.D = g.n + s, g.D + s * d
   g.T, g.F, g.FT, g.Z = g.T + s * tk, g.F + s * f, g.FT + s * f * (at - g.start) / 1000000, g.Z + s * size
@@ -89,7 +104,7 @@ end
 -- very text, it takes these rather than parse it. Each call takes them
 -- (they are then its own) and only write_member puts them back, after
 -- its HSET.
-local AGG_KEY, AGG, AGG_NEWEST, AGG_U, AGG_UW, AGG_GENS
+local AGG_KEY, AGG, AGG_NEWEST, AGG_U, AGG_UW, AGG_GENS, AGG_MC, AGG_MS
 
 -- The key's membership, read by member (whose demand is demand and whose
 -- lease lasts ttl) at NOW: the live generations, this member's entry, and
@@ -111,12 +126,27 @@ local function read_members(mkey, member, demand, ttl)
   -- parsing them would give, without the parsing (see AGG). Taken either
   -- way: their tables are this call's now.
   local wrote = agg and agg == AGG and mkey == AGG_KEY and AGG_GENS
-  AGG, AGG_GENS = nil, nil
+  local mc, ms = AGG_MC, AGG_MS
+  AGG, AGG_GENS, AGG_MC, AGG_MS = nil, nil, nil, nil
   if wrote then
     M.newest, M.U, M.uw = AGG_NEWEST, AGG_U, AGG_UW
+    M.mc, M.ms = mc, ms
     for k = 1, #wrote do
       local g = wrote[k]
-      if NOW < g.start + GENS * g.P then
+      if NOW >= g.start + GENS * g.P then
+        -- (A generation gone: its classes leave those kept together.)
+        if mc then
+          local gs = g.s
+          for i, c in pairs(g.c) do
+            local n = (mc[i] or 0) - c
+            if n <= 0 then
+              mc[i], ms[i] = nil, nil
+            else
+              mc[i], ms[i] = n, ms[i] - gs[i]
+            end
+          end
+        end
+      else
         -- (Classes and sums made anew in the order the text holds them,
         -- as parsing makes them: the same tables, the same order.)
         local cc, cd, n, D, gs = {}, {}, 0, 0, g.s
@@ -156,7 +186,7 @@ local function read_members(mkey, member, demand, ttl)
     for k = 1, #gens do
       local g = gens[k]
       if g.start == gen then
-        contribute(g, -1, d, c, entry_tk(tk, size, uw), f, at, size)
+        contribute(g, -1, d, c, entry_tk(tk, size, uw), f, at, size, M)
         M.since = since
         if tk then M.tokens, M.at = tk, at end
         if uw == M.uw then M.U = M.U - u end
@@ -184,12 +214,9 @@ local function read_members(mkey, member, demand, ttl)
 end
 
 -- The demand classes of every live member, this one's included (in its
--- class, M.class), as a list of { mean, count, sum }. When no two classes
--- have one mean, the list comes sorted by mean and marked so (sorted), as
--- water_level would sort it: sorted by its numbers alone, in C, not by a
--- Lua comparison per pair. (Ties are left to water_level's own sort, in
--- the order they came: the list is then exactly what it always was.)
-local function classes(M)
+-- class, M.class), as a list of { mean, count, sum }, as classes_in_order
+-- makes it.
+local function classes_in_order(M)
   local bc, bs = {}, {}
   for k = 1, #M.gens do
     local g = M.gens[k]
@@ -200,19 +227,55 @@ local function classes(M)
   end
   local i = M.class
   bc[i], bs[i] = (bc[i] or 0) + 1, (bs[i] or 0) + M.demand
-  local cs, means, by_mean, ties = {}, {}, {}, false
+  local cs = {}
   for i, c in pairs(bc) do
     local s = bs[i]
+    cs[#cs + 1] = { s / c, c, s }
+  end
+  return cs
+end
+
+-- classes_in_order(M), sorted by mean and marked so (cs.sorted), as
+-- water_level would sort it, when no two classes have one mean: then the
+-- list has one sorted order, found by sorting the means alone, in C,
+-- rather than by a Lua comparison per pair; and the classes of every
+-- generation together (M.mc, M.ms, their counts and sums, whole numbers:
+-- any order of adding them gives the same) are kept across the call and,
+-- in AGG, to the next (contribute changes them as it changes a class).
+-- With ties, classes_in_order's list as it comes, for water_level's own
+-- sort: exactly what it always was.
+local function classes(M)
+  local mc, ms = M.mc, M.ms
+  if not mc then
+    mc, ms = {}, {}
+    for k = 1, #M.gens do
+      local g = M.gens[k]
+      local gs = g.s
+      for i, c in pairs(g.c) do
+        mc[i], ms[i] = (mc[i] or 0) + c, (ms[i] or 0) + gs[i]
+      end
+    end
+    M.mc, M.ms = mc, ms
+  end
+  local own, d = M.class, M.demand
+  local means, by_mean = {}, {}
+  for i, c in pairs(mc) do
+    local s = ms[i]
+    if i == own then c, s = c + 1, s + d end
     local m = s / c
-    local x = { m, c, s }
-    cs[#cs + 1], means[#means + 1] = x, m
-    if by_mean[m] then ties = true else by_mean[m] = x end
+    if by_mean[m] then return classes_in_order(M) end
+    by_mean[m] = { m, c, s }
+    means[#means + 1] = m
   end
-  if not ties then
-    sort(means)
-    for j = 1, #means do cs[j] = by_mean[means[j]] end
-    cs.sorted = true
+  if not mc[own] then
+    local m = d / 1
+    if by_mean[m] then return classes_in_order(M) end
+    by_mean[m] = { m, 1, d }
+    means[#means + 1] = m
   end
+  sort(means)
+  local cs = { sorted = true }
+  for j = 1, #means do cs[j] = by_mean[means[j]] end
   return cs
 end
 
@@ -249,11 +312,22 @@ local function format_members(M)
       local start, P = g.start, g.P
       if start % 1 ~= 0 or start < 0 or P % 1 ~= 0 or P < 0 then whole = false end
       out[#out + 1] = format(';%d %d %.17g %.17g %.17g %.17g', start, P, g.T, g.F, g.FT, g.Z)
-      local gs = g.s
+      -- (A class's text is kept in g.t until the class changes: a call
+      -- changes one or two classes, and formats only those.)
+      local gs, t = g.s, g.t
+      if not t then
+        t = {}
+        g.t = t
+      end
       for i, c in pairs(g.c) do
-        local s = gs[i]
-        if i % 1 ~= 0 or c % 1 ~= 0 or s % 1 ~= 0 or s < 0 then whole = false end
-        out[#out + 1] = format(' %d %d %d', i, c, s)
+        local x = t[i]
+        if not x then
+          local s = gs[i]
+          if i % 1 ~= 0 or c % 1 ~= 0 or s % 1 ~= 0 or s < 0 then whole = false end
+          x = format(' %d %d %d', i, c, s)
+          t[i] = x
+        end
+        out[#out + 1] = x
       end
     end
   end
@@ -274,7 +348,7 @@ local function write_member(M, tokens, f, size, u, uw)
     tkc = max(0, tonumber(tk)) -- as stored: taken out as it was put in
   end
   if uw > 0 then tkc = 0 end -- a window's part: see U
-  contribute(cur, 1, M.demand, M.class, tkc, f, NOW, size)
+  contribute(cur, 1, M.demand, M.class, tkc, f, NOW, size, M)
   if uw > 0 then
     if M.uw ~= uw then M.U, M.uw = 0, uw end
     M.U = M.U + u
@@ -284,7 +358,26 @@ local function write_member(M, tokens, f, size, u, uw)
   call('HSET', M.key, M.member, format('%d %d %s %d %d %.17g %.17g %.17g %d %d', cur.start, M.demand, tk, NOW, M.since, f, size, u, uw, M.class),
     '#', agg)
   if kept then
-    AGG_KEY, AGG, AGG_NEWEST, AGG_U, AGG_UW, AGG_GENS = M.key, agg, M.newest, M.U, M.uw, kept
+    local mc, ms = M.mc, M.ms
+    if mc and #kept < #M.gens then
+      -- (A generation not written, with no members, leaves what classes
+      -- it still has out of those kept together, as parsing would.)
+      for k = 1, #M.gens do
+        local g = M.gens[k]
+        if g.n <= 0 then
+          local gs = g.s
+          for i, c in pairs(g.c) do
+            local n = (mc[i] or 0) - c
+            if n <= 0 then
+              mc[i], ms[i] = nil, nil
+            else
+              mc[i], ms[i] = n, ms[i] - gs[i]
+            end
+          end
+        end
+      end
+    end
+    AGG_KEY, AGG, AGG_NEWEST, AGG_U, AGG_UW, AGG_GENS, AGG_MC, AGG_MS = M.key, agg, M.newest, M.U, M.uw, kept, mc, ms
   end
   -- (The newest generation need not be the last to lapse: an older one
   -- may be longer, made so by a member of a longer horizon.)
