@@ -106,6 +106,20 @@ end
 -- its HSET.
 local AGG_KEY, AGG, AGG_NEWEST, AGG_U, AGG_UW, AGG_GENS, AGG_MC, AGG_MS
 
+-- Takes generation g's classes out of the classes of every generation
+-- kept together (mc: counts, ms: sums, by class).
+local function drop_classes(mc, ms, g)
+  local gs = g.s
+  for i, c in pairs(g.c) do
+    local n = (mc[i] or 0) - c
+    if n <= 0 then
+      mc[i], ms[i] = nil, nil
+    else
+      mc[i], ms[i] = n, ms[i] - gs[i]
+    end
+  end
+end
+
 -- The key's membership, read by member (whose demand is demand and whose
 -- lease lasts ttl) at NOW: the live generations, this member's entry, and
 -- the aggregates, with this member's last contribution taken out and its
@@ -135,17 +149,7 @@ local function read_members(mkey, member, demand, ttl)
       local g = wrote[k]
       if NOW >= g.start + GENS * g.P then
         -- (A generation gone: its classes leave those kept together.)
-        if mc then
-          local gs = g.s
-          for i, c in pairs(g.c) do
-            local n = (mc[i] or 0) - c
-            if n <= 0 then
-              mc[i], ms[i] = nil, nil
-            else
-              mc[i], ms[i] = n, ms[i] - gs[i]
-            end
-          end
-        end
+        if mc then drop_classes(mc, ms, g) end
       else
         -- (Classes and sums made anew in the order the text holds them,
         -- as parsing makes them: the same tables, the same order.)
@@ -364,17 +368,7 @@ local function write_member(M, tokens, f, size, u, uw)
       -- it still has out of those kept together, as parsing would.)
       for k = 1, #M.gens do
         local g = M.gens[k]
-        if g.n <= 0 then
-          local gs = g.s
-          for i, c in pairs(g.c) do
-            local n = (mc[i] or 0) - c
-            if n <= 0 then
-              mc[i], ms[i] = nil, nil
-            else
-              mc[i], ms[i] = n, ms[i] - gs[i]
-            end
-          end
-        end
+        if g.n <= 0 then drop_classes(mc, ms, g) end
       end
     end
     AGG_KEY, AGG, AGG_NEWEST, AGG_U, AGG_UW, AGG_GENS, AGG_MC, AGG_MS = M.key, agg, M.newest, M.U, M.uw, kept, mc, ms
