@@ -120,7 +120,7 @@ func BenchmarkFlatOut(b *testing.B) {
 // BenchmarkSingleUseKeys: 16 goroutines, each decision on a key of its
 // own that no decision used before (uses=1: per-IP limits under a crawl,
 // where every key is new), or on keys used a few times each, one after
-// another (uses=4), lease mode against exact mode. Each op is one
+// another (uses=2, uses=4), lease mode against exact mode. Each op is one
 // decision; the keys are made in the loop, for both alike. What Close
 // sends is counted in the cost, in commands and round trips, and in
 // Redis's CPU (INFO cpu, all of its work) per decision.
@@ -132,7 +132,7 @@ func BenchmarkSingleUseKeys(b *testing.B) {
 	}
 	ctx := context.Background()
 	procs := runtime.GOMAXPROCS(0)
-	for _, uses := range []int64{1, 4} {
+	for _, uses := range []int64{1, 2, 4} {
 		for _, impl := range []string{"lease", "exact"} {
 			b.Run(fmt.Sprintf("uses=%d/impl=%s", uses, impl), func(b *testing.B) {
 				l, tc, closeBoth := benchLimiter(b, addr, modeOpts(impl == "exact")...)
