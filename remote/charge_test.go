@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/ratelease/ratelease/internal/redistest"
 )
 
@@ -16,8 +14,7 @@ import (
 // limit it owes nothing. (Hours: no window ends during the test.)
 func TestChargeOnRealRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer c.Close()
+	c := srv.Client(t)
 	s := NewStore(c, "charge")
 	ctx := context.Background()
 	for a := Algorithm(0); a < numAlgorithms; a++ {
@@ -62,8 +59,7 @@ func TestChargeOnRealRedis(t *testing.T) {
 // none goes into debt.
 func TestChargeFitOnRealRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer c.Close()
+	c := srv.Client(t)
 	s := NewStore(c, "fit")
 	ctx := context.Background()
 	var rs []Request

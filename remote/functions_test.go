@@ -110,8 +110,7 @@ func TestExactAgreesWithAcquire(t *testing.T) {
 func TestFunctions(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer c.Close()
+	c := srv.Client(t)
 	p, err := NewPolicy("fn", []Limit{{Algorithm: TokenBucket, Rate: 10, Period: time.Minute, Burst: 10}})
 	if err != nil {
 		t.Fatal(err)
@@ -238,8 +237,7 @@ func (proto) RedisError()     {}
 func TestFunctionsAgain(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer c.Close()
+	c := srv.Client(t)
 	p, err := NewPolicy("again", []Limit{{Algorithm: FixedWindow, Rate: 100, Period: time.Minute, Burst: 100}})
 	if err != nil {
 		t.Fatal(err)
@@ -429,8 +427,7 @@ func TestFunctionLoadedTwice(t *testing.T) {
 func TestPermitFunction(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer c.Close()
+	c := srv.Client(t)
 	s := NewStore(c, "pf")
 	acquire := func(id string, want bool) {
 		t.Helper()

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/ratelease/ratelease/internal/redistest"
-	"github.com/redis/go-redis/v9"
 )
 
 // checkWrote is a function added, for TestMembersAsWritten, to the
@@ -71,8 +70,7 @@ return 'ok'
 func TestMembersAsWritten(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer c.Close()
+	c := srv.Client(t)
 	s := NewStore(c, "aw")
 	var ps []*Policy
 	for _, rate := range []int64{1000, 200} {
