@@ -132,6 +132,11 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 	}
 	store := remote.NewStore(client, cfg.prefix)
 	store.SetClock(cfg.clock) // calendar windows move with the Limiter's clock
+	var global *remote.Store
+	if cfg.global != nil {
+		global = remote.NewStore(cfg.global, cfg.prefix+":world")
+		global.SetClock(cfg.clock)
+	}
 	engine, err := tier.New(tier.Config{
 		Store:   store,
 		Clock:   cfg.clock,
@@ -144,6 +149,9 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 		MaxKeys:     cfg.maxKeys,
 		Events:      events(cfg.events),
 		RedisHook:   doorHook(cfg.redisHook),
+		Global:      global,
+		GlobalGuard: cfg.global != nil && !remote.HonoursDeadlines(cfg.global),
+		Region:      cfg.region,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, rootErr(err))
@@ -169,7 +177,7 @@ func (l *Limiter) AllowN(ctx context.Context, p *Policy, key string, n int) (Res
 		return Result{}, err
 	}
 	if limit, remaining, resetAfter, ok := l.engine.Hit(p.compiled, key, int64(n)); ok {
-		return Result{Allowed: true, Limit: p.limits[limit], Remaining: int(remaining), ResetAfter: resetAfter, Source: SourceLocal, Granted: n,
+		return Result{Allowed: true, Limit: p.limit(limit), Remaining: int(remaining), ResetAfter: resetAfter, Source: SourceLocal, Granted: n,
 			Receipt: Receipt{l.engine.RedisTime()}}, nil
 	}
 	d, err := l.engine.Miss(ctx, p.compiled, key, int64(n))
@@ -248,11 +256,29 @@ func (l *Limiter) check(p *Policy, key string, n int) error {
 		err = fmt.Errorf("%w: %d", ErrInvalidN, n)
 	case n > p.Capacity():
 		err = fmt.Errorf("%w: %d > %d of policy %q", ErrExceedsCapacity, n, p.Capacity(), p.name)
+	case p.compiled.Global() != nil:
+		if err = l.checkWorldwide(p); err == nil {
+			return nil
+		}
 	default:
 		return nil
 	}
 	l.engine.CountInvalid()
 	return err
+}
+
+// checkWorldwide reports why l cannot decide the worldwide policy p,
+// wrapping ErrInvalidPolicy, or nil.
+func (l *Limiter) checkWorldwide(p *Policy) error {
+	if !l.engine.Worldwide() {
+		return fmt.Errorf("%w: policy %q is worldwide, and the Limiter has no global Redis (WithGlobal)", ErrInvalidPolicy, p.name)
+	}
+	for _, lim := range p.limits {
+		if lim.Algorithm == SlidingWindowLog || lim.Algorithm == LeakyBucket {
+			return fmt.Errorf("%w: policy %q: a %v cannot be worldwide (a regional pool would change its semantics)", ErrInvalidPolicy, p.name, lim.Algorithm)
+		}
+	}
+	return nil
 }
 
 // checkKey reports why key cannot be a key, wrapping ErrInvalidKey, or nil.

@@ -172,7 +172,7 @@ func (l *Limiter) Unblock(ctx context.Context, p *Policy, key string) error {
 func (p *Policy) result(d tier.Decision) Result {
 	return Result{
 		Allowed:    d.Allowed,
-		Limit:      p.limits[d.Limit],
+		Limit:      p.limit(d.Limit),
 		Remaining:  int(d.Remaining),
 		RetryAfter: d.RetryAfter,
 		ResetAfter: d.ResetAfter,

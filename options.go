@@ -5,8 +5,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ratelease/ratelease/clock"
 	"github.com/ratelease/ratelease/internal/door"
+	"github.com/ratelease/ratelease/remote"
 	"github.com/ratelease/ratelease/tier"
 )
 
@@ -30,6 +33,9 @@ type config struct {
 	prefix       string
 	clock        clock.Clock
 	redisTimeout time.Duration
+	// global and region: WithGlobal's.
+	global redis.UniversalClient
+	region string
 }
 
 const (
@@ -237,6 +243,23 @@ func WithInstances(n int) Option {
 			return fmt.Errorf("%w: instances %d must be at least 1", ErrInvalidOption, n)
 		}
 		c.instances = n
+		return nil
+	})
+}
+
+// WithGlobal makes client the global Redis of the policies made Worldwide,
+// and the Limiter's own client its region's (region: 1 to 128 bytes, no
+// ':', '{', '}' or whitespace, the same for every Limiter of the region).
+// docs/regions.md has the design and the bound.
+func WithGlobal(client redis.UniversalClient, region string) Option {
+	return optionFunc(func(c *config) error {
+		if client == nil {
+			return fmt.Errorf("%w: WithGlobal: nil redis client", ErrInvalidOption)
+		}
+		if err := remote.CheckName(region); err != nil {
+			return fmt.Errorf("%w: WithGlobal: region %q: 1 to %d bytes, no ':', '{', '}' or whitespace", ErrInvalidOption, region, remote.MaxNameLen)
+		}
+		c.global, c.region = client, region
 		return nil
 	})
 }

@@ -22,6 +22,9 @@ type Policy struct {
 	compiled *remote.Policy
 	// shadow: a would-be denial is admitted (see Shadow).
 	shadow bool
+	// tight, of a worldwide policy (see Worldwide), is the limit its
+	// regional pools mirror: the one each decision names.
+	tight int
 }
 
 // NewPolicy validates and compiles a policy. The name is part of every
@@ -75,6 +78,27 @@ func (p *Policy) Limits() []Limit { return append([]Limit(nil), p.limits...) }
 // Capacity returns the most units one request can ever be admitted: the
 // smallest Burst (Rate for windows) of the policy's limits.
 func (p *Policy) Capacity() int { return int(p.compiled.Capacity()) }
+
+// Worldwide returns p with limits that hold across every region of
+// Limiters made WithGlobal (docs/regions.md); its decisions name its
+// tightest limit. Elsewhere, or with a log or leaky bucket, it is refused
+// with ErrInvalidPolicy.
+func (p *Policy) Worldwide() *Policy {
+	if p.compiled.Global() != nil {
+		return p
+	}
+	w := *p
+	w.compiled, w.tight = p.compiled.Pooled(), p.compiled.Tightest()
+	return &w
+}
+
+// limit returns the limit of index i in a decision on p.
+func (p *Policy) limit(i int) Limit {
+	if p.compiled.Global() != nil {
+		return p.limits[p.tight]
+	}
+	return p.limits[i]
+}
 
 // Shadow returns a policy with p's name, limits and state in shadow mode,
 // to roll a limit out safely: its decisions are made and counted as p's,

@@ -33,6 +33,9 @@ type Stats struct {
 	// UnitsCharged counts the units the failure mode admitted and Redis
 	// was charged once back.
 	UnitsCharged uint64
+	// GlobalRoundTrips, GlobalErrors: WithGlobal's Redis; UnitsPooled: the
+	// units this instance's refills put in its region's pools.
+	GlobalRoundTrips, GlobalErrors, UnitsPooled uint64
 	// Policies counts decisions by policy name, for the policies the
 	// Limiter holds, and DroppedPolicies those of the policies let go (at
 	// Close, or once no key of theirs is held and the program dropped
@@ -72,11 +75,12 @@ func statsOf(s tier.Stats) Stats {
 		RoundTrips: s.RoundTrips, Errors: s.Errors,
 		Leases: s.Leases, UnitsLeased: s.UnitsLeased, UnitsRefunded: s.UnitsRefunded, UnitsExpired: s.UnitsExpired,
 		UnitsUsed: s.UnitsUsed, UnitsDropped: s.UnitsDropped, UnitsHeld: s.UnitsHeld,
-		Instances:       s.Instances,
-		Keys:            s.Keys,
-		Breaker:         breakerState(s.Breaker),
-		BreakerOpens:    s.BreakerOpens,
-		UnitsCharged:    s.UnitsCharged,
+		Instances:        s.Instances,
+		Keys:             s.Keys,
+		Breaker:          breakerState(s.Breaker),
+		BreakerOpens:     s.BreakerOpens,
+		UnitsCharged:     s.UnitsCharged,
+		GlobalRoundTrips: s.GlobalRoundTrips, GlobalErrors: s.GlobalErrors, UnitsPooled: s.UnitsPooled,
 		DroppedPolicies: PolicyStats(s.DroppedPolicies),
 		DeniedBy:        s.DeniedBy,
 	}

@@ -15,8 +15,8 @@ import (
 // The surface's budget: what a newcomer takes in at a glance stays that
 // small. Each figure is a ceiling, not a target: the budget holds it.
 const (
-	maxRootExports   = 110 // types, functions, methods, constants, variables
-	maxRootDocLines  = 700 // go doc -all .
+	maxRootExports   = 112 // types, functions, methods, constants, variables (110, and regions' two)
+	maxRootDocLines  = 715 // go doc -all . (700, and regions')
 	maxCommentShare  = 0.35
 	maxFileLines     = 500 // non-test Go files, every module
 	commentShareDirs = ". tier sync local remote internal/door"

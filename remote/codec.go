@@ -166,6 +166,9 @@ func (r Request) reserve() int {
 	if r.Reserve {
 		return 1
 	}
+	if r.Refill {
+		return 2
+	}
 	return 0
 }
 

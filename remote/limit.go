@@ -21,13 +21,17 @@ const (
 	// CalendarWindow: a fixed window aligned to a calendar (Limit.Calendar)
 	// instead of the Unix epoch: days, weeks or months of a time zone.
 	CalendarWindow
+	// Pool: a region's part of a worldwide key, in the region's Redis,
+	// filled from the global Redis (pool.lua; see Policy.Pooled). Never a
+	// limit of a policy a user makes.
+	Pool
 	numAlgorithms
 )
 
-var algorithmNames = [numAlgorithms]string{"token bucket", "fixed window", "sliding window log", "sliding window counter", "leaky bucket", "calendar window"}
+var algorithmNames = [numAlgorithms]string{"token bucket", "fixed window", "sliding window log", "sliding window counter", "leaky bucket", "calendar window", "regional pool"}
 
 // algorithmCodes name an algorithm inside a Redis key; short and stable.
-var algorithmCodes = [numAlgorithms]string{"tb", "fw", "swl", "swc", "lb", "cal"}
+var algorithmCodes = [numAlgorithms]string{"tb", "fw", "swl", "swc", "lb", "cal", "pool"}
 
 // String returns the algorithm's name, such as "token bucket".
 func (a Algorithm) String() string {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -56,6 +57,11 @@ type Policy struct {
 	slot atomic.Pointer[Slot]
 	// limitsSig spells the limits, in a canonical order (see LimitsKey).
 	limitsSig string
+	// pooled is the policy of this one's regional pools, made once (see
+	// Pooled); global, of a pooled policy, the policy it pools.
+	poolOnce sync.Once
+	pooled   *Policy
+	global   *Policy
 }
 
 // policies counts the policies NewPolicy has made (see Policy.ID).

@@ -16,7 +16,7 @@ import (
 var luaFiles embed.FS
 
 // algorithmFiles holds each algorithm's script file, by Algorithm.
-var algorithmFiles = [numAlgorithms]string{"tokenbucket.lua", "fixedwindow.lua", "slidingwindowlog.lua", "slidingwindowcounter.lua", "leakybucket.lua", "calendarwindow.lua"}
+var algorithmFiles = [numAlgorithms]string{"tokenbucket.lua", "fixedwindow.lua", "slidingwindowlog.lua", "slidingwindowcounter.lua", "leakybucket.lua", "calendarwindow.lua", "pool.lua"}
 
 // scripts are the entry points for one set of algorithms: acquire (with
 // the members and their fair share), exact (acquire for a call that names

@@ -67,6 +67,10 @@ type Request struct {
 	// or a Period's Rate (whichever is more) beyond a token bucket.
 	// Windows ignore it.
 	Reserve bool
+	// Refill marks a regional pool's refill from the global key (a
+	// region's lease): its batches are the member's whole part of a
+	// bucket's capacity (fairshare.lua). It never reserves.
+	Refill bool
 	// Member, when not empty, names the instance that leases, and makes
 	// the call count it among the key's members with its Demand (units per
 	// second it wants of the key): while the members together want more

@@ -107,6 +107,12 @@ type Config struct {
 	// RedisHook, when not nil, is told of each Redis round trip as it
 	// starts and ends (see door.Hook).
 	RedisHook door.Hook
+	// Global, when not nil, is the global Redis of worldwide policies
+	// (remote.Policy.Pooled), and Store this region's, named Region
+	// (regions): their pools in Store are filled from Global.
+	Global      *remote.Store
+	GlobalGuard bool
+	Region      string
 }
 
 // Engine decides requests. Create it with New; it is safe for concurrent use.
@@ -133,6 +139,9 @@ type Engine struct {
 	// waiting queues the waiters of exact-mode Waits by key.
 	waiting waitQueues
 	stats   counters
+	// regions fills the regional pools of worldwide policies; nil
+	// without a global Redis.
+	regions *regions
 }
 
 // counters are the engine's statistics of its decisions, updated
@@ -178,6 +187,12 @@ type Stats struct {
 	Breaker      door.BreakerState
 	BreakerOpens uint64
 	UnitsCharged uint64
+	// GlobalRoundTrips and GlobalErrors count the round trips to the
+	// global Redis (Config.Global) and the calls that failed; UnitsPooled
+	// the units this instance's refills put in its region's pools, a
+	// partition's failure-mode share included (charged to the global key
+	// once it answers: UnitsCharged).
+	GlobalRoundTrips, GlobalErrors, UnitsPooled uint64
 	// Policies counts decisions by policy name, for the policies the
 	// engine holds (policies of one name summed). DroppedPolicies totals
 	// the decisions of the policies it no longer holds, so that policies
@@ -210,8 +225,19 @@ func New(cfg Config) (*Engine, error) {
 	e := &Engine{clock: cfg.Clock, done: make(chan struct{})}
 	e.tables.others = &others{}
 	e.tables.owner = new(remote.Owner)
-	e.door = door.New(door.Config{Store: cfg.Store, Clock: cfg.Clock, Timeout: cfg.Timeout, Guard: cfg.Guard,
-		Events: cfg.Events, Recovered: e.chargeOutage, Hook: cfg.RedisHook})
+	dc := door.Config{Store: cfg.Store, Clock: cfg.Clock, Timeout: cfg.Timeout, Guard: cfg.Guard,
+		Events: cfg.Events, Recovered: e.chargeOutage, Hook: cfg.RedisHook}
+	if cfg.Global != nil {
+		// Cross-region calls take longer: their timeout is ten regional ones.
+		gc := dc
+		gc.Store, gc.Timeout, gc.Guard, gc.Recovered = cfg.Global, 10*cfg.Timeout, cfg.GlobalGuard, nil
+		e.regions = newRegions(cfg.Region, door.New(gc), cfg.Clock)
+		dc.Pools = e.regions
+	}
+	e.door = door.New(dc)
+	if e.regions != nil {
+		e.regions.local = e.door
+	}
 	if cfg.Lease != nil {
 		l, err := leasesync.New(e.door, cfg.Clock, *cfg.Lease)
 		if err != nil {
@@ -252,6 +278,12 @@ func (e *Engine) Stats() Stats {
 	}
 	st.Breaker, st.BreakerOpens = e.door.Breakers()
 	st.Policies, st.DroppedPolicies, st.DeniedBy = e.policyStats()
+	if r := e.regions; r != nil {
+		single, batched := r.global.Stats()
+		st.GlobalRoundTrips, st.GlobalErrors = single.RoundTrips+batched.RoundTrips, single.Errors+batched.Errors
+		st.UnitsPooled = r.units.Load() + r.owed.Load()
+		st.UnitsCharged += r.charged.Load()
+	}
 	if e.leaser != nil {
 		ls := e.leaser.Stats()
 		st.Local = e.leaser.LocalHits()
@@ -284,9 +316,16 @@ func (e *Engine) Close() error {
 		e.leaser.Close() // refunds every unit held, within its own timeout
 	}
 	e.tables.clear()
+	if e.regions != nil {
+		e.regions.close(ctx)
+	}
 	e.door.Close(ctx)
 	return nil
 }
+
+// Worldwide reports whether the engine has a global Redis, for worldwide
+// policies (Config.Global).
+func (e *Engine) Worldwide() bool { return e.regions != nil }
 
 // Clock returns the engine's local clock.
 func (e *Engine) Clock() clock.Clock { return e.clock }

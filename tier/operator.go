@@ -2,6 +2,7 @@ package tier
 
 import (
 	"context"
+	"errors"
 	"math"
 	"time"
 
@@ -206,7 +207,8 @@ func (e *Engine) Charge(ctx context.Context, p *remote.Policy, key string, n int
 	if _, err := e.check(p); err != nil {
 		return Decision{}, err
 	}
-	r, err := e.door.Debit(ctx, p, key, n)
+	d, gp := e.worldwide(p)
+	r, err := d.Debit(ctx, gp, key, n)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -243,16 +245,17 @@ func (e *Engine) Peek(ctx context.Context, p *remote.Policy, key string) (Decisi
 			return cachedDenial(ent, left, now), nil
 		}
 	}
-	r, err := e.door.Peek(ctx, p, key)
+	d, gp := e.worldwide(p)
+	r, err := d.Peek(ctx, gp, key)
 	if err != nil {
 		return Decision{}, err
 	}
-	d := Decision{Allowed: r.Granted > 0, Granted: r.Granted, Source: SourceRemote, Limit: r.Decider,
+	dec := Decision{Allowed: r.Granted > 0, Granted: r.Granted, Source: SourceRemote, Limit: r.Decider,
 		Remaining: r.Remaining, RetryAfter: r.RetryAfter, ResetAfter: r.ResetAfter, Blocked: r.Blocked}
 	if found {
-		d.Remaining += ent.Units()
+		dec.Remaining += ent.Units()
 	}
-	return d, nil
+	return dec, nil
 }
 
 // Reset forgets key's state under p: in Redis, every limit's and the key's
@@ -275,6 +278,11 @@ func (e *Engine) Reset(ctx context.Context, p *remote.Policy, key string) error 
 	}
 	e.fallback.forget(p, key)
 	err := e.door.Reset(ctx, p, key)
+	if d, gp := e.worldwide(p); gp != p {
+		// The worldwide key too; other regions' pools keep their units
+		// until they lapse (docs/regions.md).
+		err = errors.Join(err, d.Reset(ctx, gp, key))
+	}
 	if found {
 		e.leaser.Forget(ent) // what a lease in flight put in meanwhile (those still in flight put nothing in)
 	}
@@ -305,6 +313,12 @@ func (e *Engine) Block(ctx context.Context, p *remote.Policy, key string, d time
 	if err := e.door.Block(ctx, p, key, d); err != nil {
 		return err
 	}
+	if g, gp := e.worldwide(p); gp != p {
+		// Worldwide: other regions' refills are denied from now on.
+		if err := g.Block(ctx, gp, key, d); err != nil {
+			return err
+		}
+	}
 	if e.leaser != nil && leasable(p) {
 		if ent, err := e.entry(p, key); err == nil { // (else p was redefined: nothing to keep)
 			e.leaser.Block(ent, d)
@@ -325,11 +339,24 @@ func (e *Engine) Unblock(ctx context.Context, p *remote.Policy, key string) erro
 		return err
 	}
 	err := e.door.Unblock(ctx, p, key)
+	if d, gp := e.worldwide(p); gp != p {
+		err = errors.Join(err, d.Unblock(ctx, gp, key))
+	}
 	if ent, found := e.held(p, key); found && ent.BlockedUntil() != 0 {
 		ent.ClearDenial()
 		ent.SetBlocked(0)
 	}
 	return err
+}
+
+// worldwide returns the door and the policy of p's worldwide state: the
+// global Redis's and the policy p pools, for a pooled policy (regions);
+// else the engine's door and p.
+func (e *Engine) worldwide(p *remote.Policy) (*door.Door, *remote.Policy) {
+	if g := p.Global(); g != nil && e.regions != nil {
+		return e.regions.global, g
+	}
+	return e.door, p
 }
 
 // CountShadowDenied counts a denial of p that was admitted because p is

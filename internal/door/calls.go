@@ -24,7 +24,29 @@ func (d *Door) Acquire(ctx context.Context, r remote.Request) (dec remote.Decisi
 	if cause != nil {
 		return dec, cause, nil
 	}
+	if err == nil && d.pools != nil && r.Policy.Global() != nil {
+		return d.pooled(ctx, r, dec)
+	}
 	return dec, nil, err
+}
+
+// pooled ends Acquire's call r of a pooled policy, decided dec: a denial by
+// an empty pool (not the worldwide limit's: ResetAfter 0) waits for a
+// refill and is made again, once; the pools are told of the decision.
+func (d *Door) pooled(ctx context.Context, r remote.Request, dec remote.Decision) (remote.Decision, error, error) {
+	if dec.Granted == 0 && !dec.Blocked && !dec.FairShare && dec.ResetAfter == 0 && d.pools.Refill(ctx, r.Policy, r.Key) {
+		pass, cause := d.Enter(r.Policy, r.Key)
+		if cause != nil {
+			return dec, nil, nil // the first answer stands
+		}
+		again, err := d.decide(ctx, r, pass)
+		if cause := d.Leave(pass, err); cause != nil || err != nil {
+			return dec, nil, nil
+		}
+		dec = again
+	}
+	d.pools.Answered(r.Policy, r.Key, dec)
+	return dec, nil, nil
 }
 
 // acquire makes one acquire call to the server named node ("": any),
@@ -195,7 +217,15 @@ func (d *Door) Batch(ctx context.Context, rs []remote.Request, gs []remote.Grant
 	case len(gs) > 0:
 		node = d.node(gs[0].Policy, gs[0].Key)
 	}
-	return d.pipeline(ctx, op, node, rs, gs, nil)
+	ds, errs, gerrs := d.pipeline(ctx, op, node, rs, gs, nil)
+	if d.pools != nil {
+		for i, r := range rs {
+			if errs[i] == nil && r.Policy.Global() != nil {
+				d.pools.Answered(r.Policy, r.Key, ds[i])
+			}
+		}
+	}
+	return ds, errs, gerrs
 }
 
 // pipeline is Batch as op to the server named node: one round trip, told

@@ -48,6 +48,23 @@ type Config struct {
 	// Hook, when not nil, is told of each round trip to Redis as it
 	// starts and ends (see Hook).
 	Hook Hook
+	// Pools, when not nil, keeps the regional pools of worldwide policies
+	// filled: it is told of every decision of a pooled policy
+	// (remote.Policy.Global).
+	Pools Pools
+}
+
+// Pools keeps regional pools filled from the global Redis (tier's
+// regional tier). The door tells it of the decisions of pooled policies.
+type Pools interface {
+	// Answered is told of a decision d of key under the pooled policy p
+	// (granted or denied), to refill the pool, in the background, when it
+	// runs low. It must not block.
+	Answered(p *remote.Policy, key string, d remote.Decision)
+	// Refill refills the pool of key under p now, within ctx, after an
+	// empty pool denied a decision that the worldwide limit may admit: it
+	// reports whether the decision is worth making again.
+	Refill(ctx context.Context, p *remote.Policy, key string) bool
 }
 
 // Door makes every Redis call of one Limiter. Create it with New; it is
@@ -72,7 +89,8 @@ type Door struct {
 	sharded   bool
 	note      *notifier // nil: nobody observes
 	recovered func(node string)
-	hook      Hook // nil: none
+	hook      Hook  // nil: none
+	pools     Pools // nil: none
 	// inFlight is how many exact decisions to one server go at once
 	// before more wait to go together (see combiner).
 	inFlight int
@@ -85,7 +103,7 @@ type Door struct {
 func New(cfg Config) *Door {
 	d := &Door{
 		store: cfg.Store, clock: cfg.Clock, base: cfg.Clock.Now(), timeout: cfg.Timeout, guard: cfg.Guard,
-		sharded: cfg.Store.Sharded(), note: newNotifier(cfg.Events), recovered: cfg.Recovered, hook: cfg.Hook,
+		sharded: cfg.Store.Sharded(), note: newNotifier(cfg.Events), recovered: cfg.Recovered, hook: cfg.Hook, pools: cfg.Pools,
 		inFlight: inFlight(),
 	}
 	d.breaker = d.newBreaker("")

@@ -173,3 +173,20 @@ func unavailable(cause error) error {
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, cause)
 }
+
+// Claim asks the regional pool of key under the pooled policy p whether
+// the caller refills it (remote.Store.Claim), as a lease's round trip.
+func (d *Door) Claim(ctx context.Context, p *remote.Policy, key string, low int64, lead, gap, hold, eta time.Duration) (remote.Claim, error) {
+	return call(d, ctx, RedisLease, p, key, func(ctx context.Context) (remote.Claim, error) {
+		return d.store.Claim(ctx, p, key, low, lead, gap, hold, eta)
+	})
+}
+
+// Deposit puts a refill's units in the regional pool of key under the
+// pooled policy p and ends the refill (remote.Store.Deposit), as a
+// lease's round trip.
+func (d *Door) Deposit(ctx context.Context, p *remote.Policy, key string, dep remote.Deposit) (int64, error) {
+	return call(d, ctx, RedisLease, p, key, func(ctx context.Context) (int64, error) {
+		return d.store.Deposit(ctx, p, key, dep)
+	})
+}

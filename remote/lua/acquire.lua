@@ -10,7 +10,8 @@
 -- ARGV[1]   min: grant at least this many units, or nothing
 -- ARGV[2]   max: grant at most this many units (min <= max)
 -- ARGV[3]   reserve: 1 lets buckets queue the request (WaitN), 0 admits
---           only what conforms now
+--           only what conforms now, 2 as 0 for a regional pool's refill,
+--           whose batches are the member's whole part of the capacity
 -- ARGV[4]   member: the id of the instance leasing, or '' (exact mode, and
 --           a lease of a key with no measured demand yet)
 -- ARGV[5]   demand: the units per second the member wants of this key
@@ -26,6 +27,7 @@ local minimum, maximum, reserve = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber
 local member, demand = ARGV[4], tonumber(ARGV[5])
 local back, back_at, horizon = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local bkey = KEYS[#KEYS]
+set_part(reserve == 2)
 local n = #KEYS - 1
 local mkey
 if member ~= '' then
@@ -77,6 +79,8 @@ local limits_deny = least < minimum
 -- comes whole (a fixed window), and the members' parts of it are released
 -- from release_at us before its end.
 local tv = V[tight]
+-- (A regional pool's units lapse by generation, not with a window.)
+if ALG[limit(tight)].pool then tv = -1 end
 local windowed, wlen, wstart, release_at, released = false, 0, 0, 0, false
 if tv >= 0 then
   windowed = ALG[limit(tight)].whole == true
@@ -113,7 +117,9 @@ if mkey then
   if valid >= 0 and valid < h then h = valid end
   -- A member alone on a whole window has nobody to keep it for: it takes
   -- what it asks for.
-  if total > R and not (members == 1 and whole) then
+  -- Nor does a region's pool keep units for its instances: they take
+  -- them as they come (docs/regions.md).
+  if total > R and not (members == 1 and whole) and not ALG[limit(tight)].pool then
     -- A window whose members did not all know of each other as it opened
     -- is paced while they make themselves known (docs/scripts.md).
     if tv >= 0 and not settled and members > 1 and total * EXCESS > R * (EXCESS + 1) then
@@ -159,6 +165,9 @@ if mkey then
       -- first come, first served rather than none.)
       cap = max(room, floor(max(0, tokens)))
       need = max(minimum, min(batch, maximum))
+      -- A region's refill takes what its share holds, whenever it asks:
+      -- its pool, not a batch, carries it to the next (docs/regions.md).
+      if reserve == 2 then need = minimum end
       -- What is left of a window's part is worth taking: it does not grow.
       if windowed then need = max(minimum, min(need, cap)) end
       refill = f
@@ -224,9 +233,15 @@ end
 
 -- Phase 5: the grant's size.
 local grant = min(least, cap)
-if refill > 0 and not (windowed and released) then
+if reserve == 2 and valid >= 0 and valid < horizon then
+  -- A region's refill asks for a horizon's worth: a window that ends
+  -- sooner gives what the region uses before its end.
+  grant = min(grant, max(minimum, ceil(maximum * valid / horizon)))
+end
+if refill > 0 and not (windowed and released) and reserve ~= 2 then
   -- Under the fair share, a batch or two: what a member holds unused
-  -- stays small. (A released window's rest is anybody's, whole.)
+  -- stays small. (A released window's rest is anybody's, whole; a
+  -- region's refill takes its share's bucket and the spare room.)
   grant = min(grant, max(2 * need, floor(tokens)))
 end
 if member ~= '' and minimum > 1 and grant - grant % minimum >= need then

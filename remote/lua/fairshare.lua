@@ -13,6 +13,14 @@ local TENTH = 10000000
 -- From a bucket, a batch is at most this part of the member's part of the
 -- capacity, so that the key's bucket is half full when every batch is due.
 local PART = 0.5
+-- The batch of this call: a regional pool's refill (acquire.lua's reserve
+-- 2) is a whole horizon of the member's share, up to its whole part of the
+-- capacity, so that a region crosses to the global Redis about once a
+-- horizon (docs/regions.md). Set by each call (set_part).
+local part, tenth = PART, TENTH
+local function set_part(refill)
+  if refill then part, tenth = 1, 1000000 else part, tenth = PART, TENTH end
+end
 -- A window's parts are released for its last 1/RELEASE.
 local RELEASE = 2
 -- From a window, a member waits for at least a 1/EXCESS part of a batch;
@@ -58,9 +66,9 @@ local function crowd(members) return min(LONGEST, max(1, members / CROWD)) end
 -- bucket (valid < 0) at most PART of the member's part of the capacity C;
 -- from a window, a part of a whole one below 2 fx (EXCESS).
 local function batch_size(dx, fx, least_grant, h, valid, R, C, members)
-  local b = fx * h / TENTH * crowd(members)
+  local b = fx * h / tenth * crowd(members)
   if valid < 0 then
-    b = min(b, PART * fx / R * C)
+    b = min(b, part * fx / R * C)
     return floor(b), max(least_grant, b)
   end
   local wait = b * min(1, max(1 / EXCESS, (dx - fx) / fx))

@@ -1,0 +1,208 @@
+package remote_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/ratelease/ratelease/remote"
+)
+
+// claim is Store.Claim with the regional tier's usual lead, gap, hold and
+// eta, failing t on an error.
+func claim(t testing.TB, f *fake, p *remote.Policy, low int64) remote.Claim {
+	t.Helper()
+	c, err := f.s.Claim(context.Background(), p, "k", low, 100*time.Millisecond, 600*time.Millisecond, 2*time.Second, 100*time.Millisecond)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	return c
+}
+
+func deposit(t testing.TB, f *fake, p *remote.Policy, d remote.Deposit) int64 {
+	t.Helper()
+	n, err := f.s.Deposit(context.Background(), p, "k", d)
+	if err != nil {
+		t.Fatalf("Deposit: %v", err)
+	}
+	return n
+}
+
+// A refill's steps, as one region's instances see them: one refill at a
+// time, none while the global key holds the region back, none while the
+// pool holds enough or was refilled less than the gap ago (unless empty),
+// and the units of a generation that lapsed go back with the next refill,
+// once.
+func TestPoolRefill(t *testing.T) {
+	f := newFake(t)
+	p := mustPolicy(t, "w", tb(100, 100, time.Second)).Pooled()
+
+	c := claim(t, f, p, 10)
+	if !c.Refill || c.Units != 0 {
+		t.Fatalf("first claim of an empty pool: %+v, want Refill", c)
+	}
+	if again := claim(t, f, p, 10); !again.Busy || again.Refill || again.Wait <= 0 {
+		t.Fatalf("claim while a refill is in flight: %+v, want Busy", again)
+	}
+	if d := acquire(t, f.s, p, "k", 1, 1, false); d.Granted != 0 || d.ResetAfter <= 0 {
+		t.Fatalf("empty pool, refill on its way: %+v, want denied until it lands (ResetAfter > 0)", d)
+	}
+	if n := deposit(t, f, p, remote.Deposit{Granted: 30, Valid: -1, At: 7, Since: c.Now, TTL: 2 * time.Second}); n != 30 {
+		t.Fatalf("deposit of 30: the pool holds %d", n)
+	}
+	if d := acquire(t, f.s, p, "k", 1, 25, false); d.Granted != 25 || d.Remaining != 5 || d.ValidFor != 2*time.Second {
+		t.Fatalf("take 25 of 30: %+v, want 25 granted, 5 left, valid for the generation's 2s", d)
+	}
+	// Low, but refilled less than the gap ago: not yet.
+	if c := claim(t, f, p, 10); c.Refill || c.Busy || c.Denied || c.Wait <= 0 {
+		t.Fatalf("claim within the gap: %+v, want no refill before Wait", c)
+	}
+	f.Advance(700 * time.Millisecond)
+	if c := claim(t, f, p, 5); c.Refill || c.Busy || c.Denied {
+		t.Fatalf("claim of a pool that holds low units: %+v, want none", c)
+	}
+	c = claim(t, f, p, 10)
+	if !c.Refill || c.Lapsed != 0 {
+		t.Fatalf("claim after the gap, low: %+v, want Refill", c)
+	}
+	// The global key holds the region back for a second.
+	deposit(t, f, p, remote.Deposit{Granted: 0, Since: c.Now, TTL: 2 * time.Second, Wait: time.Second})
+	if c := claim(t, f, p, 10); !c.Denied || c.Wait != time.Second {
+		t.Fatalf("claim while the global key holds the region back: %+v, want Denied for 1s", c)
+	}
+	if d := acquire(t, f.s, p, "k", 6, 6, false); d.Granted != 0 || d.ResetAfter != time.Second || d.RetryAfter != time.Second {
+		t.Fatalf("6 of a pool of 5, held back 1s: %+v, want denied for 1s", d)
+	}
+	// The first generation lapses with 5 units: the next refill gives
+	// them back, once.
+	f.Advance(1400 * time.Millisecond)
+	if d := acquire(t, f.s, p, "k", 1, 1, false); d.Granted != 0 {
+		t.Fatalf("after the generation's end: %+v, want nothing left", d)
+	}
+	c = claim(t, f, p, 10)
+	if !c.Refill || c.Lapsed != 5 || c.LapsedAt != 7 {
+		t.Fatalf("claim after a generation lapsed with 5: %+v, want them back, granted at 7", c)
+	}
+	deposit(t, f, p, remote.Deposit{Granted: 10, Valid: -1, At: 9, Since: c.Now, TTL: 2 * time.Second})
+	f.Advance(700 * time.Millisecond)
+	if c := claim(t, f, p, 20); !c.Refill || c.Lapsed != 0 {
+		t.Fatalf("the next claim: %+v, want the lapsed units given back once only", c)
+	}
+}
+
+// A generation lives no longer than its deposit said, from the refill's
+// start: a window's units end with the window (the global key's Valid),
+// and units that arrive after it ended lapse at once.
+func TestPoolGenerationEndsWithTheGlobalGrant(t *testing.T) {
+	f := newFake(t)
+	p := mustPolicy(t, "w", tb(100, 100, time.Second)).Pooled()
+	c := claim(t, f, p, 10)
+	f.Advance(100 * time.Millisecond) // the global call's round trip
+	deposit(t, f, p, remote.Deposit{Granted: 20, Valid: 300 * time.Millisecond, At: 3, Since: c.Now, TTL: 5 * time.Second})
+	if d := acquire(t, f.s, p, "k", 1, 1, false); d.Granted != 1 || d.ValidFor != 200*time.Millisecond {
+		t.Fatalf("%+v, want valid for the 300ms from the refill's start, less the round trip", d)
+	}
+	f.Advance(200 * time.Millisecond)
+	if d := acquire(t, f.s, p, "k", 1, 1, false); d.Granted != 0 {
+		t.Fatalf("past the generation's end: %+v, want denied", d)
+	}
+	f.Advance(time.Second)
+	if c = claim(t, f, p, 10); c.Lapsed != 19 || c.LapsedAt != 3 {
+		t.Fatalf("%+v, want the first generation's 19 units to give back", c)
+	}
+	f.Advance(time.Second)
+	if n := deposit(t, f, p, remote.Deposit{Granted: 20, Valid: 500 * time.Millisecond, At: 4, Since: c.Now, TTL: 5 * time.Second}); n != 0 {
+		t.Fatalf("a deposit whose window ended on its way: the pool holds %d, want 0", n)
+	}
+	if c := claim(t, f, p, 10); c.Lapsed != 20 || c.LapsedAt != 4 {
+		t.Fatalf("%+v, want the 20 units that lapsed on their way to give back", c)
+	}
+}
+
+// The regional bound's core, on random interleavings of deposits, takes,
+// refunds (fresh and late) and time: the pool never holds more than the
+// deposits whose generations are still live gave it, nor more than was
+// deposited and not taken (refunds included), and nothing is granted past
+// every generation's end: a unit never outlives the generation it came
+// from, however it is given back.
+func TestPoolNeverOutlivesItsGenerations(t *testing.T) {
+	for seed := range uint64(60) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		f := newFake(t)
+		p := mustPolicy(t, "w", tb(1000, 1000, time.Second)).Pooled()
+		type gen struct{ units, ends int64 }
+		var gens []gen
+		type grant struct{ units, at int64 }
+		var grants []grant
+		var deposited, taken, back int64
+		now := func() int64 { return f.Now().UnixMicro() }
+		for range 120 {
+			switch op := rng.IntN(10); {
+			case op < 2: // a refill
+				c := claim(t, f, p, 1_000_000)
+				if !c.Refill {
+					deposit(t, f, p, remote.Deposit{Since: c.Now, TTL: time.Second}) // ends another's, if any
+					c = claim(t, f, p, 1_000_000)
+				}
+				if !c.Refill {
+					continue
+				}
+				g := 1 + rng.Int64N(50)
+				life := time.Duration(1+rng.IntN(2000)) * time.Millisecond
+				valid := time.Duration(-1)
+				if rng.IntN(2) == 0 {
+					valid = time.Duration(rng.IntN(1500)) * time.Millisecond
+				}
+				f.Advance(time.Duration(rng.IntN(50)) * time.Millisecond)
+				deposit(t, f, p, remote.Deposit{Granted: g, Valid: valid, At: 1, Since: c.Now, TTL: life})
+				ends := c.Now + life.Microseconds()
+				if valid >= 0 {
+					ends = min(ends, c.Now+valid.Microseconds())
+				}
+				if ends > now() {
+					gens = append(gens, gen{g, ends})
+					deposited += g
+				}
+			case op < 6: // a take, as a lease or an exact decision
+				d := acquire(t, f.s, p, "k", 1, 1+rng.Int64N(30), false)
+				if d.Granted > 0 {
+					taken += d.Granted
+					grants = append(grants, grant{d.Granted, d.At})
+					if d.ValidFor <= 0 {
+						t.Fatalf("seed %d: a grant with no end: %+v", seed, d)
+					}
+				}
+			case op < 8 && len(grants) > 0: // some of a grant back, now or late
+				i := rng.IntN(len(grants))
+				g := grants[i]
+				n := 1 + rng.Int64N(g.units)
+				refund(t, f.s, p, "k", n, g.at)
+				back += n
+				grants[i].units -= n
+				if grants[i].units == 0 {
+					grants = append(grants[:i], grants[i+1:]...)
+				}
+			default:
+				f.Advance(time.Duration(rng.IntN(400)) * time.Millisecond)
+			}
+			var live int64
+			for _, g := range gens {
+				if g.ends > now() {
+					live += g.units
+				}
+			}
+			d, err := f.s.Peek(context.Background(), p, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			held := d.Remaining
+			if held > live {
+				t.Fatalf("seed %d: the pool holds %d, more than its live generations were given (%d)", seed, held, live)
+			}
+			if held > deposited-taken+back {
+				t.Fatalf("seed %d: the pool holds %d, more than deposited %d - taken %d + given back %d", seed, held, deposited, taken, back)
+			}
+		}
+	}
+}

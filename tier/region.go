@@ -1,0 +1,335 @@
+package tier
+
+import (
+	"context"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+
+	"github.com/ratelease/ratelease/clock"
+	"github.com/ratelease/ratelease/internal/door"
+	"github.com/ratelease/ratelease/remote"
+)
+
+// regions is the regional tier (docs/regions.md): it keeps the pools of
+// worldwide policies in this region's Redis filled from the global Redis.
+// A pool's refill is claimed in the region's Redis (one in flight per
+// region and key), made by one call to the global Redis as this region, a
+// member of the global key with the region's demand (so that regions share
+// a scarce limit max-min, as instances do), and deposited in the pool. The
+// door tells it of every decision of a pooled policy (door.Pools).
+type regions struct {
+	name   string
+	ttl    time.Duration // the longest a pool keeps units
+	local  *door.Door    // the region's Redis: the engine's door
+	global *door.Door
+	clock  clock.Clock
+	// flight holds the refills this process has in flight, by pool.
+	flight sync.Map // pool -> *refill
+	// rtt is a moving average of the global round trip (ns).
+	rtt atomic.Int64
+	// known is what this process knows of each pool it refilled lately.
+	known *lru.Cache[pool, known]
+	// refills counts the global calls made, units what they deposited;
+	// owed the units deposited in partitions, charged those charged since.
+	refills, units, owed, charged atomic.Uint64
+	closed                        atomic.Bool
+	work                          sync.WaitGroup // background refills, and the timers of later ones
+	mu                            sync.Mutex
+	timers                        map[pool]*time.Timer // later's, by pool
+}
+
+// pool names a regional pool: a pooled policy and a key.
+type pool struct {
+	p   *remote.Policy
+	key string
+}
+
+// refill is a refill in flight in this process; done is closed at its end.
+type refill struct{ done chan struct{} }
+
+// RegionTTL is the longest a regional pool keeps the units it is given.
+const RegionTTL = 5 * time.Second
+
+// defaultRTT is the global round trip assumed until one is measured.
+const defaultRTT = 100 * time.Millisecond
+
+func newRegions(name string, global *door.Door, c clock.Clock) *regions {
+	cache, _ := lru.New[pool, known](4096) // (an error only for a size <= 0)
+	r := &regions{name: name, ttl: RegionTTL, global: global, clock: c, known: cache, timers: make(map[pool]*time.Timer)}
+	r.rtt.Store(int64(defaultRTT))
+	return r
+}
+
+// lead is how long ahead of need a pool is refilled: a few global round
+// trips.
+func (r *regions) lead() time.Duration { return 3*time.Duration(r.rtt.Load()) + 50*time.Millisecond }
+
+// low is the units under which the pool of key under p may want a
+// refill, as far as this process knows: half its last refill, or what its
+// region took over the lead at its last claim, whichever is more; before
+// either is known, what the worldwide rate gives over the lead. The claim
+// decides, from what the region takes now.
+func (r *regions) low(pl pool) int64 {
+	k, ok := r.known.Get(pl)
+	if !ok {
+		return max(1, int64(math.Ceil(pl.p.Rate()*r.lead().Seconds())))
+	}
+	return max(1, k.size/2, int64(math.Ceil(float64(k.taken)*r.lead().Seconds())))
+}
+
+// known is what this process knows of a pool: what its region took
+// lately (units/s) at its last claim, its last refill's size, how many
+// regions shared the global key then, what the global key gave the region
+// lately (share, units/s) and when it last did (at, ns), and the units
+// its refills deposited while the global Redis did not answer and that
+// are not charged to it yet (owed).
+type known struct {
+	taken, size, members int64
+	share                float64
+	at                   int64
+	owed                 int64
+}
+
+// Answered refills the pool in the background when the decision d left it
+// below its low water, unless the worldwide limit denied it.
+func (r *regions) Answered(p *remote.Policy, key string, d remote.Decision) {
+	pl := pool{p, key}
+	if r.closed.Load() || d.Blocked || (d.Granted == 0 && d.ResetAfter > 0) || d.Remaining >= r.low(pl) {
+		return
+	}
+	f := &refill{done: make(chan struct{})}
+	if _, busy := r.flight.LoadOrStore(pl, f); busy {
+		return
+	}
+	r.work.Add(1)
+	go func() {
+		defer r.work.Done()
+		r.run(context.Background(), pl, f)
+	}()
+}
+
+// Refill refills the pool now, for a decision its emptiness denied, and
+// reports whether to make it again: a refill deposited units, another
+// refill (this process's or another's) ended, or the pool holds units.
+func (r *regions) Refill(ctx context.Context, p *remote.Policy, key string) bool {
+	if r.closed.Load() {
+		return false
+	}
+	pl := pool{p, key}
+	f := &refill{done: make(chan struct{})}
+	if other, busy := r.flight.LoadOrStore(pl, f); busy {
+		select {
+		case <-other.(*refill).done:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return r.run(ctx, pl, f)
+}
+
+// run makes the refill f of pl and ends it; it reports whether the
+// decision that asked for it is worth making again.
+func (r *regions) run(ctx context.Context, pl pool, f *refill) bool {
+	defer func() {
+		r.flight.Delete(pl)
+		close(f.done)
+	}()
+	rtt := time.Duration(r.rtt.Load())
+	k, _ := r.known.Get(pl)
+	c, err := r.local.Claim(ctx, pl.p, pl.key, 1, r.lead(), refillGap, 2*r.global.Timeout(), rtt)
+	if err != nil {
+		return false
+	}
+	k.taken = c.Taken
+	r.known.Add(pl, k)
+	switch {
+	case c.Denied:
+		// Nothing more for the region until then: a refill then, if the
+		// pool is still low (one timer per pool: this refill's).
+		r.later(pl, c.Wait)
+		return false
+	case c.Busy:
+		// Another instance refills: wait for it (never past ctx).
+		t := time.NewTimer(min(c.Wait, 2*rtt))
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	case !c.Refill:
+		// The pool holds units: a refill later, if it asks for one.
+		r.later(pl, c.Wait)
+		return true
+	}
+	// The global call and the deposit go on if the caller leaves: a grant
+	// is in the pool or lost until it lapses, never in nobody's hands.
+	gctx := context.WithoutCancel(ctx)
+	g := pl.p.Global()
+	k.size = r.size(g, c.Taken, c.Demand, k.members)
+	r.known.Add(pl, k)
+	// The region's demand, as its instances say it; before they do (a
+	// key's first decisions name no member), the whole worldwide rate:
+	// the fair share between regions holds it to its part.
+	demand := max(c.Demand, c.Taken)
+	if demand == 0 {
+		demand = int64(math.Ceil(g.Rate()))
+	}
+	req := remote.Request{Policy: g, Key: pl.key, Min: 1, Max: k.size, Member: r.name,
+		Demand: demand, Horizon: refillSpan, Back: c.Lapsed, BackAt: c.LapsedAt, Refill: true}
+	start := r.clock.Now()
+	if k.owed > 0 {
+		// Back from a partition: what the region admitted from its
+		// failure-mode share is charged first.
+		if _, err := r.global.Debit(gctx, g, pl.key, k.owed); err == nil {
+			r.charged.Add(uint64(k.owed))
+			k.owed = 0
+			r.known.Add(pl, k)
+		}
+	}
+	dec, cause, err := r.global.Acquire(gctx, req)
+	if cause != nil || err != nil {
+		return r.partitioned(gctx, pl, k, c)
+	}
+	now := r.clock.Now()
+	r.observe(now.Sub(start))
+	r.refills.Add(1)
+	k.members = dec.Members
+	if k.at > 0 {
+		// What the global key gives the region per second, lately: its
+		// failure-mode share in a partition.
+		rate := float64(dec.Granted) / now.Sub(time.Unix(0, k.at)).Seconds()
+		k.share += (rate - k.share) / 4
+	}
+	k.at = now.UnixNano()
+	r.known.Add(pl, k)
+	dep := remote.Deposit{Granted: dec.Granted, Valid: dec.ValidFor, At: dec.At, Since: c.Now, TTL: r.ttl, Wait: dec.Next}
+	switch {
+	case dec.Granted == 0:
+		dep.Wait = max(dec.RetryAfter, dec.Next, time.Millisecond)
+	case dec.Granted < req.Max:
+		// Held to its share (or the limit): the region asks again a gap
+		// later, its pool empty or not, and is denied meanwhile.
+		dep.Wait = max(dec.Next, refillGap)
+	}
+	if _, err := r.local.Deposit(gctx, pl.p, pl.key, dep); err != nil {
+		// Lost (or kept, if only the reply was): never counted twice.
+		return false
+	}
+	r.units.Add(uint64(dec.Granted))
+	r.later(pl, dep.Wait)
+	return dec.Granted > 0
+}
+
+// partitioned ends the claimed refill c of pl, whose global call failed:
+// the pool gets the region's failure-mode share for refillSpan (what the
+// global key gave it lately, else the worldwide rate divided among the
+// regions it last counted), owed to the global key until a refill reaches
+// it (docs/regions.md, "Partitions"). It reports whether the pool got
+// units.
+func (r *regions) partitioned(ctx context.Context, pl pool, k known, c remote.Claim) bool {
+	g := pl.p.Global()
+	share := k.share
+	if share <= 0 {
+		share = g.Rate() / float64(max(1, k.members, 2))
+	}
+	units := min(g.Capacity(), int64(math.Ceil(share*refillSpan.Seconds())))
+	dep := remote.Deposit{Granted: units, Valid: -1, Since: c.Now, TTL: refillSpan, Wait: refillGap}
+	if _, err := r.local.Deposit(ctx, pl.p, pl.key, dep); err != nil {
+		return false
+	}
+	k.owed += units
+	r.known.Add(pl, k)
+	r.owed.Add(uint64(units))
+	r.later(pl, refillGap)
+	return true
+}
+
+// later refills pl in the background after wait, if the pool is low
+// then (the claim says). close stops the timers.
+func (r *regions) later(pl pool, wait time.Duration) {
+	if wait <= 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed.Load() || r.timers[pl] != nil {
+		return
+	}
+	r.work.Add(1)
+	r.timers[pl] = time.AfterFunc(wait, func() {
+		defer r.work.Done()
+		r.mu.Lock()
+		delete(r.timers, pl)
+		r.mu.Unlock()
+		if r.closed.Load() {
+			return
+		}
+		f := &refill{done: make(chan struct{})}
+		if _, busy := r.flight.LoadOrStore(pl, f); !busy {
+			r.run(context.Background(), pl, f)
+		}
+	})
+}
+
+// size is how many units a refill asks for: what the region takes in
+// refillSpan; while its instances want more, up to half as much again, and
+// at least its equal part of the worldwide rate among members regions (a
+// region held below its demand grows its refills); at least twice its low
+// water. Before it has taken anything, what the worldwide rate gives over
+// the lead. The global fair share and the policy's capacity bound it.
+func (r *regions) size(g *remote.Policy, taken, demand, members int64) int64 {
+	var n float64
+	if taken > 0 {
+		rate := float64(max(taken, demand))
+		n = rate * max(refillSpan, 2*r.lead()).Seconds()
+	} else {
+		n = g.Rate() * r.lead().Seconds()
+	}
+	return min(g.Capacity(), max(1, int64(math.Ceil(n))))
+}
+
+// refillGap is the shortest time between two refills of a pool that
+// holds units: a region crosses to the global Redis at most about once in
+// it per key while its pool does not run dry.
+const refillGap = 3 * refillSpan / 5
+
+// refillSpan is how long a refill is meant to last at the region's
+// demand: a region crosses to the global Redis about once in it per key,
+// and holds about that much of its demand at most.
+const refillSpan = time.Second
+
+// observe moves the moving average of the global round trip toward d.
+func (r *regions) observe(d time.Duration) {
+	old := r.rtt.Load()
+	r.rtt.Store(old + (int64(d)-old)/4)
+}
+
+// close stops new refills and waits for those in flight, until ctx ends.
+func (r *regions) close(ctx context.Context) {
+	r.mu.Lock()
+	r.closed.Store(true)
+	for pl, t := range r.timers {
+		if t.Stop() {
+			r.work.Done()
+		}
+		delete(r.timers, pl)
+	}
+	r.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		r.work.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	r.global.Close(ctx)
+}
