@@ -106,7 +106,8 @@ type Deposit struct {
 	Granted int64
 	Valid   time.Duration
 	At      int64
-	// Since is the Claim's Now: the units' life counts from it.
+	// Since is the Claim's Now: the units' life counts from it (0: from
+	// the deposit).
 	Since int64
 	// TTL is the longest a pool keeps units.
 	TTL time.Duration

@@ -45,8 +45,8 @@ func TestPoolRefill(t *testing.T) {
 	if again := claim(t, f, p, 10); !again.Busy || again.Refill || again.Wait <= 0 {
 		t.Fatalf("claim while a refill is in flight: %+v, want Busy", again)
 	}
-	if d := acquire(t, f.s, p, "k", 1, 1, false); d.Granted != 0 || d.ResetAfter <= 0 {
-		t.Fatalf("empty pool, refill on its way: %+v, want denied until it lands (ResetAfter > 0)", d)
+	if d := acquire(t, f.s, p, "k", 1, 1, false); d.Granted != 0 || d.ResetAfter != 0 || d.RetryAfter != 100*time.Millisecond {
+		t.Fatalf("empty pool, refill on its way: %+v, want denied, ask again when it lands (100ms), the worldwide limit not the reason (ResetAfter 0)", d)
 	}
 	if n := deposit(t, f, p, remote.Deposit{Granted: 30, Valid: -1, At: 7, Since: c.Now, TTL: 2 * time.Second}); n != 30 {
 		t.Fatalf("deposit of 30: the pool holds %d", n)

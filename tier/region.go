@@ -98,38 +98,51 @@ type known struct {
 // below its low water, unless the worldwide limit denied it.
 func (r *regions) Answered(p *remote.Policy, key string, d remote.Decision) {
 	pl := pool{p, key}
-	if r.closed.Load() || d.Blocked || (d.Granted == 0 && d.ResetAfter > 0) || d.Remaining >= r.low(pl) {
+	if d.Blocked || (d.Granted == 0 && d.ResetAfter > 0) || d.Remaining >= r.low(pl) {
 		return
 	}
+	r.start(pl)
+}
+
+// start starts a refill of pl in the background, unless one is in flight
+// in this process (or Close began), and returns the refill in flight.
+func (r *regions) start(pl pool) *refill {
 	f := &refill{done: make(chan struct{})}
-	if _, busy := r.flight.LoadOrStore(pl, f); busy {
-		return
+	if other, busy := r.flight.LoadOrStore(pl, f); busy {
+		return other.(*refill)
+	}
+	r.mu.Lock()
+	if r.closed.Load() {
+		r.mu.Unlock()
+		r.flight.Delete(pl)
+		close(f.done)
+		return f
 	}
 	r.work.Add(1)
+	r.mu.Unlock()
 	go func() {
 		defer r.work.Done()
 		r.run(context.Background(), pl, f)
 	}()
+	return f
 }
 
 // Refill refills the pool now, for a decision its emptiness denied, and
-// reports whether to make it again: a refill deposited units, another
-// refill (this process's or another's) ended, or the pool holds units.
+// reports whether to make the decision again: a refill (this one, or one
+// in flight already) ended within a couple of global round trips. A
+// refill that takes longer goes on in the background, and the decision
+// stands: no decision waits on the global Redis for long.
 func (r *regions) Refill(ctx context.Context, p *remote.Policy, key string) bool {
-	if r.closed.Load() {
-		return false
+	f := r.start(pool{p, key})
+	t := time.NewTimer(2*time.Duration(r.rtt.Load()) + 10*time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-f.done:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
 	}
-	pl := pool{p, key}
-	f := &refill{done: make(chan struct{})}
-	if other, busy := r.flight.LoadOrStore(pl, f); busy {
-		select {
-		case <-other.(*refill).done:
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	}
-	return r.run(ctx, pl, f)
+	return false
 }
 
 // run makes the refill f of pl and ends it; it reports whether the
@@ -154,15 +167,10 @@ func (r *regions) run(ctx context.Context, pl pool, f *refill) bool {
 		r.later(pl, c.Wait)
 		return false
 	case c.Busy:
-		// Another instance refills: wait for it (never past ctx).
-		t := time.NewTimer(min(c.Wait, 2*rtt))
-		defer t.Stop()
-		select {
-		case <-t.C:
-			return true
-		case <-ctx.Done():
-			return false
-		}
+		// Another instance refills: a decision waiting for this refill
+		// asks again once it may have landed (never long).
+		time.Sleep(min(c.Wait, 2*rtt))
+		return true
 	case !c.Refill:
 		// The pool holds units: a refill later, if it asks for one.
 		r.later(pl, c.Wait)
@@ -195,7 +203,7 @@ func (r *regions) run(ctx context.Context, pl pool, f *refill) bool {
 	}
 	dec, cause, err := r.global.Acquire(gctx, req)
 	if cause != nil || err != nil {
-		return r.partitioned(gctx, pl, k, c)
+		return r.partitioned(gctx, pl, k)
 	}
 	now := r.clock.Now()
 	r.observe(now.Sub(start))
@@ -213,7 +221,7 @@ func (r *regions) run(ctx context.Context, pl pool, f *refill) bool {
 	switch {
 	case dec.Granted == 0:
 		dep.Wait = max(dec.RetryAfter, dec.Next, time.Millisecond)
-	case dec.Granted < req.Max:
+	case dec.Granted < fullRefill(req, dec):
 		// Held to its share (or the limit): the region asks again a gap
 		// later, its pool empty or not, and is denied meanwhile.
 		dep.Wait = max(dec.Next, refillGap)
@@ -233,22 +241,34 @@ func (r *regions) run(ctx context.Context, pl pool, f *refill) bool {
 // regions it last counted), owed to the global key until a refill reaches
 // it (docs/regions.md, "Partitions"). It reports whether the pool got
 // units.
-func (r *regions) partitioned(ctx context.Context, pl pool, k known, c remote.Claim) bool {
+func (r *regions) partitioned(ctx context.Context, pl pool, k known) bool {
 	g := pl.p.Global()
-	share := k.share
+	share := min(k.share, g.Rate())
 	if share <= 0 {
 		share = g.Rate() / float64(max(1, k.members, 2))
 	}
 	units := min(g.Capacity(), int64(math.Ceil(share*refillSpan.Seconds())))
-	dep := remote.Deposit{Granted: units, Valid: -1, Since: c.Now, TTL: refillSpan, Wait: refillGap}
+	// (Since 0: from the deposit, not the claim: the global call took its
+	// timeout to fail.)
+	dep := remote.Deposit{Granted: units, Valid: -1, TTL: refillSpan, Wait: refillSpan}
 	if _, err := r.local.Deposit(ctx, pl.p, pl.key, dep); err != nil {
 		return false
 	}
 	k.owed += units
 	r.known.Add(pl, k)
 	r.owed.Add(uint64(units))
-	r.later(pl, refillGap)
+	r.later(pl, refillSpan)
 	return true
+}
+
+// fullRefill is what a refill req gets when neither the region's share
+// nor the limit holds it back: all it asked for, or, from a window that
+// ends within its horizon, that part of it (acquire.lua).
+func fullRefill(req remote.Request, dec remote.Decision) int64 {
+	if dec.ValidFor >= 0 && dec.ValidFor < req.Horizon {
+		return max(req.Min, int64(math.Ceil(float64(req.Max)*float64(dec.ValidFor)/float64(req.Horizon))))
+	}
+	return req.Max
 }
 
 // later refills pl in the background after wait, if the pool is low

@@ -233,9 +233,10 @@ end
 
 -- Phase 5: the grant's size.
 local grant = min(least, cap)
-if reserve == 2 and valid >= 0 and valid < horizon then
-  -- A region's refill asks for a horizon's worth: a window that ends
-  -- sooner gives what the region uses before its end.
+if (reserve == 2 or ALG[limit(tight)].pool) and mkey and valid >= 0 and valid < horizon then
+  -- A region's refill, or an instance's lease of its pool, asks for a
+  -- horizon's worth: a window (or a generation) that ends sooner gives
+  -- what it uses before its end.
   grant = min(grant, max(minimum, ceil(maximum * valid / horizon)))
 end
 if refill > 0 and not (windowed and released) and reserve ~= 2 then

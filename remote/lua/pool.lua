@@ -146,10 +146,13 @@ ALG[6] = {
     return max(0, u - g), soonest, 0, 0
   end,
 
-  -- When the pool has units again, as retry; 0 when nothing says: an
-  -- empty pool that no refill fills, which the engine fills and waits for
-  -- (a cold key's first use).
-  reset = function() return pool_wait(PL) end,
+  -- Until the global key gives this region more, when it holds it back;
+  -- else 0: an empty pool that a refill fills (on its way, or to be
+  -- made), which the engine waits for (docs/regions.md).
+  reset = function()
+    if PL.ra > NOW then return PL.ra - NOW end
+    return 0
+  end,
 
   owed = function() return 0 end,
 

@@ -10,7 +10,8 @@
 --           failure-mode share, which nothing gives back
 -- ARGV[4]   this server's time (us) when the refill began (poolclaim.lua's
 --           now): the units' life counts from then, before the global
---           grant, whatever the two servers' clocks say
+--           grant, whatever the two servers' clocks say; 0: now (a
+--           partition's share, which no global grant dates)
 -- ARGV[5]   the longest a generation lives (us): the regional TTL
 -- ARGV[6]   how long (us) before the global key gives this region more:
 --           its denial, or its fair share's next batch (0: at once)
@@ -19,6 +20,7 @@
 local g, valid, at = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local since, ttl, retry = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local key = KEYS[1]
+if since == 0 then since = NOW end
 local p = pool_read(key)
 local life = ttl
 if valid >= 0 and valid < life then life = valid end
