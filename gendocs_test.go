@@ -11,9 +11,10 @@ import (
 // generatedDocs are the files of docs/ that a generator writes from a run
 // of the engine, with the command that writes each.
 var generatedDocs = map[string]string{
-	"docs/shapes.md":     "go test -run '^$' -bench '^BenchmarkShapeMatrix$' -benchtime 1x -timeout 60m ./internal/systest -args -shapes-out $PWD/docs/shapes.md",
-	"docs/benchmarks.md": "cd bench && go run ./cmd/benchreport",
-	"docs/fleet.md":      "cd bench && go run ./cmd/benchreport -only shared-key",
+	"docs/shapes.md":      "go test -run '^$' -bench '^BenchmarkShapeMatrix$' -benchtime 1x -timeout 60m ./internal/systest -args -shapes-out $PWD/docs/shapes.md",
+	"docs/benchmarks.md":  "cd bench && go run ./cmd/benchreport",
+	"docs/fleet.md":       "cd bench && go run ./cmd/benchreport -only shared-key",
+	"docs/regions-run.md": "go test -run '^$' -bench '^BenchmarkRegions$' -benchtime 1x -timeout 30m ./internal/systest -args -regions-out $PWD/docs/regions-run.md",
 }
 
 var engineStamp = regexp.MustCompile("engine fingerprint `([0-9a-f]{12})`")

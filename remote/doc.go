@@ -21,6 +21,8 @@
 //     and the scripts' arguments and replies;
 //   - store.go: [Store] and its admission calls (Acquire, Batch, Refund);
 //     operator.go: Peek, GiveBack, Charge, Reset, Block; permit.go: Permit;
+//     pool.go: a worldwide policy's regional pool (Policy.Pooled, the Pool
+//     algorithm of lua/pool.lua) and its refill (Claim, Deposit);
 //   - server.go: what a Limiter reads of the servers (Node, Ping,
 //     MaxmemoryPolicies, whether a client honours deadlines);
 //   - dial.go: a hook that tells a Store's DialWatchers of failed dials,

@@ -46,7 +46,7 @@ func TestPoolRefill(t *testing.T) {
 		t.Fatalf("claim while a refill is in flight: %+v, want Busy", again)
 	}
 	if d := acquire(t, f.s, p, "k", 1, 1, false); d.Granted != 0 || d.ResetAfter != 0 || d.RetryAfter != 100*time.Millisecond {
-		t.Fatalf("empty pool, refill on its way: %+v, want denied, ask again when it lands (100ms), the worldwide limit not the reason (ResetAfter 0)", d)
+		t.Fatalf("a cold pool, refill on its way: %+v, want denied, ask again when it lands (100ms), ResetAfter 0 (the engine waits for it)", d)
 	}
 	if n := deposit(t, f, p, remote.Deposit{Granted: 30, Valid: -1, At: 7, Since: c.Now, TTL: 2 * time.Second}); n != 30 {
 		t.Fatalf("deposit of 30: the pool holds %d", n)
@@ -65,6 +65,9 @@ func TestPoolRefill(t *testing.T) {
 	c = claim(t, f, p, 10)
 	if !c.Refill || c.Lapsed != 0 {
 		t.Fatalf("claim after the gap, low: %+v, want Refill", c)
+	}
+	if d := acquire(t, f.s, p, "k", 6, 6, false); d.Granted != 0 || d.ResetAfter != 100*time.Millisecond {
+		t.Fatalf("6 of a pool of 5 once filled, refill on its way: %+v, want denied until it lands (ResetAfter 100ms)", d)
 	}
 	// The global key holds the region back for a second.
 	deposit(t, f, p, remote.Deposit{Granted: 0, Since: c.Now, TTL: 2 * time.Second, Wait: time.Second})

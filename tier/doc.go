@@ -40,7 +40,9 @@
 // fallback's permits), permitlease.go (lease mode's slots of permits),
 // operator.go (AllowAtMost, Refund, RefundAt, Charge, Peek, Reset, Block,
 // Unblock, and the count of shadow mode's would-be denials, which the root
-// admits), ping.go (Ping).
+// admits), ping.go (Ping), region.go (the regional tier: the pools of
+// worldwide policies in this region's Redis, refilled from the global
+// Redis through a door of its own, Config.Global).
 //
 // It does not validate input (the root package does, once), build Redis
 // keys or scripts (remote does), make, size or hold leases (sync does),

@@ -229,8 +229,10 @@ func New(cfg Config) (*Engine, error) {
 		Events: cfg.Events, Recovered: e.chargeOutage, Hook: cfg.RedisHook}
 	if cfg.Global != nil {
 		// Cross-region calls take longer: their timeout is ten regional ones.
+		// Events name the server; the hook's calls do not: it is told of
+		// the regional Redis's round trips only (Stats counts the others).
 		gc := dc
-		gc.Store, gc.Timeout, gc.Guard, gc.Recovered = cfg.Global, 10*cfg.Timeout, cfg.GlobalGuard, nil
+		gc.Store, gc.Timeout, gc.Guard, gc.Recovered, gc.Hook = cfg.Global, 10*cfg.Timeout, cfg.GlobalGuard, nil, nil
 		e.regions = newRegions(cfg.Region, door.New(gc), cfg.Clock)
 		dc.Pools = e.regions
 	}

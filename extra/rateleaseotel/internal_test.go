@@ -34,7 +34,7 @@ func TestOneStatsPerCollection(t *testing.T) {
 		if calls != i {
 			t.Fatalf("%d collections read Stats %d times", i, calls)
 		}
-		if n := len(rm.ScopeMetrics[0].Metrics); n != 24 {
+		if n := len(rm.ScopeMetrics[0].Metrics); n != 27 {
 			t.Fatalf("%d instruments", n)
 		}
 		for _, m := range rm.ScopeMetrics[0].Metrics {

@@ -38,6 +38,7 @@ type instruments struct {
 	used, dropped                     metric.Int64ObservableCounter
 	held                              metric.Int64ObservableGauge
 	charged, breakerOpens             metric.Int64ObservableCounter
+	globalTrips, globalErrors, pooled metric.Int64ObservableCounter
 	breakerState, instances           metric.Int64ObservableGauge
 	invalid                           metric.Int64ObservableCounter
 	keys                              metric.Int64ObservableGauge
@@ -83,6 +84,11 @@ func register(cfg config, stats func() ratelease.Stats) (metric.Registration, er
 		"Leased units held now: in allowances, set aside, or on their way back. leased = used + refunded + dropped + held, with no lease in flight.")
 	ins.charged = counter("ratelease.units.charged", "{unit}",
 		"Units admitted during Redis outages (FailLocal, FailOpen) and charged to Redis once it was back.")
+	ins.globalTrips = counter("ratelease.global.round_trips", "{round_trip}",
+		"Round trips to the global Redis of worldwide policies (WithGlobal).")
+	ins.globalErrors = counter("ratelease.global.errors", "{call}", "Calls to the global Redis that failed.")
+	ins.pooled = counter("ratelease.units.pooled", "{unit}",
+		"Units this instance's refills put in its region's pools of worldwide policies.")
 	ins.breakerState = gauge("ratelease.breaker.state", "1",
 		"1 for the circuit breaker's current state (closed, open, half_open), 0 for the others; with a Redis Cluster, the worst of the masters' breakers.")
 	ins.breakerOpens = counter("ratelease.breaker.opens", "{open}", "Times a circuit breaker opened.")
@@ -118,7 +124,7 @@ func register(cfg config, stats func() ratelease.Stats) (metric.Registration, er
 	},
 		ins.decisions, ins.bySource, ins.roundTrips, ins.errors, ins.leases, ins.leased, ins.refunded, ins.expired,
 		ins.used, ins.dropped, ins.held, ins.charged, ins.breakerState, ins.breakerOpens, ins.instances,
-		ins.invalid, ins.keys,
+		ins.invalid, ins.keys, ins.globalTrips, ins.globalErrors, ins.pooled,
 		ins.policyDecisions, ins.policySources, ins.policyShadow, ins.policyDeniedBy,
 		ins.droppedDecisions, ins.droppedSources, ins.droppedShadow)
 }
@@ -156,6 +162,9 @@ func (ins *instruments) observe(o metric.Observer, s ratelease.Stats, base []att
 	observe(ins.dropped, s.UnitsDropped)
 	observe(ins.held, s.UnitsHeld)
 	observe(ins.charged, s.UnitsCharged)
+	observe(ins.globalTrips, s.GlobalRoundTrips)
+	observe(ins.globalErrors, s.GlobalErrors)
+	observe(ins.pooled, s.UnitsPooled)
 	for _, st := range []ratelease.BreakerState{ratelease.BreakerClosed, ratelease.BreakerOpen, ratelease.BreakerHalfOpen} {
 		var v uint64
 		if s.Breaker == st {

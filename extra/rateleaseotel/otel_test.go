@@ -157,16 +157,19 @@ func TestMetrics(t *testing.T) {
 		"ratelease.decisions": {e + ",ratelease.outcome=allowed": 5, e + ",ratelease.outcome=denied": 3},
 		"ratelease.decisions.by_source": {e + ",ratelease.source=local": 0, e + ",ratelease.source=remote": 8,
 			e + ",ratelease.source=busy": 0, e + ",ratelease.source=cached": 0, e + ",ratelease.source=fallback": 0},
-		"ratelease.redis.round_trips": one(8),
-		"ratelease.redis.errors":      one(0),
-		"ratelease.leases":            one(0),
-		"ratelease.units.leased":      one(0),
-		"ratelease.units.refunded":    one(0),
-		"ratelease.units.expired":     one(0),
-		"ratelease.units.used":        one(0),
-		"ratelease.units.dropped":     one(0),
-		"ratelease.units.held":        one(0),
-		"ratelease.units.charged":     one(0),
+		"ratelease.redis.round_trips":  one(8),
+		"ratelease.redis.errors":       one(0),
+		"ratelease.leases":             one(0),
+		"ratelease.units.leased":       one(0),
+		"ratelease.units.refunded":     one(0),
+		"ratelease.units.expired":      one(0),
+		"ratelease.units.used":         one(0),
+		"ratelease.units.dropped":      one(0),
+		"ratelease.units.held":         one(0),
+		"ratelease.units.charged":      one(0),
+		"ratelease.units.pooled":       one(0),
+		"ratelease.global.round_trips": one(0),
+		"ratelease.global.errors":      one(0),
 		"ratelease.breaker.state": {"ratelease.breaker.state=closed," + e: 1, "ratelease.breaker.state=open," + e: 0,
 			"ratelease.breaker.state=half_open," + e: 0},
 		"ratelease.breaker.opens":    one(0),
@@ -198,8 +201,8 @@ func TestMetrics(t *testing.T) {
 			e + ",ratelease.source=busy": 0, e + ",ratelease.source=cached": 0, e + ",ratelease.source=fallback": 0},
 		"ratelease.dropped_policy.shadow_denied": one(0),
 	})
-	if len(got.points) != 24 {
-		t.Errorf("%d instruments, want 24: %v", len(got.points), slices.Sorted(maps.Keys(got.points)))
+	if len(got.points) != 27 {
+		t.Errorf("%d instruments, want 27: %v", len(got.points), slices.Sorted(maps.Keys(got.points)))
 	}
 	for name, kind := range got.kind {
 		want := "counter"

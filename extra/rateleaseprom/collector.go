@@ -41,6 +41,7 @@ type descs struct {
 	leases, leased, refunded, expired   *prometheus.Desc
 	used, dropped, held                 *prometheus.Desc
 	charged, breakerState, breakerOpens *prometheus.Desc
+	globalTrips, globalErrors, pooled   *prometheus.Desc
 	instances, invalid, keys            *prometheus.Desc
 	policyDecisions, policySources      *prometheus.Desc
 	policyShadow, policyDeniedBy        *prometheus.Desc
@@ -53,6 +54,7 @@ func (d *descs) each(f func(*prometheus.Desc)) {
 	for _, desc := range []*prometheus.Desc{
 		d.decisions, d.bySource, d.roundTrips, d.errors, d.leases, d.leased, d.refunded, d.expired,
 		d.used, d.dropped, d.held, d.charged, d.breakerState, d.breakerOpens, d.instances, d.invalid, d.keys,
+		d.globalTrips, d.globalErrors, d.pooled,
 		d.policyDecisions, d.policySources, d.policyShadow, d.policyDeniedBy,
 		d.droppedDecisions, d.droppedSources, d.droppedShadow,
 	} {
@@ -154,6 +156,12 @@ func newDescs(labels prometheus.Labels) descs {
 			"Leased units held now: in allowances, set aside, or on their way back. units_leased_total = units_used_total + units_refunded_total + units_dropped_total + units_held, with no lease in flight."),
 		charged: desc("units_charged_total",
 			"Units admitted during Redis outages (FailLocal, FailOpen) and charged to Redis once it was back."),
+		globalTrips: desc("global_round_trips_total",
+			"Round trips to the global Redis of worldwide policies (WithGlobal)."),
+		globalErrors: desc("global_errors_total",
+			"Calls to the global Redis that failed."),
+		pooled: desc("units_pooled_total",
+			"Units this instance's refills put in its region's pools of worldwide policies."),
 		breakerState: desc("breaker_state",
 			"1 for the circuit breaker's current state (closed, open, half_open), 0 for the others; with a Redis Cluster, the worst of the masters' breakers.", "state"),
 		breakerOpens: desc("breaker_opens_total",
@@ -220,6 +228,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(d.dropped, s.UnitsDropped)
 	gauge(d.held, float64(s.UnitsHeld))
 	counter(d.charged, s.UnitsCharged)
+	counter(d.globalTrips, s.GlobalRoundTrips)
+	counter(d.globalErrors, s.GlobalErrors)
+	counter(d.pooled, s.UnitsPooled)
 	for _, st := range []ratelease.BreakerState{ratelease.BreakerClosed, ratelease.BreakerOpen, ratelease.BreakerHalfOpen} {
 		v := 0.0
 		if s.Breaker == st {

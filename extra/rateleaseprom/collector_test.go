@@ -117,6 +117,12 @@ ratelease_dropped_policy_decisions_total{limiter="edge",outcome="denied"} 0
 # HELP ratelease_dropped_policy_shadow_denied_total Shadow-mode denials of the policies the limiter no longer holds.
 # TYPE ratelease_dropped_policy_shadow_denied_total counter
 ratelease_dropped_policy_shadow_denied_total{limiter="edge"} 0
+# HELP ratelease_global_errors_total Calls to the global Redis that failed.
+# TYPE ratelease_global_errors_total counter
+ratelease_global_errors_total{limiter="edge"} 0
+# HELP ratelease_global_round_trips_total Round trips to the global Redis of worldwide policies (WithGlobal).
+# TYPE ratelease_global_round_trips_total counter
+ratelease_global_round_trips_total{limiter="edge"} 0
 # HELP ratelease_instances The most instances that shared a key this instance leased in the last minute, as Redis counted them (1 in exact mode).
 # TYPE ratelease_instances gauge
 ratelease_instances{limiter="edge"} 1
@@ -185,6 +191,9 @@ ratelease_units_held{limiter="edge"} 0
 # HELP ratelease_units_leased_total Units that leases were granted.
 # TYPE ratelease_units_leased_total counter
 ratelease_units_leased_total{limiter="edge"} 0
+# HELP ratelease_units_pooled_total Units this instance's refills put in its region's pools of worldwide policies.
+# TYPE ratelease_units_pooled_total counter
+ratelease_units_pooled_total{limiter="edge"} 0
 # HELP ratelease_units_refunded_total Leased units given back to Redis (on expiry, eviction and close).
 # TYPE ratelease_units_refunded_total counter
 ratelease_units_refunded_total{limiter="edge"} 0
@@ -216,10 +225,10 @@ func TestCollectExact(t *testing.T) {
 		t.Fatal(err)
 	}
 	lint(t, c)
-	// 24 metrics, 17 of them one series each and 7 labelled: 2 outcomes,
+	// 27 metrics, 20 of them one series each and 7 labelled: 2 outcomes,
 	// 5 sources, 3 states; per policy 2 + 5 + 1 series, and one for each
 	// of its limits.
-	if n := testutil.CollectAndCount(c); n != 2+5+14+3+3*(2+5+1+1)+2+5+1 {
+	if n := testutil.CollectAndCount(c); n != 2+5+17+3+3*(2+5+1+1)+2+5+1 {
 		t.Fatalf("%d series", n)
 	}
 	// A policy decided exactly is dropped once the program no longer

@@ -32,7 +32,10 @@
 //     to it succeeds). They are delivered in order, outside every lock, on
 //     a goroutine that posted one;
 //   - the hook (Config.Hook), told of each round trip as it starts and
-//     ends: what it does, its calls, its outcome.
+//     ends: what it does, its calls, its outcome;
+//   - the pools of worldwide policies (Config.Pools): told of each
+//     decision of a pooled policy, and asked for a refill when an empty
+//     pool denied an exact call (Claim and Deposit make a refill's calls).
 //
 // Files: door.go (Config, Door, New, Bound, Classify, Node, Stats,
 // Timeout, Close, the context of one call), calls.go (Acquire, Refund,

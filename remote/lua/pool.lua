@@ -146,12 +146,13 @@ ALG[6] = {
     return max(0, u - g), soonest, 0, 0
   end,
 
-  -- Until the global key gives this region more, when it holds it back;
-  -- else 0: an empty pool that a refill fills (on its way, or to be
-  -- made), which the engine waits for (docs/regions.md).
+  -- When the pool has units again, if it ever had any: the global key's
+  -- wait when it holds the region back, a refill's when one is on its way.
+  -- Else 0: a pool never filled (a cold key), or one that no refill fills
+  -- yet; the engine fills it and waits (docs/regions.md).
   reset = function()
-    if PL.ra > NOW then return PL.ra - NOW end
-    return 0
+    if PL.rd == 0 and PL.ra <= NOW then return 0 end
+    return pool_wait(PL)
   end,
 
   owed = function() return 0 end,
