@@ -79,7 +79,8 @@ type Limit struct {
 // one unit per microsecond (the log keeps one member per unit);
 // Burst >= 1, equal to Rate for windowed algorithms;
 // and Rate·Period and Burst·Period (in µs) below 2^53, so that the scripts'
-// integer arithmetic stays exact (for a CalendarWindow, Rate alone).
+// integer arithmetic stays exact (for a CalendarWindow, Rate alone; for a
+// Pool, Rate and Burst alone).
 func (l Limit) validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalidLimit, fmt.Sprintf(format, args...))
@@ -114,6 +115,13 @@ func (l Limit) validate() error {
 		}
 		if l.Period != l.Calendar.Nominal() {
 			return bad("a calendar window's period is its calendar's nominal length %v, not %v", l.Calendar.Nominal(), l.Period)
+		}
+	case l.Algorithm == Pool:
+		// pool.lua counts units and never multiplies a rate by a period
+		// either; the rate and period are a worldwide limit's, possibly a
+		// calendar's nominal one (Policy.Pooled).
+		if l.Rate >= maxExact || l.Burst >= maxExact {
+			return bad("rate %d or burst %d reaches 2^53", l.Rate, l.Burst)
 		}
 	case l.Rate > maxExact/us || l.Burst > maxExact/us:
 		return bad("rate or burst times period (%d, %d × %dµs) reaches 2^53", l.Rate, l.Burst, us)

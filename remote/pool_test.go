@@ -209,3 +209,27 @@ func TestPoolNeverOutlivesItsGenerations(t *testing.T) {
 		}
 	}
 }
+
+// The pool of a worldwide calendar quota is a valid policy: its rate per
+// nominal window need not fit the 2^53 bound of a rate times a period,
+// which pool.lua never computes (a monthly 10000 is 10000 × 2.68e12µs).
+func TestPooledCalendar(t *testing.T) {
+	for _, u := range []remote.CalendarUnit{remote.CalendarDay, remote.CalendarWeek, remote.CalendarMonth} {
+		cal := remote.Calendar{Unit: u, Location: time.UTC}
+		p := mustPolicy(t, "w", remote.Limit{Algorithm: remote.CalendarWindow, Rate: 1_000_000, Burst: 1_000_000, Period: cal.Nominal(), Calendar: cal})
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Fatalf("Pooled of 1e6 a %v: %v", u, r)
+				}
+			}()
+			pp := p.Pooled()
+			f := newFake(t)
+			c := claim(t, f, pp, 10)
+			deposit(t, f, pp, remote.Deposit{Granted: 5, Valid: -1, At: 1, Since: c.Now, TTL: time.Second})
+			if d := acquire(t, f.s, pp, "k", 1, 10, false); d.Granted != 5 {
+				t.Fatalf("a %v quota's pool: %+v", u, d)
+			}
+		}()
+	}
+}
