@@ -233,3 +233,30 @@ func TestPooledCalendar(t *testing.T) {
 		}()
 	}
 }
+
+// A refund of a grant whose generation lapsed is dropped even when the
+// pool's key expired meanwhile and a later deposit made it again: lx, the
+// record of what lapsed, went with the key, and the units must not move
+// into a generation that began after their own ended (an instance gives
+// back what lapsed in its hands with its next lease, however late).
+func TestPoolRefundAfterTheKeyExpired(t *testing.T) {
+	f := newFake(t)
+	p := mustPolicy(t, "w", tb(100, 100, time.Second)).Pooled()
+	c := claim(t, f, p, 10)
+	deposit(t, f, p, remote.Deposit{Granted: 20, Valid: -1, At: 1, Since: c.Now, TTL: time.Second})
+	d := acquire(t, f.s, p, "k", 10, 10, false)
+	if d.Granted != 10 {
+		t.Fatalf("take 10 of 20: %+v", d)
+	}
+	// The generation ends at 1s; the key goes 5s after.
+	f.Advance(7 * time.Second)
+	c = claim(t, f, p, 10)
+	if !c.Refill {
+		t.Fatalf("claim of an empty pool: %+v", c)
+	}
+	deposit(t, f, p, remote.Deposit{Granted: 5, Valid: -1, At: 2, Since: c.Now, TTL: time.Second})
+	refund(t, f.s, p, "k", 10, d.At)
+	if got := acquire(t, f.s, p, "k", 1, 100, false); got.Granted != 5 {
+		t.Fatalf("the pool gave %d, want the 5 deposited: the 10 of a generation that ended 6s ago came back into a new one", got.Granted)
+	}
+}

@@ -8,7 +8,9 @@
 --       ';'-separated, soonest expiry first
 --   lu, la  units of generations that lapsed unused, and the earliest of
 --       their global grants' times: the next refill gives them back
---   lx  the latest expiry of a generation that lapsed (see refund)
+--   lx  the latest expiry of a generation that lapsed (see refund); a
+--       key made afresh starts it at its making: what came before (a key
+--       that expired, or was reset) lapsed
 --   ra  this server's time (us) until which the global key gives this
 --       region nothing more: it denied, or its fair share's next batch is
 --       not due
@@ -30,6 +32,9 @@ local function pool_read(key)
     ra = tonumber(v[4]) or 0, lk = tonumber(v[5]) or 0, dw = tonumber(v[6]) or 0,
     dc = tonumber(v[7]) or 0, dp = tonumber(v[8]) or 0, lx = tonumber(v[9]) or 0,
     re = tonumber(v[10]) or 0, rd = tonumber(v[11]) or 0 }
+  -- (No key: its generations, and the record of their lapse, are gone.
+  -- A grant made before now came from one of them.)
+  if not v[1] then p.lx = NOW end
   for u, e, a in gmatch(v[1] or '', '(%d+) (%d+) (%d+)') do
     u, e, a = tonumber(u), tonumber(e), tonumber(a)
     if e > NOW then
