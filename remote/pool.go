@@ -106,9 +106,13 @@ type Deposit struct {
 	Granted int64
 	Valid   time.Duration
 	At      int64
-	// Since is the Claim's Now: the units' life counts from it (0: from
-	// the deposit).
+	// Since is the Claim's Now: the units' life counts from it, and it
+	// names the refill the deposit ends.
 	Since int64
+	// FromNow: the units' life counts from the deposit instead (a
+	// partition's failure-mode share: the global call took its timeout to
+	// fail).
+	FromNow bool
 	// TTL is the longest a pool keeps units.
 	TTL time.Duration
 	// Wait is how long before the global key gives the region more: its
@@ -117,7 +121,8 @@ type Deposit struct {
 }
 
 // Deposit puts a refill's units in the pool of key under the pooled
-// policy p and ends the refill. It returns the units the pool holds.
+// policy p and ends the refill, unless it outlived its hold and another
+// has claimed the pool since. It returns the units the pool holds.
 func (s *Store) Deposit(ctx context.Context, p *Policy, key string, d Deposit) (int64, error) {
 	valid := int64(-1)
 	if d.Valid >= 0 {
@@ -125,7 +130,11 @@ func (s *Store) Deposit(ctx context.Context, p *Policy, key string, d Deposit) (
 	}
 	pr := &poolProgram()[1]
 	keys := p.Keys(s.prefix, key)
-	args := append(make([]any, room(keys), room(keys)+6), d.Granted, valid, d.At, d.Since, d.TTL.Microseconds(), d.Wait.Microseconds())
+	fromNow := 0
+	if d.FromNow {
+		fromNow = 1
+	}
+	args := append(make([]any, room(keys), room(keys)+7), d.Granted, valid, d.At, d.Since, d.TTL.Microseconds(), d.Wait.Microseconds(), fromNow)
 	units, err := s.run(ctx, pr, keys, args).Int64()
 	if err != nil {
 		return 0, s.named(p, key, err)

@@ -260,3 +260,28 @@ func TestPoolRefundAfterTheKeyExpired(t *testing.T) {
 		t.Fatalf("the pool gave %d, want the 5 deposited: the 10 of a generation that ended 6s ago came back into a new one", got.Granted)
 	}
 }
+
+// A refill that outlived its hold deposits its units, but does not end
+// the refill that claimed the pool after it: one refill in flight per
+// region and key, still.
+func TestPoolLateDepositKeepsTheNewerClaim(t *testing.T) {
+	f := newFake(t)
+	p := mustPolicy(t, "w", tb(100, 100, time.Second)).Pooled()
+	a := claim(t, f, p, 10) // hold: 2s
+	f.Advance(2100 * time.Millisecond)
+	b := claim(t, f, p, 10)
+	if !a.Refill || !b.Refill {
+		t.Fatalf("claims %+v then, past the first's hold, %+v: want both to refill", a, b)
+	}
+	f.Advance(10 * time.Millisecond)
+	if n := deposit(t, f, p, remote.Deposit{Granted: 0, Valid: -1, At: 1, Since: a.Now, TTL: time.Second}); n != 0 {
+		t.Fatalf("the late deposit: the pool holds %d", n)
+	}
+	if c := claim(t, f, p, 10); c.Refill || !c.Busy {
+		t.Fatalf("a claim while the second refill is in flight: %+v, want Busy (the first's late deposit ended the second's claim)", c)
+	}
+	deposit(t, f, p, remote.Deposit{Granted: 0, Valid: -1, At: 2, Since: b.Now, TTL: time.Second})
+	if c := claim(t, f, p, 10); !c.Refill {
+		t.Fatalf("a claim once the second refill deposited: %+v, want Refill", c)
+	}
+}

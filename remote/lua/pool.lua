@@ -14,8 +14,9 @@
 --   ra  this server's time (us) until which the global key gives this
 --       region nothing more: it denied, or its fair share's next batch is
 --       not due
---   lk  this server's time (us) until which a refill is in flight, and
---   re  when it is expected to land
+--   lk  this server's time (us) until which a refill is in flight,
+--   re  when it is expected to land, and
+--   lc  when it was claimed: only its own deposit ends it
 --   rd  when the last deposit landed
 --   dw, dc, dp  the second (floor(now / 1s)) units were last taken in, the
 --       units taken in it and in the second before: the region's demand
@@ -27,11 +28,11 @@
 local PL
 
 local function pool_read(key)
-  local v = call('HMGET', key, 'g', 'lu', 'la', 'ra', 'lk', 'dw', 'dc', 'dp', 'lx', 're', 'rd')
+  local v = call('HMGET', key, 'g', 'lu', 'la', 'ra', 'lk', 'dw', 'dc', 'dp', 'lx', 're', 'rd', 'lc')
   local p = { gens = {}, lu = tonumber(v[2]) or 0, la = tonumber(v[3]) or 0,
     ra = tonumber(v[4]) or 0, lk = tonumber(v[5]) or 0, dw = tonumber(v[6]) or 0,
     dc = tonumber(v[7]) or 0, dp = tonumber(v[8]) or 0, lx = tonumber(v[9]) or 0,
-    re = tonumber(v[10]) or 0, rd = tonumber(v[11]) or 0 }
+    re = tonumber(v[10]) or 0, rd = tonumber(v[11]) or 0, lc = tonumber(v[12]) or 0 }
   -- (No key: its generations, and the record of their lapse, are gone.
   -- A grant made before now came from one of them.)
   if not v[1] then p.lx = NOW end
@@ -94,7 +95,8 @@ local function pool_save(key, p)
   if p.lk > last then last = p.lk end
   if p.lk <= NOW then p.re = 0 end
   call('HSET', key, 'g', concat(parts, ';'), 'lu', int(p.lu), 'la', int(p.la), 'ra', int(p.ra),
-    'lk', int(p.lk), 'dw', int(p.dw), 'dc', int(p.dc), 'dp', int(p.dp), 'lx', int(p.lx), 're', int(p.re), 'rd', int(p.rd))
+    'lk', int(p.lk), 'dw', int(p.dw), 'dc', int(p.dc), 'dp', int(p.dp), 'lx', int(p.lx), 're', int(p.re), 'rd', int(p.rd),
+    'lc', int(p.lc))
   -- Kept a few seconds past its last generation, for the demand and what
   -- lapsed to be read by the next refill.
   expire_in(key, last - NOW + 5000000)

@@ -40,6 +40,6 @@ local gap = p.rd + tonumber(ARGV[5]) - NOW
 if units > 0 and gap > 0 then return format('3 %d %d %d 0 0 %d %d', units, demand, t, NOW, gap) end
 if p.lk > NOW then return format('0 %d %d %d 0 0 %d %d', units, demand, t, NOW, max(1, p.re - NOW)) end
 local lu, la = p.lu, p.la
-p.lk, p.re, p.lu, p.la = NOW + hold, NOW + eta, 0, 0
+p.lk, p.re, p.lc, p.lu, p.la = NOW + hold, NOW + eta, NOW, 0, 0
 pool_save(key, p)
 return format('1 %d %d %d %d %d %d 0', units, demand, t, lu, la, NOW)

@@ -10,28 +10,34 @@
 --           failure-mode share, which nothing gives back
 -- ARGV[4]   this server's time (us) when the refill began (poolclaim.lua's
 --           now): the units' life counts from then, before the global
---           grant, whatever the two servers' clocks say; 0: now (a
---           partition's share, which no global grant dates)
+--           grant, whatever the two servers' clocks say; and it names the
+--           refill that ends (none, if another claimed the pool since)
 -- ARGV[5]   the longest a generation lives (us): the regional TTL
 -- ARGV[6]   how long (us) before the global key gives this region more:
 --           its denial, or its fair share's next batch (0: at once)
+-- ARGV[7]   1: the units' life counts from now instead (a partition's
+--           share, which no global grant dates: the global call took its
+--           timeout to fail)
 --
 -- Returns the units the pool holds.
 local g, valid, at = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local since, ttl, retry = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local key = KEYS[1]
-if since == 0 then since = NOW end
 local p = pool_read(key)
-local life = ttl
+local life, from = ttl, since
+if ARGV[7] == '1' then from = NOW end
 if valid >= 0 and valid < life then life = valid end
-if g > 0 and since + life > NOW then
-  pool_add(p, g, since + life, at)
+if g > 0 and from + life > NOW then
+  pool_add(p, g, from + life, at)
 elseif g > 0 and at > 0 then
   -- Lapsed on the way: given back by the next refill.
   if p.lu == 0 or at < p.la then p.la = at end
   p.lu = p.lu + g
 end
-p.ra, p.lk, p.rd = 0, 0, NOW
+p.ra, p.rd = 0, NOW
+-- The refill ends, unless it outlived its hold and another claimed the
+-- pool since (its claim's now is not `since`): that one is in flight.
+if p.lc == since then p.lk = 0 end
 if retry > 0 then p.ra = NOW + retry end
 pool_save(key, p)
 return (pool_units(p))
