@@ -189,6 +189,11 @@ func TestNewErrors(t *testing.T) {
 		{"empty prefix", c, []ratelease.Option{ratelease.WithKeyPrefix("")}},
 		{"brace in prefix", c, []ratelease.Option{ratelease.WithKeyPrefix("a{b")}},
 		{"nil events", c, []ratelease.Option{ratelease.WithEvents(nil)}},
+		{"nil global", c, []ratelease.Option{ratelease.WithGlobal(nil, "eu")}},
+		{"empty region", c, []ratelease.Option{ratelease.WithGlobal(c, "")}},
+		// (The region is a member of the global key: '#' is the field of
+		// its members' aggregates, and no member id starts with '#'.)
+		{"region '#'", c, []ratelease.Option{ratelease.WithGlobal(c, "#")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if l, err := ratelease.New(tc.client, tc.opts...); !errors.Is(err, ratelease.ErrInvalidOption) || l != nil {

@@ -249,15 +249,18 @@ func WithInstances(n int) Option {
 
 // WithGlobal makes client the global Redis of the policies made Worldwide,
 // and the Limiter's own client its region's (region: 1 to 128 bytes, no
-// ':', '{', '}' or whitespace, the same for every Limiter of the region).
+// ':', '{', '}' or whitespace, not starting with '#', the same for every
+// Limiter of the region).
 // docs/regions.md has the design and the bound.
 func WithGlobal(client redis.UniversalClient, region string) Option {
 	return optionFunc(func(c *config) error {
 		if client == nil {
 			return fmt.Errorf("%w: WithGlobal: nil redis client", ErrInvalidOption)
 		}
-		if err := remote.CheckName(region); err != nil {
-			return fmt.Errorf("%w: WithGlobal: region %q: 1 to %d bytes, no ':', '{', '}' or whitespace", ErrInvalidOption, region, remote.MaxNameLen)
+		// (The region is a member of each worldwide key in the global
+		// Redis: its members hash keeps their aggregates under '#'.)
+		if err := remote.CheckName(region); err != nil || strings.HasPrefix(region, "#") {
+			return fmt.Errorf("%w: WithGlobal: region %q: 1 to %d bytes, no ':', '{', '}' or whitespace, not starting with '#'", ErrInvalidOption, region, remote.MaxNameLen)
 		}
 		c.global, c.region = client, region
 		return nil
