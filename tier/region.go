@@ -203,7 +203,7 @@ func (r *regions) run(ctx context.Context, pl pool, f *refill) bool {
 	}
 	dec, cause, err := r.global.Acquire(gctx, req)
 	if cause != nil || err != nil {
-		return r.partitioned(gctx, pl, k)
+		return r.partitioned(gctx, pl, k, c)
 	}
 	now := r.clock.Now()
 	r.observe(now.Sub(start))
@@ -241,16 +241,16 @@ func (r *regions) run(ctx context.Context, pl pool, f *refill) bool {
 // regions it last counted), owed to the global key until a refill reaches
 // it (docs/regions.md, "Partitions"). It reports whether the pool got
 // units.
-func (r *regions) partitioned(ctx context.Context, pl pool, k known) bool {
+func (r *regions) partitioned(ctx context.Context, pl pool, k known, c remote.Claim) bool {
 	g := pl.p.Global()
 	share := min(k.share, g.Rate())
 	if share <= 0 {
 		share = g.Rate() / float64(max(1, k.members, 2))
 	}
 	units := min(g.Capacity(), int64(math.Ceil(share*refillSpan.Seconds())))
-	// (Since 0: from the deposit, not the claim: the global call took its
-	// timeout to fail.)
-	dep := remote.Deposit{Granted: units, Valid: -1, TTL: refillSpan, Wait: refillSpan}
+	// (From the deposit, not the claim: the global call took its timeout
+	// to fail.)
+	dep := remote.Deposit{Granted: units, Valid: -1, Since: c.Now, FromNow: true, TTL: refillSpan, Wait: refillSpan}
 	if _, err := r.local.Deposit(ctx, pl.p, pl.key, dep); err != nil {
 		return false
 	}
