@@ -38,3 +38,7 @@ func AcquireLeasedPastCheck(ctx context.Context, e *Engine, name, key, id string
 func (e *Engine) Allow(ctx context.Context, p *remote.Policy, key string, n int64) (Decision, error) {
 	return e.allow(ctx, p, key, n)
 }
+
+// KnowPools bounds what e's regional tier knows of pools to the n it
+// refilled last.
+func KnowPools(e *Engine, n int) { e.regions.known.Resize(n) }

@@ -40,6 +40,10 @@ type regions struct {
 	work                          sync.WaitGroup // background refills, and the timers of later ones
 	mu                            sync.Mutex
 	timers                        map[pool]*time.Timer // later's, by pool
+	// debts are the units this process's refills deposited while the
+	// global Redis did not answer, by pool, until charged to it: never
+	// forgotten with what is known of a pool. Under mu.
+	debts map[pool]int64
 }
 
 // pool names a regional pool: a pooled policy and a key.
@@ -59,7 +63,8 @@ const defaultRTT = 100 * time.Millisecond
 
 func newRegions(name string, global *door.Door, c clock.Clock) *regions {
 	cache, _ := lru.New[pool, known](4096) // (an error only for a size <= 0)
-	r := &regions{name: name, ttl: RegionTTL, global: global, clock: c, known: cache, timers: make(map[pool]*time.Timer)}
+	r := &regions{name: name, ttl: RegionTTL, global: global, clock: c, known: cache, timers: make(map[pool]*time.Timer),
+		debts: make(map[pool]int64)}
 	r.rtt.Store(int64(defaultRTT))
 	return r
 }
@@ -83,15 +88,12 @@ func (r *regions) low(pl pool) int64 {
 
 // known is what this process knows of a pool: what its region took
 // lately (units/s) at its last claim, its last refill's size, how many
-// regions shared the global key then, what the global key gave the region
-// lately (share, units/s) and when it last did (at, ns), and the units
-// its refills deposited while the global Redis did not answer and that
-// are not charged to it yet (owed).
+// regions shared the global key then, and what the global key gave the
+// region lately (share, units/s) and when it last did (at, ns).
 type known struct {
 	taken, size, members int64
 	share                float64
 	at                   int64
-	owed                 int64
 }
 
 // Answered refills the pool in the background when the decision d left it
@@ -192,13 +194,13 @@ func (r *regions) run(ctx context.Context, pl pool, f *refill) bool {
 	req := remote.Request{Policy: g, Key: pl.key, Min: 1, Max: k.size, Member: r.name,
 		Demand: demand, Horizon: refillSpan, Back: c.Lapsed, BackAt: c.LapsedAt, Refill: true}
 	start := r.clock.Now()
-	if k.owed > 0 {
+	if owed := r.owing(pl); owed > 0 {
 		// Back from a partition: what the region admitted from its
 		// failure-mode share is charged first.
-		if _, err := r.global.Debit(gctx, g, pl.key, k.owed); err == nil {
-			r.charged.Add(uint64(k.owed))
-			k.owed = 0
-			r.known.Add(pl, k)
+		if _, err := r.global.Debit(gctx, g, pl.key, owed); err == nil {
+			r.charged.Add(uint64(owed))
+		} else {
+			r.owe(pl, owed)
 		}
 	}
 	dec, cause, err := r.global.Acquire(gctx, req)
@@ -254,8 +256,7 @@ func (r *regions) partitioned(ctx context.Context, pl pool, k known, c remote.Cl
 	if _, err := r.local.Deposit(ctx, pl.p, pl.key, dep); err != nil {
 		return false
 	}
-	k.owed += units
-	r.known.Add(pl, k)
+	r.owe(pl, units)
 	r.owed.Add(uint64(units))
 	r.later(pl, refillSpan)
 	return true
@@ -269,6 +270,23 @@ func fullRefill(req remote.Request, dec remote.Decision) int64 {
 		return max(req.Min, int64(math.Ceil(float64(req.Max)*float64(dec.ValidFor)/float64(req.Horizon))))
 	}
 	return req.Max
+}
+
+// owe adds n units to what pl owes the global key.
+func (r *regions) owe(pl pool, n int64) {
+	r.mu.Lock()
+	r.debts[pl] += n
+	r.mu.Unlock()
+}
+
+// owing takes what pl owes the global key, for the caller to charge (or
+// owe again, should the charge fail).
+func (r *regions) owing(pl pool) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := r.debts[pl]
+	delete(r.debts, pl)
+	return n
 }
 
 // later refills pl in the background after wait, if the pool is low
