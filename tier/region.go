@@ -211,10 +211,12 @@ func (r *regions) run(ctx context.Context, pl pool, f *refill) bool {
 	r.observe(now.Sub(start))
 	r.refills.Add(1)
 	k.members = dec.Members
-	if k.at > 0 {
+	if since := now.Sub(time.Unix(0, k.at)).Seconds(); k.at > 0 && since > 0 {
 		// What the global key gives the region per second, lately: its
-		// failure-mode share in a partition.
-		rate := float64(dec.Granted) / now.Sub(time.Unix(0, k.at)).Seconds()
+		// failure-mode share in a partition. (Never more than the
+		// worldwide rate: refills close together measure a burst, and
+		// none apart, nothing.)
+		rate := min(float64(dec.Granted)/since, g.Rate())
 		k.share += (rate - k.share) / 4
 	}
 	k.at = now.UnixNano()

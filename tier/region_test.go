@@ -62,3 +62,69 @@ func TestOwedOutlivesWhatIsKnown(t *testing.T) {
 		t.Fatalf("UnitsCharged = %d once the global Redis answered a's refill, want the share's 50", got)
 	}
 }
+
+// A partition's failure-mode share is what the global key gave the region
+// lately, as a rate: never more than the worldwide rate, however close
+// together the refills it is measured on came (a pool drained at once
+// is refilled at once).
+func TestPartitionShareIsARate(t *testing.T) {
+	e, regional, global, clk := newRegional(t)
+	p, err := remote.NewPolicy("w", []remote.Limit{{Algorithm: remote.TokenBucket, Rate: 100, Period: time.Second, Burst: 1000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pp := p.Pooled()
+	ctx := context.Background()
+	allowed(t, e, pp, "k") // the first refill: 35, the rate over the lead
+	step := func(d time.Duration) {
+		regional.Advance(d)
+		clk.Advance(d)
+	}
+	step(10 * time.Millisecond)
+	pooled := e.Stats().UnitsPooled
+	if d, err := e.Allow(ctx, pp, "k", 34); err != nil || !d.Allowed {
+		t.Fatalf("the rest of the pool: %+v, %v", d, err)
+	}
+	waitFor(t, func() bool { return e.Stats().UnitsPooled > pooled }) // refilled in the background, 10ms after the first
+	step(10 * time.Millisecond)
+	global.SetError("ERR partitioned")
+	pooled = e.Stats().UnitsPooled
+	for e.Stats().UnitsPooled == pooled {
+		if d, err := e.Allow(ctx, pp, "k", 1); err != nil {
+			t.Fatal(err)
+		} else if !d.Allowed {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if got := e.Stats().UnitsPooled - pooled; got > 100 {
+		t.Fatalf("the partition's share put %d units in the pool for a second, want at most the worldwide 100", got)
+	}
+}
+
+// Nor is it lost to a refill denied at the instant of the last: the
+// share of a partition after it is a count of units, not garbage.
+func TestPartitionShareAfterADenial(t *testing.T) {
+	e, regional, global, _ := newRegional(t) // (the engine's clock stands still)
+	pp := worldwide(t, 10)
+	ctx := context.Background()
+	allowed(t, e, pp, "k")                                 // the first refill: 4
+	if _, err := e.Charge(ctx, pp, "k", 100); err != nil { // the worldwide key is spent, and owes
+		t.Fatal(err)
+	}
+	if d, err := e.Allow(ctx, pp, "k", 3); err != nil || !d.Allowed {
+		t.Fatalf("the rest of the pool: %+v, %v", d, err)
+	}
+	waitFor(t, func() bool { return e.Stats().GlobalRoundTrips >= 3 }) // refill, charge, and the denied refill
+	global.SetError("ERR partitioned")
+	regional.Advance(20 * time.Second) // past the denial (the debt's 10s) in the pool's time
+	pooled := e.Stats().UnitsPooled
+	for range 100 {
+		if d, _ := e.Allow(ctx, pp, "k", 1); d.Allowed {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if got := e.Stats().UnitsPooled - pooled; got > 10 {
+		t.Fatalf("the partition's share put %d units in the pool, want at most the worldwide 10", int64(got))
+	}
+}
