@@ -42,3 +42,11 @@ func (e *Engine) Allow(ctx context.Context, p *remote.Policy, key string, n int6
 // KnowPools bounds what e's regional tier knows of pools to the n it
 // refilled last.
 func KnowPools(e *Engine, n int) { e.regions.known.Resize(n) }
+
+// Owing returns what e's region owes the global key for the pool of key
+// under the pooled policy p.
+func Owing(e *Engine, p *remote.Policy, key string) int64 {
+	e.regions.mu.Lock()
+	defer e.regions.mu.Unlock()
+	return e.regions.debts[pool{p, key}]
+}

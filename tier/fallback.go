@@ -194,7 +194,26 @@ func (e *Engine) unavailable(p *remote.Policy, key string, n int64, cause error)
 // chargeOutage charges to Redis what the fallback admitted while it was
 // unavailable, once the breaker of node has closed: for that server's keys
 // (all keys, but with a cluster), through the door (one pipeline, bounded
-// by the timeout, on a goroutine Close waits for).
+// by the timeout, on a goroutine Close waits for); a worldwide key's, to
+// its global key (regions).
 func (e *Engine) chargeOutage(node string) {
-	e.stats.charged.Add(uint64(e.door.Charge(node, e.fallback.take)))
+	take := e.fallback.take
+	if r := e.regions; r != nil {
+		// A worldwide key's are owed to its global key, as a partition's
+		// share is, and charged there by its pool's next refill: its pool
+		// holds only what the global key gave it.
+		take = func(on func(*remote.Policy, string) bool) []remote.Request {
+			rs := e.fallback.take(on)
+			kept := rs[:0]
+			for _, q := range rs {
+				if q.Policy.Global() == nil {
+					kept = append(kept, q)
+				} else {
+					r.owe(pool{q.Policy, q.Key}, q.Max)
+				}
+			}
+			return kept
+		}
+	}
+	e.stats.charged.Add(uint64(e.door.Charge(node, take)))
 }

@@ -14,11 +14,16 @@ import (
 // newRegional returns an exact-mode engine of region "r1" on a fresh
 // miniredis, with another as its global Redis.
 func newRegional(t *testing.T) (e *tier.Engine, regional, global *redistest.Mini, clk *clock.Manual) {
+	return newRegionalMode(t, tier.FailClosed)
+}
+
+// newRegionalMode is newRegional with the failure mode m.
+func newRegionalMode(t *testing.T, m tier.FailureMode) (e *tier.Engine, regional, global *redistest.Mini, clk *clock.Manual) {
 	t.Helper()
 	regional, global = redistest.StartMini(t), redistest.StartMini(t)
 	clk = clock.NewManual(regional.Now())
 	e, err := tier.New(tier.Config{Store: remote.NewStore(regional.Client(t), "t"), Clock: clk, Timeout: 300 * time.Millisecond,
-		Guard: true, FailureMode: tier.FailClosed, Global: remote.NewStore(global.Client(t), "t:world"), GlobalGuard: true, Region: "r1"})
+		Guard: true, FailureMode: m, Global: remote.NewStore(global.Client(t), "t:world"), GlobalGuard: true, Region: "r1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,5 +131,31 @@ func TestPartitionShareAfterADenial(t *testing.T) {
 	}
 	if got := e.Stats().UnitsPooled - pooled; got > 10 {
 		t.Fatalf("the partition's share put %d units in the pool, want at most the worldwide 10", int64(got))
+	}
+}
+
+// What the failure mode admitted of a worldwide key while the region's
+// Redis was down is charged to the global key once it is back, as a
+// partition's share is: the pool holds only what the global key gave it,
+// and charging it there would take nothing from a pool never refilled.
+func TestRegionalOutageIsChargedWorldwide(t *testing.T) {
+	e, regional, _, clk := newRegionalMode(t, tier.FailLocal)
+	pp := worldwide(t, 10)
+	ctx := context.Background()
+	regional.Close()
+	for i := range 6 { // 1 failure per call: the breaker opens at 5
+		if d, err := e.Allow(ctx, pp, "k", 1); err != nil || !d.Allowed || d.Source != tier.SourceFallback {
+			t.Fatalf("request %d in the outage: %+v, %v", i, d, err)
+		}
+	}
+	if err := regional.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second)
+	allowed(t, e, pp, "other") // the breaker closes: the outage is charged
+	waitFor(t, func() bool { return tier.Owing(e, pp, "k") == 6 })
+	allowed(t, e, pp, "k") // k's refill
+	if got := e.Stats().UnitsCharged; got != 6 {
+		t.Fatalf("UnitsCharged = %d after k's refill, want the 6 the outage admitted", got)
 	}
 }
