@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ratelease/ratelease/clock"
 	"github.com/ratelease/ratelease/internal/redistest"
 	"github.com/ratelease/ratelease/remote"
@@ -157,5 +159,46 @@ func TestRegionalOutageIsChargedWorldwide(t *testing.T) {
 	allowed(t, e, pp, "k") // k's refill
 	if got := e.Stats().UnitsCharged; got != 6 {
 		t.Fatalf("UnitsCharged = %d after k's refill, want the 6 the outage admitted", got)
+	}
+}
+
+// Close waits for the refills in flight, whose global call takes up to
+// ten regional timeouts: what the global key granted goes into the pool,
+// and nothing of the engine's calls Redis once Close has returned.
+func TestCloseWaitsForRefills(t *testing.T) {
+	// Fails: regions.close waits for its refills one regional timeout
+	// (Engine.Close's bound, documented), their global call takes up to
+	// ten; the refill goes on after Close, and its deposit meets the
+	// closed door: the global key's grant is in no pool, and the pool's
+	// claim holds the region's refills off for its hold. Waiting longer
+	// breaks Close's bound: the fix is a decision, not a test's.
+	t.Skip("defect: a refill in flight outlives Close and its grant is lost")
+	regional, global := redistest.StartMini(t), redistest.StartMini(t)
+	px := redistest.NewProxy(t, global.Addr())
+	gc := redis.NewClient(&redis.Options{Addr: px.Addr})
+	t.Cleanup(func() { _ = gc.Close() })
+	e, err := tier.New(tier.Config{Store: remote.NewStore(regional.Client(t), "t"), Clock: clock.NewManual(regional.Now()),
+		Timeout: 50 * time.Millisecond, Guard: true, FailureMode: tier.FailClosed,
+		Global: remote.NewStore(gc, "t:world"), GlobalGuard: true, Region: "r1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pp := worldwide(t, 100)
+	ctx := context.Background()
+	allowed(t, e, pp, "k") // the first refill: 35
+	px.SetDelay(150 * time.Millisecond)
+	if d, err := e.Allow(ctx, pp, "k", 34); err != nil || !d.Allowed {
+		t.Fatalf("the rest of the pool: %+v, %v", d, err)
+	}
+	time.Sleep(10 * time.Millisecond) // the refill it started is on its way to the global Redis
+	_ = e.Close()
+	closed := e.Stats()
+	time.Sleep(300 * time.Millisecond)
+	if s := e.Stats(); s.GlobalRoundTrips != closed.GlobalRoundTrips || s.RoundTrips != closed.RoundTrips {
+		t.Fatalf("round trips after Close returned: global %d then %d, regional %d then %d",
+			closed.GlobalRoundTrips, s.GlobalRoundTrips, closed.RoundTrips, s.RoundTrips)
+	}
+	if d, err := remote.NewStore(regional.Client(t), "t").Peek(ctx, pp, "k"); err != nil || d.Remaining != 35 {
+		t.Fatalf("the pool after Close: %+v, %v; want the refill's 35 in it", d, err)
 	}
 }
