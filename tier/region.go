@@ -156,7 +156,13 @@ func (r *regions) run(ctx context.Context, pl pool, f *refill) bool {
 	}()
 	rtt := time.Duration(r.rtt.Load())
 	k, _ := r.known.Get(pl)
-	c, err := r.local.Claim(ctx, pl.p, pl.key, 1, r.lead(), refillGap, 2*r.global.Timeout(), rtt)
+	if ctx.Err() != nil {
+		return false
+	}
+	// The claim goes on if the caller leaves: one cut off on its way
+	// would be in the pool, holding its refills off for its hold, with
+	// nobody to deposit.
+	c, err := r.local.Claim(context.WithoutCancel(ctx), pl.p, pl.key, 1, r.lead(), refillGap, 2*r.global.Timeout(), rtt)
 	if err != nil {
 		return false
 	}

@@ -202,3 +202,32 @@ func TestCloseWaitsForRefills(t *testing.T) {
 		t.Fatalf("the pool after Close: %+v, %v; want the refill's 35 in it", d, err)
 	}
 }
+
+// A caller that leaves while its refill's claim is on its way does not
+// leave the claim behind: the pool's next decision refills it, rather
+// than wait the claim's hold (two global timeouts) for a deposit that
+// never comes.
+func TestClaimOutlivesItsCaller(t *testing.T) {
+	regional, global := redistest.StartMini(t), redistest.StartMini(t)
+	px := redistest.NewProxy(t, regional.Addr())
+	rc := redis.NewClient(&redis.Options{Addr: px.Addr})
+	t.Cleanup(func() { _ = rc.Close() })
+	e, err := tier.New(tier.Config{Store: remote.NewStore(rc, "t"), Clock: clock.NewManual(regional.Now()),
+		Timeout: time.Second, Guard: true, FailureMode: tier.FailClosed,
+		Global: remote.NewStore(global.Client(t), "t:world"), GlobalGuard: true, Region: "r1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	pp := worldwide(t, 100)
+	allowed(t, e, pp, "warm") // the scripts are loaded
+	px.SetDelay(100 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond) // past the decision, within the claim
+	defer cancel()
+	if d, _ := e.Allow(ctx, pp, "k", 1); d.Allowed {
+		t.Fatalf("a caller gone before its refill: %+v", d)
+	}
+	px.SetDelay(0)
+	regional.Advance(200 * time.Millisecond) // past the claim's expected landing, well within its hold (20s)
+	allowed(t, e, pp, "k")
+}
