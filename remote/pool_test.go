@@ -285,3 +285,24 @@ func TestPoolLateDepositKeepsTheNewerClaim(t *testing.T) {
 		t.Fatalf("a claim once the second refill deposited: %+v, want Refill", c)
 	}
 }
+
+// A refund never raises a generation above what it was given, as no
+// refund raises a limit above its capacity: units given back twice, or
+// never taken (Limiter.Refund names no grant), do not add to the pool.
+func TestPoolRefundNeverAboveTheDeposit(t *testing.T) {
+	f := newFake(t)
+	p := mustPolicy(t, "w", tb(100, 100, time.Second)).Pooled()
+	c := claim(t, f, p, 10)
+	deposit(t, f, p, remote.Deposit{Granted: 10, Valid: -1, At: 1, Since: c.Now, TTL: time.Second})
+	d := acquire(t, f.s, p, "k", 4, 4, false)
+	refund(t, f.s, p, "k", 4, d.At)
+	refund(t, f.s, p, "k", 4, d.At) // again
+	for range 3 {
+		if err := f.s.GiveBack(context.Background(), p, "k", 100); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := acquire(t, f.s, p, "k", 1, 1000, false); got.Granted != 10 {
+		t.Fatalf("the pool gave %d, want the 10 deposited", got.Granted)
+	}
+}

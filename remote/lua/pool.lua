@@ -3,9 +3,9 @@
 -- Redis in deposits (pooldeposit.lua), each a generation that lapses at its
 -- expiry, and the region's instances take them as from any limit. The key
 -- is a hash:
---   g   the generations, "u e a" each (units left, expiry us in this
---       server's time, the global grant's time us in the global server's),
---       ';'-separated, soonest expiry first
+--   g   the generations, "u e a o" each (units left, expiry us in this
+--       server's time, the global grant's time us in the global server's,
+--       units it was given), ';'-separated, soonest expiry first
 --   lu, la  units of generations that lapsed unused, and the earliest of
 --       their global grants' times: the next refill gives them back
 --   lx  the latest expiry of a generation that lapsed (see refund); a
@@ -36,10 +36,10 @@ local function pool_read(key)
   -- (No key: its generations, and the record of their lapse, are gone.
   -- A grant made before now came from one of them.)
   if not v[1] then p.lx = NOW end
-  for u, e, a in gmatch(v[1] or '', '(%d+) (%d+) (%d+)') do
+  for u, e, a, o in gmatch(v[1] or '', '(%d+) (%d+) (%d+) (%d+)') do
     u, e, a = tonumber(u), tonumber(e), tonumber(a)
     if e > NOW then
-      p.gens[#p.gens + 1] = { u, e, a }
+      p.gens[#p.gens + 1] = { u, e, a, tonumber(o) }
     else
       if e > p.lx then p.lx = e end
       if u > 0 and a > 0 then
@@ -88,7 +88,7 @@ local function pool_save(key, p)
   for i = 1, #gens do
     local g = gens[i]
     -- (Kept while empty too: its expiry, once passed, is lx.)
-    parts[i] = format('%d %d %d', g[1], g[2], g[3])
+    parts[i] = format('%d %d %d %d', g[1], g[2], g[3], g[4])
     if g[2] > last then last = g[2] end
   end
   if p.ra > last then last = p.ra end
@@ -110,7 +110,7 @@ local function pool_add(p, g, e, a)
     gens[i + 1] = gens[i]
     i = i - 1
   end
-  gens[i + 1] = { g, e, a }
+  gens[i + 1] = { g, e, a, g }
 end
 
 ALG[6] = {
@@ -178,10 +178,13 @@ ALG[6] = {
   -- generation that ended soonest then, so while none that was live at
   -- `at` has lapsed (lx <= at), it is live, and no live one ends before
   -- it. Otherwise they are dropped: a unit never outlives its generation.
+  -- Nor does a generation come to hold more than it was given (what is
+  -- given back twice, or was never taken, is dropped).
   refund = function(key, _, _, _, g, at)
     local p = pool_read(key)
     if at < p.lx or #p.gens == 0 then return end
-    p.gens[1][1] = p.gens[1][1] + g
+    local x = p.gens[1]
+    x[1] = min(x[4], x[1] + g)
     pool_save(key, p)
   end,
 }
