@@ -103,12 +103,13 @@ func (r *regions) Answered(p *remote.Policy, key string, d remote.Decision) {
 	if d.Blocked || (d.Granted == 0 && d.ResetAfter > 0) || d.Remaining >= r.low(pl) {
 		return
 	}
-	r.start(pl)
+	r.start(pl, 0)
 }
 
-// start starts a refill of pl in the background, unless one is in flight
-// in this process (or Close began), and returns the refill in flight.
-func (r *regions) start(pl pool) *refill {
+// start starts a refill of pl in the background, for a decision of need
+// units (0: none waits), unless one is in flight in this process (or
+// Close began), and returns the refill in flight.
+func (r *regions) start(pl pool, need int64) *refill {
 	f := &refill{done: make(chan struct{})}
 	if other, busy := r.flight.LoadOrStore(pl, f); busy {
 		return other.(*refill)
@@ -124,18 +125,18 @@ func (r *regions) start(pl pool) *refill {
 	r.mu.Unlock()
 	go func() {
 		defer r.work.Done()
-		r.run(context.Background(), pl, f)
+		r.run(context.Background(), pl, f, need)
 	}()
 	return f
 }
 
-// Refill refills the pool now, for a decision its emptiness denied, and
-// reports whether to make the decision again: a refill (this one, or one
-// in flight already) ended within a couple of global round trips. A
-// refill that takes longer goes on in the background, and the decision
-// stands: no decision waits on the global Redis for long.
-func (r *regions) Refill(ctx context.Context, p *remote.Policy, key string) bool {
-	f := r.start(pool{p, key})
+// Refill refills the pool now, for a decision of n units that it held
+// too few for, and reports whether to make the decision again: a refill
+// (this one, or one in flight already) ended within a couple of global
+// round trips. A refill that takes longer goes on in the background, and
+// the decision stands: no decision waits on the global Redis for long.
+func (r *regions) Refill(ctx context.Context, p *remote.Policy, key string, n int64) bool {
+	f := r.start(pool{p, key}, n)
 	t := time.NewTimer(2*time.Duration(r.rtt.Load()) + 10*time.Millisecond)
 	defer t.Stop()
 	select {
@@ -147,9 +148,9 @@ func (r *regions) Refill(ctx context.Context, p *remote.Policy, key string) bool
 	return false
 }
 
-// run makes the refill f of pl and ends it; it reports whether the
-// decision that asked for it is worth making again.
-func (r *regions) run(ctx context.Context, pl pool, f *refill) bool {
+// run makes the refill f of pl and ends it, for a decision of need units
+// (0: none waits); it reports whether the decision is worth making again.
+func (r *regions) run(ctx context.Context, pl pool, f *refill, need int64) bool {
 	defer func() {
 		r.flight.Delete(pl)
 		close(f.done)
@@ -162,7 +163,9 @@ func (r *regions) run(ctx context.Context, pl pool, f *refill) bool {
 	// The claim goes on if the caller leaves: one cut off on its way
 	// would be in the pool, holding its refills off for its hold, with
 	// nobody to deposit.
-	c, err := r.local.Claim(context.WithoutCancel(ctx), pl.p, pl.key, 1, r.lead(), refillGap, 2*r.global.Timeout(), rtt)
+	// (A pool that holds fewer than the decision asks is low, however
+	// many it holds: else a request above its usual refill never fits.)
+	c, err := r.local.Claim(context.WithoutCancel(ctx), pl.p, pl.key, max(1, need), r.lead(), refillGap, 2*r.global.Timeout(), rtt)
 	if err != nil {
 		return false
 	}
@@ -188,7 +191,7 @@ func (r *regions) run(ctx context.Context, pl pool, f *refill) bool {
 	// is in the pool or lost until it lapses, never in nobody's hands.
 	gctx := context.WithoutCancel(ctx)
 	g := pl.p.Global()
-	k.size = r.size(g, c.Taken, c.Demand, k.members)
+	k.size = max(r.size(g, c.Taken, c.Demand, k.members), min(need, g.Capacity()))
 	r.known.Add(pl, k)
 	// The region's demand, as its instances say it; before they do (a
 	// key's first decisions name no member), the whole worldwide rate:
@@ -319,7 +322,7 @@ func (r *regions) later(pl pool, wait time.Duration) {
 		}
 		f := &refill{done: make(chan struct{})}
 		if _, busy := r.flight.LoadOrStore(pl, f); !busy {
-			r.run(context.Background(), pl, f)
+			r.run(context.Background(), pl, f, 0)
 		}
 	})
 }

@@ -231,3 +231,24 @@ func TestClaimOutlivesItsCaller(t *testing.T) {
 	regional.Advance(200 * time.Millisecond) // past the claim's expected landing, well within its hold (20s)
 	allowed(t, e, pp, "k")
 }
+
+// A request for more than a refill's usual size is admitted once the
+// worldwide key has room for it, as it is from a policy of the region
+// alone: a pool that holds less than it asks, however many, is refilled.
+func TestLargeRequestIsRefilledFor(t *testing.T) {
+	e, regional, _, clk := newRegional(t)
+	pp := worldwide(t, 100)
+	ctx := context.Background()
+	for range 20 {
+		d, err := e.Allow(ctx, pp, "k", 50)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			return
+		}
+		regional.Advance(500 * time.Millisecond)
+		clk.Advance(500 * time.Millisecond)
+	}
+	t.Fatal("50 of a worldwide 100/s (burst 100) key: denied for 10s")
+}

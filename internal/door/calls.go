@@ -31,10 +31,11 @@ func (d *Door) Acquire(ctx context.Context, r remote.Request) (dec remote.Decisi
 }
 
 // pooled ends Acquire's call r of a pooled policy, decided dec: a denial by
-// an empty pool (not the worldwide limit's: ResetAfter 0) waits for a
-// refill and is made again, once; the pools are told of the decision.
+// a pool short of r.Min (not the worldwide limit's: ResetAfter 0) waits
+// for a refill and is made again, once; the pools are told of the
+// decision.
 func (d *Door) pooled(ctx context.Context, r remote.Request, dec remote.Decision) (remote.Decision, error, error) {
-	if dec.Granted == 0 && !dec.Blocked && !dec.FairShare && dec.ResetAfter == 0 && d.pools.Refill(ctx, r.Policy, r.Key) {
+	if dec.Granted == 0 && !dec.Blocked && !dec.FairShare && dec.ResetAfter == 0 && d.pools.Refill(ctx, r.Policy, r.Key, r.Min) {
 		pass, cause := d.Enter(r.Policy, r.Key)
 		if cause != nil {
 			return dec, nil, nil // the first answer stands

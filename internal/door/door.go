@@ -61,10 +61,11 @@ type Pools interface {
 	// (granted or denied), to refill the pool, in the background, when it
 	// runs low. It must not block.
 	Answered(p *remote.Policy, key string, d remote.Decision)
-	// Refill refills the pool of key under p now, within ctx, after an
-	// empty pool denied a decision that the worldwide limit may admit: it
-	// reports whether the decision is worth making again.
-	Refill(ctx context.Context, p *remote.Policy, key string) bool
+	// Refill refills the pool of key under p now, within ctx, after a
+	// pool that held fewer than n units denied a decision of n that the
+	// worldwide limit may admit: it reports whether the decision is worth
+	// making again.
+	Refill(ctx context.Context, p *remote.Policy, key string, n int64) bool
 }
 
 // Door makes every Redis call of one Limiter. Create it with New; it is
