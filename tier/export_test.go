@@ -50,3 +50,8 @@ func Owing(e *Engine, p *remote.Policy, key string) int64 {
 	defer e.regions.mu.Unlock()
 	return e.regions.debts[pool{p, key}]
 }
+
+// RefillPastCheck is a background refill of the pool of key under the
+// pooled policy p asked for by a decision that passed Answered's closed
+// check before Close began: it races Close.
+func RefillPastCheck(e *Engine, p *remote.Policy, key string) { e.regions.start(pool{p, key}, 0) }

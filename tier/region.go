@@ -114,6 +114,8 @@ func (r *regions) start(pl pool, need int64) *refill {
 	if other, busy := r.flight.LoadOrStore(pl, f); busy {
 		return other.(*refill)
 	}
+	// (Checked and counted under mu, as later does: close waits for the
+	// work counted before it, and none starts after.)
 	r.mu.Lock()
 	if r.closed.Load() {
 		r.mu.Unlock()

@@ -252,3 +252,18 @@ func TestLargeRequestIsRefilledFor(t *testing.T) {
 	}
 	t.Fatal("50 of a worldwide 100/s (burst 100) key: denied for 10s")
 }
+
+// A background refill asked for by a decision that raced Close starts
+// only if Close has not: none begins once Close has waited for them.
+func TestNoRefillAfterClose(t *testing.T) {
+	e, _, _, _ := newRegional(t)
+	pp := worldwide(t, 100)
+	allowed(t, e, pp, "k")
+	_ = e.Close()
+	closed := e.Stats()
+	tier.RefillPastCheck(e, pp, "k")
+	time.Sleep(50 * time.Millisecond)
+	if s := e.Stats(); s.RoundTrips != closed.RoundTrips {
+		t.Fatalf("a refill began after Close: %d round trips, then %d", closed.RoundTrips, s.RoundTrips)
+	}
+}
