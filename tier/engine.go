@@ -233,7 +233,7 @@ func New(cfg Config) (*Engine, error) {
 		// the regional Redis's round trips only (Stats counts the others).
 		gc := dc
 		gc.Store, gc.Timeout, gc.Guard, gc.Recovered, gc.Hook = cfg.Global, 10*cfg.Timeout, cfg.GlobalGuard, nil, nil
-		e.regions = newRegions(cfg.Region, door.New(gc), cfg.Clock)
+		e.regions = newRegions(cfg.Region, door.New(gc), cfg.Clock, cfg.FailureMode == FailClosed)
 		dc.Pools = e.regions
 	}
 	e.door = door.New(dc)

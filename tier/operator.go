@@ -279,8 +279,10 @@ func (e *Engine) Reset(ctx context.Context, p *remote.Policy, key string) error 
 	e.fallback.forget(p, key)
 	err := e.door.Reset(ctx, p, key)
 	if d, gp := e.worldwide(p); gp != p {
-		// The worldwide key too; other regions' pools keep their units
-		// until they lapse (docs/regions.md).
+		// The worldwide key too, and what a partition left owed to it;
+		// other regions' pools keep their units until they lapse
+		// (docs/regions.md).
+		e.regions.forget(p, key)
 		err = errors.Join(err, d.Reset(ctx, gp, key))
 	}
 	if found {

@@ -22,11 +22,13 @@ import (
 // a scarce limit max-min, as instances do), and deposited in the pool. The
 // door tells it of every decision of a pooled policy (door.Pools).
 type regions struct {
-	name   string
-	ttl    time.Duration // the longest a pool keeps units
-	local  *door.Door    // the region's Redis: the engine's door
-	global *door.Door
-	clock  clock.Clock
+	name string
+	// failClosed: in a partition, the region gets no failure-mode share.
+	failClosed bool
+	ttl        time.Duration // the longest a pool keeps units
+	local      *door.Door    // the region's Redis: the engine's door
+	global     *door.Door
+	clock      clock.Clock
 	// flight holds the refills this process has in flight, by pool.
 	flight sync.Map // pool -> *refill
 	// rtt is a moving average of the global round trip (ns).
@@ -52,8 +54,12 @@ type pool struct {
 	key string
 }
 
-// refill is a refill in flight in this process; done is closed at its end.
-type refill struct{ done chan struct{} }
+// refill is a refill in flight in this process; done is closed at its
+// end; claim is its claim's time once it holds the pool's (see close).
+type refill struct {
+	done  chan struct{}
+	claim atomic.Int64
+}
 
 // RegionTTL is the longest a regional pool keeps the units it is given.
 const RegionTTL = 5 * time.Second
@@ -61,9 +67,9 @@ const RegionTTL = 5 * time.Second
 // defaultRTT is the global round trip assumed until one is measured.
 const defaultRTT = 100 * time.Millisecond
 
-func newRegions(name string, global *door.Door, c clock.Clock) *regions {
+func newRegions(name string, global *door.Door, c clock.Clock, failClosed bool) *regions {
 	cache, _ := lru.New[pool, known](4096) // (an error only for a size <= 0)
-	r := &regions{name: name, ttl: RegionTTL, global: global, clock: c, known: cache, timers: make(map[pool]*time.Timer),
+	r := &regions{name: name, failClosed: failClosed, ttl: RegionTTL, global: global, clock: c, known: cache, timers: make(map[pool]*time.Timer),
 		debts: make(map[pool]int64)}
 	r.rtt.Store(int64(defaultRTT))
 	return r
@@ -189,11 +195,12 @@ func (r *regions) run(ctx context.Context, pl pool, f *refill, need int64) bool 
 		r.later(pl, c.Wait)
 		return true
 	}
+	f.claim.Store(c.Now)
 	// The global call and the deposit go on if the caller leaves: a grant
 	// is in the pool or lost until it lapses, never in nobody's hands.
 	gctx := context.WithoutCancel(ctx)
 	g := pl.p.Global()
-	k.size = max(r.size(g, c.Taken, c.Demand, k.members), min(need, g.Capacity()))
+	k.size = max(r.size(g, c.Taken, c.Demand), min(need, g.Capacity()))
 	r.known.Add(pl, k)
 	// The region's demand, as its instances say it; before they do (a
 	// key's first decisions name no member), the whole worldwide rate:
@@ -263,6 +270,11 @@ func (r *regions) partitioned(ctx context.Context, pl pool, k known, c remote.Cl
 		share = g.Rate() / float64(max(1, k.members, 2))
 	}
 	units := min(g.Capacity(), int64(math.Ceil(share*refillSpan.Seconds())))
+	if r.failClosed {
+		// FailClosed: nothing the global key did not grant. The refill
+		// ends; the region is denied until the link is back.
+		units = 0
+	}
 	// (From the deposit, not the claim: the global call took its timeout
 	// to fail.)
 	dep := remote.Deposit{Granted: units, Valid: -1, Since: c.Now, FromNow: true, TTL: refillSpan, Wait: refillSpan}
@@ -272,7 +284,7 @@ func (r *regions) partitioned(ctx context.Context, pl pool, k known, c remote.Cl
 	r.owe(pl, units)
 	r.owed.Add(uint64(units))
 	r.later(pl, refillSpan)
-	return true
+	return units > 0
 }
 
 // fullRefill is what a refill req gets when neither the region's share
@@ -283,6 +295,13 @@ func fullRefill(req remote.Request, dec remote.Decision) int64 {
 		return max(req.Min, int64(math.Ceil(float64(req.Max)*float64(dec.ValidFor)/float64(req.Horizon))))
 	}
 	return req.Max
+}
+
+// forget drops what pl owes the global key: its key was reset.
+func (r *regions) forget(p *remote.Policy, key string) {
+	r.mu.Lock()
+	delete(r.debts, pool{p, key})
+	r.mu.Unlock()
 }
 
 // owe adds n units to what pl owes the global key.
@@ -330,12 +349,12 @@ func (r *regions) later(pl pool, wait time.Duration) {
 }
 
 // size is how many units a refill asks for: what the region takes in
-// refillSpan; while its instances want more, up to half as much again, and
-// at least its equal part of the worldwide rate among members regions (a
-// region held below its demand grows its refills); at least twice its low
-// water. Before it has taken anything, what the worldwide rate gives over
-// the lead. The global fair share and the policy's capacity bound it.
-func (r *regions) size(g *remote.Policy, taken, demand, members int64) int64 {
+// refillSpan (or twice the lead, if longer), or what its instances say
+// they want, if more (a region held below its demand asks for it, and
+// the global fair share holds it to its part); before it has taken
+// anything, what the worldwide rate gives over the lead. The policy's
+// capacity bounds it.
+func (r *regions) size(g *remote.Policy, taken, demand int64) int64 {
 	var n float64
 	if taken > 0 {
 		rate := float64(max(taken, demand))
@@ -381,6 +400,33 @@ func (r *regions) close(ctx context.Context) {
 	select {
 	case <-done:
 	case <-ctx.Done():
+		// Refills still on their way to the global Redis (its calls have
+		// ten timeouts): their claims end here, so that the region's other
+		// instances refill at once; a grant that lands later finds the
+		// doors closed and is lost, in the global key until it refills
+		// (docs/regions.md).
+		rctx, cancel := r.local.Bound(context.Background())
+		defer cancel()
+		r.flight.Range(func(k, v any) bool {
+			if claim := v.(*refill).claim.Load(); claim != 0 {
+				pl := k.(pool)
+				_, _ = r.local.Deposit(rctx, pl.p, pl.key, remote.Deposit{Since: claim, TTL: r.ttl})
+			}
+			return true
+		})
+	}
+	// What partitions left owed is charged now, if the global Redis
+	// answers: an instance that stops takes no debt with it.
+	gctx, cancel := r.global.Bound(context.Background())
+	defer cancel()
+	r.mu.Lock()
+	debts := r.debts
+	r.debts = map[pool]int64{}
+	r.mu.Unlock()
+	for pl, n := range debts {
+		if _, err := r.global.Debit(gctx, pl.p.Global(), pl.key, n); err == nil {
+			r.charged.Add(uint64(n))
+		}
 	}
 	r.global.Close(ctx)
 }

@@ -156,6 +156,10 @@ func callVia[T any](d *Door, ctx context.Context, op RedisOp, enter func() (Pass
 		}
 		end(single(err, granted))
 	}
+	if errors.Is(err, ErrClosed) {
+		d.Leave(pass, err)
+		return zero, err // never sent: not a round trip
+	}
 	d.single.roundTrips.Add(1)
 	if err != nil {
 		d.single.errors.Add(1)
