@@ -217,18 +217,25 @@ local function read_members(mkey, member, demand, ttl)
   return M
 end
 
--- The demand classes of every live member, this one's included (in its
--- class, M.class), as a list of { mean, count, sum }, as classes_in_order
--- makes it.
-local function classes_in_order(M)
+-- The classes of the generations gens together: their counts and sums by
+-- class.
+local function class_sums(gens)
   local bc, bs = {}, {}
-  for k = 1, #M.gens do
-    local g = M.gens[k]
+  for k = 1, #gens do
+    local g = gens[k]
     local gs = g.s
     for i, c in pairs(g.c) do
       bc[i], bs[i] = (bc[i] or 0) + c, (bs[i] or 0) + gs[i]
     end
   end
+  return bc, bs
+end
+
+-- The demand classes of every live member, this one's included (in its
+-- class, M.class), as a list of { mean, count, sum }, as classes_in_order
+-- makes it.
+local function classes_in_order(M)
+  local bc, bs = class_sums(M.gens)
   local i = M.class
   bc[i], bs[i] = (bc[i] or 0) + 1, (bs[i] or 0) + M.demand
   local cs = {}
@@ -251,14 +258,7 @@ end
 local function classes(M)
   local mc, ms = M.mc, M.ms
   if not mc then
-    mc, ms = {}, {}
-    for k = 1, #M.gens do
-      local g = M.gens[k]
-      local gs = g.s
-      for i, c in pairs(g.c) do
-        mc[i], ms[i] = (mc[i] or 0) + c, (ms[i] or 0) + gs[i]
-      end
-    end
+    mc, ms = class_sums(M.gens)
     M.mc, M.ms = mc, ms
   end
   local own, d = M.class, M.demand
