@@ -71,12 +71,11 @@ func newWorld(t testing.TB, perRegion []int, rtt []time.Duration, opts ...ratele
 }
 
 // worldLoad is what a run of a world made: per region, units admitted and
-// decisions; the span of the global Redis's clock that holds it; the
-// round trips to the global Redis; every decision's latency.
+// decisions; the span of the global Redis's clock that holds it; every
+// decision's latency.
 type worldLoad struct {
 	s                   span
 	admitted, decisions []int64
-	cross               int64
 	latencies           []time.Duration
 }
 
