@@ -296,9 +296,20 @@ func TestWorldwidePolicyNeedsAGlobalRedis(t *testing.T) {
 		t.Errorf("a nil global client: %v, want ErrInvalidOption", err)
 	}
 	// One Redis for both (a test, a demo): the worldwide key and the pool
-	// never share a Redis key, and the limit holds.
+	// never share a Redis key, and the limit holds. (A decision waits a
+	// couple of round trips at most for its pool's refill: on a loaded
+	// machine some are denied while one is on its way, and asked again.)
 	q := policy(t, "same", ratelease.Limit{Rate: 5, Period: time.Hour}).Worldwide()
 	var admitted int
+	for i := 0; i < 200 && admitted < 5; i++ {
+		if res, err := g.Allow(context.Background(), q, "k"); err != nil {
+			t.Fatal(err)
+		} else if res.Allowed {
+			admitted++
+		} else {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 	for range 20 {
 		if res, err := g.Allow(context.Background(), q, "k"); err != nil {
 			t.Fatal(err)
@@ -307,6 +318,6 @@ func TestWorldwidePolicyNeedsAGlobalRedis(t *testing.T) {
 		}
 	}
 	if admitted != 5 {
-		t.Errorf("5 an hour, one Redis for both tiers: admitted %d of 20", admitted)
+		t.Errorf("5 an hour, one Redis for both tiers: admitted %d", admitted)
 	}
 }
