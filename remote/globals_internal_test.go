@@ -64,8 +64,10 @@ func TestScriptsUseNoOtherGlobals(t *testing.T) {
 			}
 		}
 	}
-	for mask := range uint8(1 << numAlgorithms) {
-		if mask == 0 {
+	// Every set of the user's algorithms, and the pool's, which is always
+	// alone (a pooled policy has one limit).
+	for mask := range uint8(1<<Pool + 1) {
+		if mask == 0 || mask > 1<<Pool-1 && mask != 1<<Pool {
 			continue
 		}
 		s := scriptsFor(mask)
@@ -78,5 +80,7 @@ func TestScriptsUseNoOtherGlobals(t *testing.T) {
 	}
 	p := permitProgram()
 	check(p.lib.name, p.lib.code)
+	pp := poolProgram()
+	check(pp[0].lib.name, pp[0].lib.code)
 	check("permit", assemble(0, "fairshare.lua", "permit.lua"))
 }
