@@ -42,6 +42,7 @@ type regions struct {
 	work                          sync.WaitGroup // background refills, and the timers of later ones
 	mu                            sync.Mutex
 	timers                        map[pool]*time.Timer // later's, by pool
+	settling                      *time.Timer          // owe's, while debts wait for it
 	// debts are the units this process's refills deposited while the
 	// global Redis did not answer, by pool, until charged to it: never
 	// forgotten with what is known of a pool. Under mu.
@@ -94,12 +95,14 @@ func (r *regions) low(pl pool) int64 {
 
 // known is what this process knows of a pool: what its region took
 // lately (units/s) at its last claim, its last refill's size, how many
-// regions shared the global key then, and what the global key gave the
-// region lately (share, units/s) and when it last did (at, ns).
+// regions shared the global key then, what the global key gave the
+// region lately (share, units/s) and when it last did (at, ns), and when
+// this process last gave the pool its failure-mode share (cut, ns; 0
+// once the global Redis answers).
 type known struct {
 	taken, size, members int64
 	share                float64
-	at                   int64
+	at, cut              int64
 }
 
 // Answered refills the pool in the background when the decision d left it
@@ -211,16 +214,12 @@ func (r *regions) run(ctx context.Context, pl pool, f *refill, need int64) bool 
 	}
 	req := remote.Request{Policy: g, Key: pl.key, Min: 1, Max: k.size, Member: r.name,
 		Demand: demand, Horizon: refillSpan, Back: c.Lapsed, BackAt: c.LapsedAt, Refill: true}
-	start := r.clock.Now()
 	if owed := r.owing(pl); owed > 0 {
 		// Back from a partition: what the region admitted from its
 		// failure-mode share is charged first.
-		if _, err := r.global.Debit(gctx, g, pl.key, owed); err == nil {
-			r.charged.Add(uint64(owed))
-		} else {
-			r.owe(pl, owed)
-		}
+		r.settle(map[pool]int64{pl: owed})
 	}
+	start := r.clock.Now()
 	dec, cause, err := r.global.Acquire(gctx, req)
 	if cause != nil || err != nil {
 		return r.partitioned(gctx, pl, k, c)
@@ -237,7 +236,7 @@ func (r *regions) run(ctx context.Context, pl pool, f *refill, need int64) bool 
 		rate := min(float64(dec.Granted)/since, g.Rate())
 		k.share += (rate - k.share) / 4
 	}
-	k.at = now.UnixNano()
+	k.at, k.cut = now.UnixNano(), 0
 	r.known.Add(pl, k)
 	dep := remote.Deposit{Granted: dec.Granted, Valid: dec.ValidFor, At: dec.At, Since: c.Now, TTL: r.ttl, Wait: dec.Next}
 	switch {
@@ -258,18 +257,25 @@ func (r *regions) run(ctx context.Context, pl pool, f *refill, need int64) bool 
 }
 
 // partitioned ends the claimed refill c of pl, whose global call failed:
-// the pool gets the region's failure-mode share for refillSpan (what the
-// global key gave it lately, else the worldwide rate divided among the
-// regions it last counted), owed to the global key until a refill reaches
-// it (docs/regions.md, "Partitions"). It reports whether the pool got
-// units.
+// the pool gets the region's failure-mode share (what the global key gave
+// it lately, else the worldwide rate divided among the regions it last
+// counted) for the time since this process last gave it one (refillSpan
+// at the partition's start, cutSpan at most), owed to the global key
+// until it answers (docs/regions.md, "Partitions"). The units last
+// cutSpan, so that the pool is not dry while the next refill's global
+// call takes its timeout to fail. It reports whether the pool got units.
 func (r *regions) partitioned(ctx context.Context, pl pool, k known, c remote.Claim) bool {
 	g := pl.p.Global()
 	share := min(k.share, g.Rate())
 	if share <= 0 {
 		share = g.Rate() / float64(max(1, k.members, 2))
 	}
-	units := min(g.Capacity(), int64(math.Ceil(share*refillSpan.Seconds())))
+	now := r.clock.Now()
+	span := refillSpan
+	if k.cut > 0 {
+		span = min(now.Sub(time.Unix(0, k.cut)), r.cutSpan())
+	}
+	units := min(g.Capacity(), int64(math.Ceil(share*max(0, span.Seconds()))))
 	if r.failClosed {
 		// FailClosed: nothing the global key did not grant. The refill
 		// ends; the region is denied until the link is back.
@@ -277,15 +283,22 @@ func (r *regions) partitioned(ctx context.Context, pl pool, k known, c remote.Cl
 	}
 	// (From the deposit, not the claim: the global call took its timeout
 	// to fail.)
-	dep := remote.Deposit{Granted: units, Valid: -1, Since: c.Now, FromNow: true, TTL: refillSpan, Wait: refillSpan}
+	dep := remote.Deposit{Granted: units, Valid: -1, Since: c.Now, FromNow: true, TTL: r.cutSpan(), Wait: refillSpan}
 	if _, err := r.local.Deposit(ctx, pl.p, pl.key, dep); err != nil {
 		return false
 	}
+	k.cut = now.UnixNano()
+	r.known.Add(pl, k)
 	r.owe(pl, units)
 	r.owed.Add(uint64(units))
 	r.later(pl, refillSpan)
 	return units > 0
 }
+
+// cutSpan is the longest a failure-mode share lasts, and the most a
+// partition's deposit covers: a refill's span and the global call's
+// timeout, the longest the next refill takes to fail.
+func (r *regions) cutSpan() time.Duration { return refillSpan + r.global.Timeout() }
 
 // fullRefill is what a refill req gets when neither the region's share
 // nor the limit holds it back: all it asked for, or, from a window that
@@ -304,21 +317,53 @@ func (r *regions) forget(p *remote.Policy, key string) {
 	r.mu.Unlock()
 }
 
-// owe adds n units to what pl owes the global key.
+// owe adds n units to what pl owes the global key. Debts are charged by
+// the next refill of the pool that reaches the global Redis, or by
+// settle, which owe arms for refillSpan later (one timer for them all),
+// whichever comes first: an instance that owes need not refill again.
 func (r *regions) owe(pl pool, n int64) {
+	if n <= 0 {
+		return
+	}
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.debts[pl] += n
-	r.mu.Unlock()
+	if r.settling != nil || r.closed.Load() {
+		return
+	}
+	r.work.Add(1)
+	r.settling = time.AfterFunc(refillSpan, func() {
+		defer r.work.Done()
+		r.mu.Lock()
+		r.settling = nil
+		debts := r.debts
+		r.debts = make(map[pool]int64)
+		r.mu.Unlock()
+		r.settle(debts)
+	})
 }
 
-// owing takes what pl owes the global key, for the caller to charge (or
-// owe again, should the charge fail).
+// owing takes what pl owes the global key, for the caller to charge.
 func (r *regions) owing(pl pool) int64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := r.debts[pl]
 	delete(r.debts, pl)
 	return n
+}
+
+// settle charges debts to the global key; what it cannot charge is owed
+// again.
+func (r *regions) settle(debts map[pool]int64) {
+	ctx, cancel := r.global.Bound(context.Background())
+	defer cancel()
+	for pl, n := range debts {
+		if _, err := r.global.Debit(ctx, pl.p.Global(), pl.key, n); err != nil {
+			r.owe(pl, n)
+			continue
+		}
+		r.charged.Add(uint64(n))
+	}
 }
 
 // later refills pl in the background after wait, if the pool is low
@@ -391,6 +436,10 @@ func (r *regions) close(ctx context.Context) {
 		}
 		delete(r.timers, pl)
 	}
+	if r.settling != nil && r.settling.Stop() {
+		r.work.Done()
+	}
+	r.settling = nil
 	r.mu.Unlock()
 	done := make(chan struct{})
 	go func() {
@@ -417,16 +466,10 @@ func (r *regions) close(ctx context.Context) {
 	}
 	// What partitions left owed is charged now, if the global Redis
 	// answers: an instance that stops takes no debt with it.
-	gctx, cancel := r.global.Bound(context.Background())
-	defer cancel()
 	r.mu.Lock()
 	debts := r.debts
-	r.debts = map[pool]int64{}
+	r.debts = make(map[pool]int64)
 	r.mu.Unlock()
-	for pl, n := range debts {
-		if _, err := r.global.Debit(gctx, pl.p.Global(), pl.key, n); err == nil {
-			r.charged.Add(uint64(n))
-		}
-	}
+	r.settle(debts)
 	r.global.Close(ctx)
 }
