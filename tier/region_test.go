@@ -62,8 +62,8 @@ func TestOwedOutlivesWhatIsKnown(t *testing.T) {
 	global.SetError("")
 	tier.KnowPools(e, 1)
 	allowed(t, e, p, "b")                     // its refill is known, a's forgotten
-	regional.Advance(1100 * time.Millisecond) // the share lapses
-	clk.Advance(1100 * time.Millisecond)
+	regional.Advance(4100 * time.Millisecond) // the share lapses (a second and the global timeout, 3s)
+	clk.Advance(4100 * time.Millisecond)
 	allowed(t, e, p, "a")
 	if got := e.Stats().UnitsCharged; got != 50 {
 		t.Fatalf("UnitsCharged = %d once the global Redis answered a's refill, want the share's 50", got)
