@@ -27,6 +27,7 @@ import (
 // a member alone at a burst of a hundredth of a second must not wait for
 // a batch the burst cannot hold.
 func TestFairShareSimulated(t *testing.T) {
+	t.Parallel() // simulated time on a miniredis of its own: CPU only, beside the others
 	for _, c := range []struct {
 		rate, burst   int64
 		horizon       time.Duration
@@ -138,6 +139,7 @@ func fairShareSimulated(t *testing.T, rate, burst int64, horizon time.Duration, 
 // its share of the window, whole from the start, and the others' parts
 // are kept from it until the window's second half.
 func TestFairShareWindowFlood(t *testing.T) {
+	t.Parallel() // simulated time on a miniredis of its own: CPU only, beside the others
 	f := newFake(t)
 	const rate, members = 3000, 6
 	const step, runFor, horizon = time.Millisecond, 4 * time.Second, 1125 * time.Millisecond
@@ -196,6 +198,7 @@ func TestFairShareWindowFlood(t *testing.T) {
 // goes out in the members' batches, as a bucket's does (docs/leasing.md),
 // where exact mode's requests take it n at a time as it comes.
 func TestLeaseGrantsWholeRequests(t *testing.T) {
+	t.Parallel() // simulated time on a miniredis of its own: CPU only, beside the others
 	for _, c := range []struct {
 		alg   remote.Algorithm
 		least float64

@@ -392,6 +392,7 @@ func TestLongerHorizonOutlivesTheNewest(t *testing.T) {
 // next. Each member gets at least 0.8 of its max-min part of every window
 // after the first (where they meet). Seeded; RATELEASE_SEED replays.
 func TestWholeWindowIsShared(t *testing.T) {
+	t.Parallel() // simulated time on a miniredis of its own: CPU only, beside the others
 	seed := uint64(time.Now().UnixNano())
 	if s, err := strconv.ParseUint(os.Getenv("RATELEASE_SEED"), 10, 64); err == nil {
 		seed = s

@@ -24,6 +24,7 @@ import (
 // 4/3 of the longest TTL of a lease); and that the hash goes once nobody is left. Seeded; set
 // RATELEASE_SEED to replay a failure.
 func TestMembershipAgainstAModel(t *testing.T) {
+	t.Parallel() // simulated time on a miniredis of its own: CPU only, beside the others
 	seed := uint64(time.Now().UnixNano())
 	if s, err := strconv.ParseUint(os.Getenv("RATELEASE_SEED"), 10, 64); err == nil {
 		seed = s

@@ -130,6 +130,7 @@ func TestPoolGenerationEndsWithTheGlobalGrant(t *testing.T) {
 // every generation's end: a unit never outlives the generation it came
 // from, however it is given back.
 func TestPoolNeverOutlivesItsGenerations(t *testing.T) {
+	t.Parallel() // simulated time on a miniredis of its own: CPU only, beside the others
 	for seed := range uint64(30) {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		f := newFake(t)

@@ -29,6 +29,7 @@ import (
 //
 // Seeded; set RATELEASE_SEED to replay a failure.
 func TestLeaseRetryAfterIsExactModes(t *testing.T) {
+	t.Parallel() // simulated time on a miniredis of its own: CPU only, beside the others
 	seed := uint64(time.Now().UnixNano())
 	if s, err := strconv.ParseUint(os.Getenv("RATELEASE_SEED"), 10, 64); err == nil {
 		seed = s
