@@ -99,6 +99,14 @@ func (s *Store) Claim(ctx context.Context, p *Policy, key string, low int64, lea
 		Lapsed: n[4], LapsedAt: n[5], Now: n[6], Wait: time.Duration(n[7]) * time.Microsecond}, nil
 }
 
+// EmptyPool reports whether d, a denial of p, is a regional pool's, empty
+// (or short of the request), rather than the worldwide limit's (which
+// says when it has room again: ResetAfter), a fair share's or a block's:
+// such a denial waits for the pool's refill and is not cached.
+func (p *Policy) EmptyPool(d Decision) bool {
+	return p.Global() != nil && d.Granted == 0 && !d.Blocked && !d.FairShare && d.ResetAfter == 0
+}
+
 // Deposit is a refill's outcome, for the pool (pooldeposit.lua).
 type Deposit struct {
 	// Granted units, usable for Valid (-1: no bound of the global key's),

@@ -111,10 +111,9 @@ func (l *Leaser) apply(c *call, n int64) {
 		// instance may Reset, Refund or Unblock. Under the fair share, not
 		// before its next batch.
 		a.DenyUntil, a.DenyUnits = now+min(int64(max(d.RetryAfter, d.Next)), int64(l.cfg.TTL)), max(n, 1)
-		if c.req.Policy.Global() != nil && d.ResetAfter == 0 && !d.FairShare && !d.Blocked {
+		if c.req.Policy.EmptyPool(d) {
 			// A region's pool ran dry, not the worldwide limit: not
-			// cached, a request waits for the pool's refill instead
-			// (tier's emptyPool).
+			// cached, a request waits for the pool's refill instead.
 			a.DenyUntil = now
 		}
 		e.Answer(a, now, nil)

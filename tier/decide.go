@@ -172,7 +172,7 @@ func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, key string, 
 			return dd, nil
 		}
 	}
-	if emptyPool(p, d) {
+	if p.EmptyPool(d) {
 		// The region's pool ran dry, not the worldwide limit: decided as
 		// exact mode decides it, which waits for the pool's refill.
 		return e.allowExact(ctx, p, key, n)
@@ -184,13 +184,6 @@ func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, key string, 
 	dec.Remaining += held
 	dec.ResetAfter = max(0, dec.ResetAfter-time.Duration(held*p.UnitRefill(dec.Limit)))
 	return dec, nil
-}
-
-// emptyPool reports whether d, a denial of a pooled policy p, is the
-// region's pool's, empty, rather than the worldwide limit's (which says
-// when it has room again) or a fair share's.
-func emptyPool(p *remote.Policy, d remote.Decision) bool {
-	return p.Global() != nil && d.Granted == 0 && !d.Blocked && !d.FairShare && d.ResetAfter == 0
 }
 
 // decideFirst decides the first use of key (firstUse) as exact mode

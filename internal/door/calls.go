@@ -13,41 +13,35 @@ import (
 // decide (the breaker is open, or the call failed: then cause wraps
 // ErrUnavailable); err is the caller's: ctx's error, unwrapped, or
 // ErrClosed. With Guard, a grant that arrives after the deadline is
-// refunded where it arrives.
+// refunded where it arrives. Of a pooled policy, a denial by a pool
+// short of r.Min (remote.Policy.EmptyPool) waits for a refill and is made
+// again, once (the first answer stands if the second call fails), and
+// the pools are told of the decision.
 func (d *Door) Acquire(ctx context.Context, r remote.Request) (dec remote.Decision, cause, err error) {
+	dec, cause, err = d.acquireOnce(ctx, r)
+	if cause != nil || err != nil || d.pools == nil || r.Policy.Global() == nil {
+		return dec, cause, err
+	}
+	if r.Policy.EmptyPool(dec) && d.pools.Refill(ctx, r.Policy, r.Key, r.Min) {
+		if again, cause, err := d.acquireOnce(ctx, r); cause == nil && err == nil {
+			dec = again
+		}
+	}
+	d.pools.Answered(r.Policy, r.Key, dec)
+	return dec, nil, nil
+}
+
+// acquireOnce is one acquire call through the breaker (Acquire).
+func (d *Door) acquireOnce(ctx context.Context, r remote.Request) (dec remote.Decision, cause, err error) {
 	pass, cause := d.Enter(r.Policy, r.Key)
 	if cause != nil {
 		return remote.Decision{}, cause, nil
 	}
 	dec, err = d.decide(ctx, r, pass)
-	cause = d.Leave(pass, err)
-	if cause != nil {
+	if cause = d.Leave(pass, err); cause != nil {
 		return dec, cause, nil
 	}
-	if err == nil && d.pools != nil && r.Policy.Global() != nil {
-		return d.pooled(ctx, r, dec)
-	}
 	return dec, nil, err
-}
-
-// pooled ends Acquire's call r of a pooled policy, decided dec: a denial by
-// a pool short of r.Min (not the worldwide limit's: ResetAfter 0) waits
-// for a refill and is made again, once; the pools are told of the
-// decision.
-func (d *Door) pooled(ctx context.Context, r remote.Request, dec remote.Decision) (remote.Decision, error, error) {
-	if dec.Granted == 0 && !dec.Blocked && !dec.FairShare && dec.ResetAfter == 0 && d.pools.Refill(ctx, r.Policy, r.Key, r.Min) {
-		pass, cause := d.Enter(r.Policy, r.Key)
-		if cause != nil {
-			return dec, nil, nil // the first answer stands
-		}
-		again, err := d.decide(ctx, r, pass)
-		if cause := d.Leave(pass, err); cause != nil || err != nil {
-			return dec, nil, nil
-		}
-		dec = again
-	}
-	d.pools.Answered(r.Policy, r.Key, dec)
-	return dec, nil, nil
 }
 
 // acquire makes one acquire call to the server named node ("": any),
