@@ -176,7 +176,7 @@ func (r *regions) run(ctx context.Context, pl pool, f *refill, need int64) bool 
 	// nobody to deposit.
 	// (A pool that holds fewer than the decision asks is low, however
 	// many it holds: else a request above its usual refill never fits.)
-	c, err := r.local.Claim(context.WithoutCancel(ctx), pl.p, pl.key, max(1, need), r.lead(), refillGap, 2*r.global.Timeout(), rtt)
+	c, err := r.local.Claim(context.WithoutCancel(ctx), pl.p, pl.key, max(1, need), r.lead(), gapOf(pl.p.Global()), 2*r.global.Timeout(), rtt)
 	if err != nil {
 		return false
 	}
@@ -238,21 +238,42 @@ func (r *regions) run(ctx context.Context, pl pool, f *refill, need int64) bool 
 	}
 	k.at, k.cut = now.UnixNano(), 0
 	r.known.Add(pl, k)
-	dep := remote.Deposit{Granted: dec.Granted, Valid: dec.ValidFor, At: dec.At, Since: c.Now, TTL: r.ttl, Wait: dec.Next}
+	// The global key's waits count from its decision, about half a round
+	// trip after this call set out: a refill set out that long after the
+	// call's start reaches the global Redis as they end, not a round trip
+	// late.
+	ahead := func(w time.Duration) time.Duration {
+		if w <= 0 {
+			return 0
+		}
+		return max(time.Millisecond, w-now.Sub(start)+aim)
+	}
+	dep := remote.Deposit{Granted: dec.Granted, Valid: dec.ValidFor, At: dec.At, Since: c.Now, TTL: r.ttl, Wait: ahead(dec.Next)}
 	switch {
 	case dec.Granted == 0:
-		dep.Wait = max(dec.RetryAfter, dec.Next, time.Millisecond)
+		dep.Wait = ahead(max(dec.RetryAfter, dec.Next, time.Millisecond))
 	case dec.Granted < fullRefill(req, dec):
 		// Held to its share (or the limit): the region asks again a gap
 		// later, its pool empty or not, and is denied meanwhile.
-		dep.Wait = max(dec.Next, refillGap)
+		dep.Wait = max(dep.Wait, gapOf(g))
+	}
+	wake := dep.Wait
+	if dec.Granted > 0 && dec.ValidFor > 0 && dec.ValidFor < r.ttl {
+		// The grant ends with a window of the global key's: the region
+		// refills as the next one opens (its room is anybody's anew),
+		// held back no longer.
+		end := ahead(dec.ValidFor)
+		dep.Wait = min(dep.Wait, end)
+		if wake == 0 || end < wake {
+			wake = end
+		}
 	}
 	if _, err := r.local.Deposit(gctx, pl.p, pl.key, dep); err != nil {
 		// Lost (or kept, if only the reply was): never counted twice.
 		return false
 	}
 	r.units.Add(uint64(dec.Granted))
-	r.later(pl, dep.Wait)
+	r.later(pl, wake)
 	return dec.Granted > 0
 }
 
@@ -414,6 +435,22 @@ func (r *regions) size(g *remote.Policy, taken, demand int64) int64 {
 // holds units: a region crosses to the global Redis at most about once in
 // it per key while its pool does not run dry.
 const refillGap = 3 * refillSpan / 5
+
+// gapOf is refillGap for the worldwide policy g, shorter when its tightest
+// limit is a sliding window counter of a short window: its room comes a
+// little at a time, as a bucket's does, yet lapses with the window, so a
+// region takes it a quarter window at a time, or lets most of it lapse.
+func gapOf(g *remote.Policy) time.Duration {
+	if l := g.Limits()[g.Tightest()]; l.Algorithm == remote.SlidingWindowCounter {
+		return min(refillGap, l.Period/4)
+	}
+	return refillGap
+}
+
+// aim is how long after the global key's wait ends a refill that waited
+// for it is meant to reach the global Redis: a margin for the round
+// trip's jitter, which would otherwise find it a moment early.
+const aim = 10 * time.Millisecond
 
 // refillSpan is how long a refill is meant to last at the region's
 // demand: a region crosses to the global Redis about once in it per key,
