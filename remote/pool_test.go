@@ -2,10 +2,12 @@ package remote_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
 
+	"github.com/ratelease/ratelease/clock"
 	"github.com/ratelease/ratelease/remote"
 )
 
@@ -307,3 +309,96 @@ func TestPoolRefundNeverAboveTheDeposit(t *testing.T) {
 		t.Fatalf("the pool gave %d, want the 10 deposited", got.Granted)
 	}
 }
+
+// A worldwide calendar quota's pool, in every zone of the tz database, on
+// random days and months: a refill made a moment before the window's end
+// (as the global server's clock places it, whatever the skew between the
+// two servers and the round trip) gives units that the pool grants only
+// until that end, in real time, and no longer: no unit of a day is used in
+// the next, in any zone, across DST changes and zones whose midnight is
+// skipped.
+func TestPooledQuotaEndsWithItsWindowInEveryZone(t *testing.T) {
+	t.Parallel() // simulated time on miniredis servers of its own: CPU only, beside the others
+	names := zoneNames(t)
+	regional, global := newFake(t), newFake(t)
+	// The global store places calendar windows by the global server's
+	// clock, as the Limiter's clock would (this host's, near Redis's).
+	gclock := &stoppedClock{at: global.Now()}
+	global.s.SetClock(gclock)
+	ctx := context.Background()
+	from := time.Date(1990, 1, 1, 0, 0, 0, 0, time.UTC)
+	to := time.Date(2037, 1, 1, 0, 0, 0, 0, time.UTC)
+	var checked int
+	for zi, name := range names {
+		loc, err := time.LoadLocation(name)
+		if err != nil {
+			t.Fatalf("zone %s: %v", name, err)
+		}
+		rng := rand.New(rand.NewPCG(uint64(zi), 41))
+		for i, u := range []remote.CalendarUnit{remote.CalendarDay, remote.CalendarMonth} {
+			cal := remote.Calendar{Unit: u, Location: loc}
+			g := mustPolicy(t, "q", remote.Limit{Algorithm: remote.CalendarWindow, Rate: 1_000_000, Burst: 1_000_000, Period: cal.Nominal(), Calendar: cal})
+			p := g.Pooled()
+			key := fmt.Sprintf("z%d-%d", zi, i)
+			// The global server's time: just before the end of a window of
+			// a random instant's, as Go places it in loc.
+			at := from.Add(time.Duration(rng.Int64N(int64(to.Sub(from))))).In(loc)
+			y, m, d := at.Date()
+			end := time.Date(y, m, d+1, 0, 0, 0, 0, loc)
+			if u == remote.CalendarMonth {
+				end = time.Date(y, m+1, 1, 0, 0, 0, 0, loc)
+			}
+			gnow := end.Add(-time.Duration(1 + rng.Int64N(int64(4*time.Second)))).Truncate(time.Microsecond)
+			skew := time.Duration(rng.Int64N(int64(4*time.Second))) - 2*time.Second // global - regional
+			rtt := time.Duration(1 + rng.Int64N(int64(300*time.Millisecond))).Truncate(time.Microsecond)
+			// Claim at the regional server's time, the global call half a
+			// round trip later, the deposit a round trip after the claim.
+			start := gnow.Add(-skew - rtt/2)
+			regional.SetTime(start)
+			c, err := regional.s.Claim(ctx, p, key, 10, 100*time.Millisecond, 600*time.Millisecond, 2*time.Second, rtt)
+			if err != nil || !c.Refill {
+				t.Fatalf("%s %v: claim %+v, %v", name, u, c, err)
+			}
+			global.SetTime(gnow)
+			gclock.at = gnow
+			dec, err := global.s.Acquire(ctx, remote.Request{Policy: g, Key: key, Min: 1, Max: 500, Member: "r1", Demand: 1000,
+				Horizon: time.Second, Refill: true})
+			if err != nil || dec.Granted == 0 || dec.ValidFor <= 0 {
+				t.Fatalf("%s %v at %v: the global grant %+v, %v", name, u, gnow, dec, err)
+			}
+			// The window's end in real time, as the regional server's
+			// clock reads it.
+			wend := gnow.Add(dec.ValidFor).Add(-skew)
+			if !gnow.Add(dec.ValidFor).Equal(end) && end.In(loc).Hour() == 0 {
+				t.Errorf("%s %v at %v: the global key's window ends in %v, at %v; Go places its end at %v", name, u, gnow, dec.ValidFor, gnow.Add(dec.ValidFor), end)
+			}
+			regional.SetTime(start.Add(rtt))
+			if _, err := regional.s.Deposit(ctx, p, key, remote.Deposit{Granted: dec.Granted, Valid: dec.ValidFor, At: dec.At, Since: c.Now, TTL: 5 * time.Second}); err != nil {
+				t.Fatal(err)
+			}
+			if now := start.Add(rtt); now.Before(wend) {
+				d, err := regional.s.Acquire(ctx, remote.Request{Policy: p, Key: key, Min: 1, Max: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Granted == 1 && now.Add(d.ValidFor).After(wend) {
+					t.Errorf("%s %v: an instance's lease at %v is valid for %v, past the window's end at %v", name, u, now, d.ValidFor, wend)
+				}
+			}
+			regional.SetTime(wend)
+			if d, err := regional.s.Acquire(ctx, remote.Request{Policy: p, Key: key, Min: 1, Max: 1}); err != nil || d.Granted != 0 {
+				t.Errorf("%s %v: at the window's end (%v) the pool granted %+v, %v; want nothing", name, u, wend, d, err)
+			}
+			checked++
+		}
+	}
+	t.Logf("%d zones, %d windows' ends", len(names), checked)
+}
+
+// stoppedClock reads at, which a test moves either way.
+type stoppedClock struct {
+	clock.System
+	at time.Time
+}
+
+func (c *stoppedClock) Now() time.Time { return c.at }
