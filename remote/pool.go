@@ -75,6 +75,10 @@ type Claim struct {
 	// it.
 	Now  int64
 	Wait time.Duration
+	// Cut is when the last partition's failure-mode share was deposited
+	// in the pool, by any of the region's instances (the pool's server's
+	// time, µs; 0: the global key answered the last refill).
+	Cut int64
 }
 
 // Claim asks the pool of key under the pooled policy p (see Pooled)
@@ -91,12 +95,12 @@ func (s *Store) Claim(ctx context.Context, p *Policy, key string, low int64, lea
 	if err != nil {
 		return Claim{}, s.named(p, key, err)
 	}
-	n, err := ints(reply, 8)
+	n, err := ints(reply, 9)
 	if err != nil {
 		return Claim{}, fmt.Errorf("remote: poolclaim replied %q: %w", reply, err)
 	}
 	return Claim{Refill: n[0] == 1, Busy: n[0] == 0, Denied: n[0] == 2, Units: n[1], Demand: n[2], Taken: n[3],
-		Lapsed: n[4], LapsedAt: n[5], Now: n[6], Wait: time.Duration(n[7]) * time.Microsecond}, nil
+		Lapsed: n[4], LapsedAt: n[5], Now: n[6], Wait: time.Duration(n[7]) * time.Microsecond, Cut: n[8]}, nil
 }
 
 // EmptyPool reports whether d, a denial of p, is a regional pool's, empty

@@ -95,14 +95,12 @@ func (r *regions) low(pl pool) int64 {
 
 // known is what this process knows of a pool: what its region took
 // lately (units/s) at its last claim, its last refill's size, how many
-// regions shared the global key then, what the global key gave the
-// region lately (share, units/s) and when it last did (at, ns), and when
-// this process last gave the pool its failure-mode share (cut, ns; 0
-// once the global Redis answers).
+// regions shared the global key then, and what the global key gave the
+// region lately (share, units/s) and when it last did (at, ns).
 type known struct {
 	taken, size, members int64
 	share                float64
-	at, cut              int64
+	at                   int64
 }
 
 // Answered refills the pool in the background when the decision d left it
@@ -199,6 +197,7 @@ func (r *regions) run(ctx context.Context, pl pool, f *refill, need int64) bool 
 		return true
 	}
 	f.claim.Store(c.Now)
+	claimed := r.clock.Now()
 	// The global call and the deposit go on if the caller leaves: a grant
 	// is in the pool or lost until it lapses, never in nobody's hands.
 	gctx := context.WithoutCancel(ctx)
@@ -222,7 +221,7 @@ func (r *regions) run(ctx context.Context, pl pool, f *refill, need int64) bool 
 	start := r.clock.Now()
 	dec, cause, err := r.global.Acquire(gctx, req)
 	if cause != nil || err != nil {
-		return r.partitioned(gctx, pl, k, c)
+		return r.partitioned(gctx, pl, k, c, claimed)
 	}
 	now := r.clock.Now()
 	r.observe(now.Sub(start))
@@ -236,7 +235,7 @@ func (r *regions) run(ctx context.Context, pl pool, f *refill, need int64) bool 
 		rate := min(float64(dec.Granted)/since, g.Rate())
 		k.share += (rate - k.share) / 4
 	}
-	k.at, k.cut = now.UnixNano(), 0
+	k.at = now.UnixNano()
 	r.known.Add(pl, k)
 	// The global key's waits count from its decision, about half a round
 	// trip after this call set out: a refill set out that long after the
@@ -280,21 +279,25 @@ func (r *regions) run(ctx context.Context, pl pool, f *refill, need int64) bool 
 // partitioned ends the claimed refill c of pl, whose global call failed:
 // the pool gets the region's failure-mode share (what the global key gave
 // it lately, else the worldwide rate divided among the regions it last
-// counted) for the time since this process last gave it one (refillSpan
-// at the partition's start, cutSpan at most), owed to the global key
-// until it answers (docs/regions.md, "Partitions"). The units last
-// cutSpan, so that the pool is not dry while the next refill's global
-// call takes its timeout to fail. It reports whether the pool got units.
-func (r *regions) partitioned(ctx context.Context, pl pool, k known, c remote.Claim) bool {
+// counted) for the time since the region last got one (refillSpan at the
+// partition's start, cutSpan at most), owed to the global key until it
+// answers (docs/regions.md, "Partitions"). The time is the pool's (the
+// claim's cut: whichever of the region's instances deposited the last
+// share), and the global call's since the claim (claimed, r's clock): the
+// share is the region's, however many instances take turns at it. The
+// units last cutSpan, so that the pool is not dry while the next refill's
+// global call takes its timeout to fail. It reports whether the pool got
+// units.
+func (r *regions) partitioned(ctx context.Context, pl pool, k known, c remote.Claim, claimed time.Time) bool {
 	g := pl.p.Global()
 	share := min(k.share, g.Rate())
 	if share <= 0 {
 		share = g.Rate() / float64(max(1, k.members, 2))
 	}
-	now := r.clock.Now()
 	span := refillSpan
-	if k.cut > 0 {
-		span = min(now.Sub(time.Unix(0, k.cut)), r.cutSpan())
+	if c.Cut > 0 {
+		since := time.Duration(c.Now-c.Cut)*time.Microsecond + r.clock.Now().Sub(claimed)
+		span = min(since, r.cutSpan())
 	}
 	units := min(g.Capacity(), int64(math.Ceil(share*max(0, span.Seconds()))))
 	if r.failClosed {
@@ -308,8 +311,6 @@ func (r *regions) partitioned(ctx context.Context, pl pool, k known, c remote.Cl
 	if _, err := r.local.Deposit(ctx, pl.p, pl.key, dep); err != nil {
 		return false
 	}
-	k.cut = now.UnixNano()
-	r.known.Add(pl, k)
 	r.owe(pl, units)
 	r.owed.Add(uint64(units))
 	r.later(pl, refillSpan)

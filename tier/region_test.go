@@ -287,3 +287,50 @@ func TestNoRefillAfterClose(t *testing.T) {
 		t.Fatalf("a refill began after Close: %d round trips, then %d", closed.RoundTrips, s.RoundTrips)
 	}
 }
+
+// A region's failure-mode share is the region's, not each instance's: its
+// instances taking turns at the refills of a partitioned pool give it the
+// share over the partition, a second and the global timeout, as one
+// instance refilling alone does (docs/regions.md, "Partitions").
+func TestPartitionShareIsTheRegions(t *testing.T) {
+	regional, global := redistest.StartMini(t), redistest.StartMini(t)
+	var es []*tier.Engine
+	var clks []*clock.Manual
+	for range 3 {
+		clk := clock.NewManual(regional.Now())
+		e, err := tier.New(tier.Config{Store: remote.NewStore(regional.Client(t), "t"), Clock: clk, Timeout: 300 * time.Millisecond,
+			Guard: true, FailureMode: tier.FailLocal, Global: remote.NewStore(global.Client(t), "t:world"), GlobalGuard: true, Region: "r1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = e.Close() })
+		es, clks = append(es, e), append(clks, clk)
+	}
+	pp := worldwide(t, 100) // the share: half the rate, 50/s
+	ctx := context.Background()
+	global.SetError("ERR partitioned")
+	const steps = 12
+	admitted := 0
+	for i := range steps {
+		e := es[i%len(es)] // this step's refills are e's
+		for range 1000 {
+			d, err := e.Allow(ctx, pp, "k", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !d.Allowed {
+				break
+			}
+			admitted++
+		}
+		regional.Advance(time.Second + time.Millisecond)
+		for _, c := range clks {
+			c.Advance(time.Second + time.Millisecond)
+		}
+	}
+	// The partition lasts steps seconds; the share may run a second and
+	// the global timeout (3s) beyond it.
+	if bound := 50 * (steps + 1 + 3); admitted > bound {
+		t.Fatalf("three instances admitted %d from the share over a %ds partition, want at most %d", admitted, steps, bound)
+	}
+}

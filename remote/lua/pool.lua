@@ -18,6 +18,9 @@
 --   re  when it is expected to land, and
 --   lc  when it was claimed: only its own deposit ends it
 --   rd  when the last deposit landed
+--   rc  when the last partition's failure-mode share landed (0 once the
+--       global key answers a refill): the region's, whichever instance
+--       deposited it
 --   dw, dc, dp  the second (floor(now / 1s)) units were last taken in, the
 --       units taken in it and in the second before: the region's demand
 -- The limit's rate, period and burst are the worldwide key's tightest
@@ -28,11 +31,12 @@
 local PL
 
 local function pool_read(key)
-  local v = call('HMGET', key, 'g', 'lu', 'la', 'ra', 'lk', 'dw', 'dc', 'dp', 'lx', 're', 'rd', 'lc')
+  local v = call('HMGET', key, 'g', 'lu', 'la', 'ra', 'lk', 'dw', 'dc', 'dp', 'lx', 're', 'rd', 'lc', 'rc')
   local p = { gens = {}, lu = tonumber(v[2]) or 0, la = tonumber(v[3]) or 0,
     ra = tonumber(v[4]) or 0, lk = tonumber(v[5]) or 0, dw = tonumber(v[6]) or 0,
     dc = tonumber(v[7]) or 0, dp = tonumber(v[8]) or 0, lx = tonumber(v[9]) or 0,
-    re = tonumber(v[10]) or 0, rd = tonumber(v[11]) or 0, lc = tonumber(v[12]) or 0 }
+    re = tonumber(v[10]) or 0, rd = tonumber(v[11]) or 0, lc = tonumber(v[12]) or 0,
+    rc = tonumber(v[13]) or 0 }
   -- (No key: its generations, and the record of their lapse, are gone.
   -- A grant made before now came from one of them.)
   if not v[1] then p.lx = NOW end
@@ -96,7 +100,7 @@ local function pool_save(key, p)
   if p.lk <= NOW then p.re = 0 end
   call('HSET', key, 'g', concat(parts, ';'), 'lu', int(p.lu), 'la', int(p.la), 'ra', int(p.ra),
     'lk', int(p.lk), 'dw', int(p.dw), 'dc', int(p.dc), 'dp', int(p.dp), 'lx', int(p.lx), 're', int(p.re), 'rd', int(p.rd),
-    'lc', int(p.lc))
+    'lc', int(p.lc), 'rc', int(p.rc))
   -- Kept a few seconds past its last generation, for the demand and what
   -- lapsed to be read by the next refill.
   expire_in(key, last - NOW + 5000000)

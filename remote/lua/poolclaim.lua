@@ -13,7 +13,7 @@
 -- ARGV[5]   the gap (us): a pool that holds units is refilled no sooner
 --           than this after its last deposit
 --
--- Returns "status units demand taken lapsed lapsed_at now wait", where
+-- Returns "status units demand taken lapsed lapsed_at now wait cut", where
 -- status is
 --   1  the caller refills: it holds the refill until it deposits
 --      (pooldeposit.lua) or the time runs out, and gives the lapsed units
@@ -26,7 +26,9 @@
 -- units: what the pool holds; demand: the region's units per second,
 -- rounded up: what its instances say they want (members.lua), or, where
 -- none says (exact mode), what they took lately; taken: what they took
--- lately (units/s, rounded up), which sizes the refill; now: this server's time (us), which the deposit dates from.
+-- lately (units/s, rounded up), which sizes the refill; now: this server's time (us), which the deposit dates from;
+-- cut: when the last partition's failure-mode share landed (us, 0: the
+-- global key answered the last refill).
 local low, hold, eta = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local key = KEYS[1]
 local p = pool_read(key)
@@ -34,12 +36,12 @@ local units = pool_units(p)
 local taken = pool_demand(p)
 low = max(low, ceil(taken * tonumber(ARGV[4]) / 1000000))
 local demand, t = ceil(max(taken, read_members(KEYS[2], '#', 0, 1).D)), ceil(taken)
-if p.ra > NOW then return format('2 %d %d %d 0 0 %d %d', units, demand, t, NOW, p.ra - NOW) end
-if units >= low then return format('3 %d %d %d 0 0 %d 0', units, demand, t, NOW) end
+if p.ra > NOW then return format('2 %d %d %d 0 0 %d %d %d', units, demand, t, NOW, p.ra - NOW, p.rc) end
+if units >= low then return format('3 %d %d %d 0 0 %d 0 %d', units, demand, t, NOW, p.rc) end
 local gap = p.rd + tonumber(ARGV[5]) - NOW
-if units > 0 and gap > 0 then return format('3 %d %d %d 0 0 %d %d', units, demand, t, NOW, gap) end
-if p.lk > NOW then return format('0 %d %d %d 0 0 %d %d', units, demand, t, NOW, max(1, p.re - NOW)) end
+if units > 0 and gap > 0 then return format('3 %d %d %d 0 0 %d %d %d', units, demand, t, NOW, gap, p.rc) end
+if p.lk > NOW then return format('0 %d %d %d 0 0 %d %d %d', units, demand, t, NOW, max(1, p.re - NOW), p.rc) end
 local lu, la = p.lu, p.la
 p.lk, p.re, p.lc, p.lu, p.la = NOW + hold, NOW + eta, NOW, 0, 0
 pool_save(key, p)
-return format('1 %d %d %d %d %d %d 0', units, demand, t, lu, la, NOW)
+return format('1 %d %d %d %d %d %d 0 %d', units, demand, t, lu, la, NOW, p.rc)

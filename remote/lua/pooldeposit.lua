@@ -35,6 +35,10 @@ elseif g > 0 and at > 0 then
   p.lu = p.lu + g
 end
 p.ra, p.rd = 0, NOW
+-- A partition's share dates the region's next one; the global key's answer
+-- (which has its time) ends the partition. (A refill ended by Close, with
+-- neither, changes nothing.)
+if ARGV[7] == '1' then p.rc = NOW elseif at > 0 then p.rc = 0 end
 -- The refill ends, unless it outlived its hold and another claimed the
 -- pool since (its claim's now is not `since`): that one is in flight.
 if p.lc == since then p.lk = 0 end
