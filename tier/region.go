@@ -41,8 +41,8 @@ type regions struct {
 	closed                        atomic.Bool
 	work                          sync.WaitGroup // background refills, and the timers of later ones
 	mu                            sync.Mutex
-	timers                        map[pool]*time.Timer // later's, by pool
-	settling                      *time.Timer          // owe's, while debts wait for it
+	timers                        map[pool]*wakeup // later's, by pool
+	settling                      *time.Timer      // owe's, while debts wait for it
 	// debts are the units this process's refills deposited while the
 	// global Redis did not answer, by pool, until charged to it: never
 	// forgotten with what is known of a pool. Under mu.
@@ -70,7 +70,7 @@ const defaultRTT = 100 * time.Millisecond
 
 func newRegions(name string, global *door.Door, c clock.Clock, failClosed bool) *regions {
 	cache, _ := lru.New[pool, known](4096) // (an error only for a size <= 0)
-	r := &regions{name: name, failClosed: failClosed, ttl: RegionTTL, global: global, clock: c, known: cache, timers: make(map[pool]*time.Timer),
+	r := &regions{name: name, failClosed: failClosed, ttl: RegionTTL, global: global, clock: c, known: cache, timers: make(map[pool]*wakeup),
 		debts: make(map[pool]int64)}
 	r.rtt.Store(int64(defaultRTT))
 	return r
@@ -389,21 +389,33 @@ func (r *regions) settle(debts map[pool]int64) {
 }
 
 // later refills pl in the background after wait, if the pool is low
-// then (the claim says). close stops the timers.
+// then (the claim says): one timer per pool, the soonest asked for (a
+// window that opens sooner than a hold ends wakes the pool then). close
+// stops the timers.
 func (r *regions) later(pl pool, wait time.Duration) {
 	if wait <= 0 {
 		return
 	}
+	at := time.Now().Add(wait)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed.Load() || r.timers[pl] != nil {
+	if r.closed.Load() {
 		return
 	}
+	if old := r.timers[pl]; old != nil {
+		if !at.Before(old.at) || !old.t.Stop() {
+			return // a sooner one stands, or is firing
+		}
+		r.work.Done()
+	}
+	w := &wakeup{at: at}
 	r.work.Add(1)
-	r.timers[pl] = time.AfterFunc(wait, func() {
+	w.t = time.AfterFunc(wait, func() {
 		defer r.work.Done()
 		r.mu.Lock()
-		delete(r.timers, pl)
+		if r.timers[pl] == w {
+			delete(r.timers, pl)
+		}
 		r.mu.Unlock()
 		if r.closed.Load() {
 			return
@@ -413,6 +425,13 @@ func (r *regions) later(pl pool, wait time.Duration) {
 			r.run(context.Background(), pl, f, 0)
 		}
 	})
+	r.timers[pl] = w
+}
+
+// wakeup is later's timer of a pool, due at at.
+type wakeup struct {
+	t  *time.Timer
+	at time.Time
 }
 
 // size is how many units a refill asks for: what the region takes in
@@ -468,8 +487,8 @@ func (r *regions) observe(d time.Duration) {
 func (r *regions) close(ctx context.Context) {
 	r.mu.Lock()
 	r.closed.Store(true)
-	for pl, t := range r.timers {
-		if t.Stop() {
+	for pl, w := range r.timers {
+		if w.t.Stop() {
 			r.work.Done()
 		}
 		delete(r.timers, pl)
