@@ -406,3 +406,52 @@ func TestLongWindowJoinedLate(t *testing.T) {
 		})
 	}
 }
+
+// Demand that pauses: one instance at ten times a token bucket's rate,
+// then idle for longer than the bucket takes to fill, in turn. Exact mode
+// takes every unit as it comes; lease mode waits for a batch, and the
+// units that came meanwhile wait in the bucket: without more, a pause
+// that fills the bucket loses them. They are leased when the batch is due
+// instead (Leaser.due), and held for the demand's return: lease mode
+// admits about what exact mode does, on random spans, in simulated time.
+func TestLeaseKeepsWhatComesWhileDemandPauses(t *testing.T) {
+	const rate, burst = 100, 10 // the bucket fills in 100ms
+	p := policy(t, "pause", ratelease.Limit{Rate: rate, Period: time.Second, Burst: burst})
+	run := func(mode ratelease.Option, seed uint64) (admitted int) {
+		mr := redistest.StartMini(t)
+		clk := clock.NewManual(mr.Now())
+		l, err := ratelease.New(mr.Client(t), mode, ratelease.WithClock(clk), ratelease.WithRedisTimeout(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		rng := rand.New(rand.NewPCG(seed, 11))
+		on, end := 0, 0 // on: 1 while the demand is on
+		for ms := 0; ms < 2000; ms++ {
+			if ms >= end {
+				on, end = 1-on, ms+50+rng.IntN(350)
+			}
+			for range 10 * rate / 1000 * on {
+				if res, err := l.Allow(context.Background(), p, "k"); err != nil {
+					t.Fatal(err)
+				} else if res.Allowed {
+					admitted++
+				}
+			}
+			mr.Advance(time.Millisecond)
+			clk.Advance(time.Millisecond)
+			if on == 0 {
+				// (A lease due now goes out in the background: let it land.)
+				time.Sleep(200 * time.Microsecond)
+			}
+		}
+		return admitted
+	}
+	for seed := range uint64(2) {
+		exact, lease := run(ratelease.WithExact(), seed), run(ratelease.WithLease(ratelease.LeaseConfig{}), seed)
+		t.Logf("seed %d: lease mode admitted %d, exact mode %d: %.3f", seed, lease, exact, float64(lease)/float64(exact))
+		if float64(lease) < 0.97*float64(exact) {
+			t.Errorf("seed %d: lease mode admitted %d, less than 0.97 of exact mode's %d", seed, lease, exact)
+		}
+	}
+}

@@ -117,6 +117,7 @@ func (l *Leaser) apply(c *call, n int64) {
 			a.DenyUntil = now
 		}
 		e.Answer(a, now, nil)
+		l.due(e, c.req, d, a.DenyUntil-now)
 		return
 	}
 	l.stats.used.Add(uint64(n)) // the requester's
@@ -152,5 +153,37 @@ func (l *Leaser) apply(c *call, n int64) {
 		l.giveBack(e, g.Keep, g.At)
 	case forgot: // e's key was reset meanwhile: they would go back to a state that is gone
 		l.stats.dropped.Add(uint64(g.Keep))
+	default:
+		l.due(e, c.req, d, a.DenyUntil-now)
 	}
+}
+
+// due leases e's next batch in the background as the wait of d for it
+// (a denial's, or a fair share's next batch) ends, wait ns from now,
+// unless a request has leased by then: when e's key is a token bucket
+// that this instance asks more of than its equal part makes (a hot key).
+// Units that come while a hot instance waits for its batch wait in the
+// bucket (or its part of it); should its demand stop a moment then
+// (demand that shifts), the bucket fills and what comes after is lost,
+// where exact mode, which took every unit as it came, lost none: taken at
+// once, they wait in this instance (for TTL at most, within the bound)
+// for its demand to come back. Under a flood a request leases first, and
+// the timer finds units or a lease in flight: nothing more is sent.
+func (l *Leaser) due(e *Entry, r remote.Request, d remote.Decision, wait int64) {
+	p := r.Policy
+	if wait <= 0 || r.Member == "" || d.Blocked || !p.Uses(remote.TokenBucket) || float64(r.Demand*max(1, d.Members)) <= p.Rate() {
+		return
+	}
+	go func() {
+		// (The cached clock, which a denial is checked against, lags.)
+		t := l.clock.NewTimer(time.Duration(wait) + 2*coarseResolution)
+		defer t.Stop()
+		select {
+		case <-l.stop:
+		case <-t.C():
+			if e.Units() == 0 {
+				l.Prefetch(e)
+			}
+		}
+	}()
 }
