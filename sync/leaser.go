@@ -56,8 +56,11 @@ type Leaser struct {
 	// along until it ends.
 	stopped atomic.Bool
 	leasing atomic.Int64
-	stop    chan struct{}     // stops the sweeper
+	stop    chan struct{}     // stops the sweeper and the dues
 	wg      stdsync.WaitGroup // the sweeper
+	// dues counts the timers of due's leases, under duesMu.
+	dues   stdsync.WaitGroup
+	duesMu stdsync.Mutex
 
 	// used: units of grants their requesters took; goneUsed: those taken
 	// from entries no longer in the bound. returning: units on their way

@@ -174,7 +174,16 @@ func (l *Leaser) due(e *Entry, r remote.Request, d remote.Decision, wait int64) 
 	if wait <= 0 || r.Member == "" || d.Blocked || !p.Uses(remote.TokenBucket) || float64(r.Demand*max(1, d.Members)) <= p.Rate() {
 		return
 	}
+	// (Counted under duesMu, where Close's barrier finds it: none starts
+	// once Close began, and Close waits for those that did.)
+	l.duesMu.Lock()
+	defer l.duesMu.Unlock()
+	if l.stopped.Load() {
+		return
+	}
+	l.dues.Add(1)
 	go func() {
+		defer l.dues.Done()
 		// (The cached clock, which a denial is checked against, lags.)
 		t := l.clock.NewTimer(time.Duration(wait) + 2*coarseResolution)
 		defer t.Stop()

@@ -89,7 +89,12 @@ func (l *Leaser) sweeper() {
 func (l *Leaser) Close() {
 	ctx, cancel := l.door.Bound(context.Background())
 	defer cancel()
-	if l.stopped.Swap(true) { // no lease begins after this
+	// No lease begins after this, nor a due (those that began are
+	// counted: stopped changes under duesMu).
+	l.duesMu.Lock()
+	stopped := l.stopped.Swap(true)
+	l.duesMu.Unlock()
+	if stopped {
 		return
 	}
 	l.batcher.closing(ctx) // no lease is queued after this; what is sent is bounded by ctx
@@ -98,8 +103,9 @@ func (l *Leaser) Close() {
 	// outside the entries.
 	l.waitLeases(ctx)
 	l.bound.Clear()   // queues the refunds of every unit held
-	close(l.stop)     // the sweeper stops
+	close(l.stop)     // the sweeper and the dues stop
 	l.wg.Wait()       // (its last refunds are queued)
+	l.dues.Wait()     // (their timers are stopped)
 	l.batcher.close() // leases still in flight land, and are refunded (their entries are gone); what is queued is sent
 	// Every call is answered: the leases under way end in a moment (a
 	// prefetch's goroutine, a request's lease), and none outlives Close.
