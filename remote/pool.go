@@ -84,7 +84,8 @@ type Claim struct {
 // Claim asks the pool of key under the pooled policy p (see Pooled)
 // whether the caller refills it: while it holds fewer than low units, or
 // than its region takes over lead, and is empty or was refilled gap ago
-// or more; one caller at a time, for up to hold (then another may),
+// or more (low 0: only a pool in use, whose region took units lately or
+// whose instances want some); one caller at a time, for up to hold (then another may),
 // expected to take eta.
 func (s *Store) Claim(ctx context.Context, p *Policy, key string, low int64, lead, gap, hold, eta time.Duration) (Claim, error) {
 	pr := &poolProgram()[0]

@@ -334,3 +334,31 @@ func TestPartitionShareIsTheRegions(t *testing.T) {
 		t.Fatalf("three instances admitted %d from the share over a %ds partition, want at most %d", admitted, steps, bound)
 	}
 }
+
+// A window's pool wakes to refill as the next window opens, but only while
+// its key is in use: a key used once (per-IP limits under a crawl) stops
+// crossing to the global Redis once its region's demand has lapsed (a
+// couple of seconds), not window after window for ever.
+func TestUnusedPoolIsNotRefilledEachWindow(t *testing.T) {
+	e, regional, global, clk := newRegional(t)
+	p, err := remote.NewPolicy("w", []remote.Limit{{Algorithm: remote.FixedWindow, Rate: 10, Burst: 10, Period: 100 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pp := p.Pooled()
+	allowed(t, e, pp, "once")
+	step := func(n int) {
+		for range n {
+			regional.Advance(100 * time.Millisecond)
+			global.Advance(100 * time.Millisecond)
+			clk.Advance(100 * time.Millisecond)
+			time.Sleep(110 * time.Millisecond) // the window's wake fires, on the wall clock
+		}
+	}
+	step(25) // the region's demand lapses (it counts the last two seconds)
+	before := e.Stats().GlobalRoundTrips
+	step(10)
+	if n := e.Stats().GlobalRoundTrips - before; n > 1 {
+		t.Fatalf("%d global round trips over 10 windows of a key nobody used for 2.5s, want none", n)
+	}
+}
