@@ -28,7 +28,7 @@ func TestPoliciesMadeAtRunTimeDoNotLeak(t *testing.T) {
 		opt  ratelease.Option
 	}{
 		{"lease", 40_000, ratelease.WithLease(ratelease.LeaseConfig{})}, // (a leak of 250 B a policy grows it 9.5 MB, past its 8 MB)
-		{"exact", 30_000, ratelease.WithExact()},
+		{"exact", 15_000, ratelease.WithExact()},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			l, err := ratelease.New(srv.Client(t), c.opt, ratelease.WithMaxKeys(1000))
