@@ -161,7 +161,9 @@ func (l *Leaser) apply(c *call, n int64) {
 // due leases e's next batch in the background as the wait of d for it
 // (a denial's, or a fair share's next batch) ends, wait ns from now,
 // unless a request has leased by then: when e's key is a token bucket
-// that this instance asks more of than its equal part makes (a hot key).
+// that this instance alone asks more of than the key makes (a hot key:
+// not one of a fleet's many members, each with a little demand, whose
+// batches would lapse unused and cost a call each).
 // Units that come while a hot instance waits for its batch wait in the
 // bucket (or its part of it); should its demand stop a moment then
 // (demand that shifts), the bucket fills and what comes after is lost,
@@ -171,7 +173,7 @@ func (l *Leaser) apply(c *call, n int64) {
 // the timer finds units or a lease in flight: nothing more is sent.
 func (l *Leaser) due(e *Entry, r remote.Request, d remote.Decision, wait int64) {
 	p := r.Policy
-	if wait <= 0 || r.Member == "" || d.Blocked || !p.Uses(remote.TokenBucket) || float64(r.Demand*max(1, d.Members)) <= p.Rate() {
+	if wait <= 0 || r.Member == "" || d.Blocked || !p.Uses(remote.TokenBucket) || float64(r.Demand) <= p.Rate() {
 		return
 	}
 	// (Counted under duesMu, where Close's barrier finds it: none starts
