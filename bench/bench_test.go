@@ -68,6 +68,28 @@ func BenchmarkDecisions(b *testing.B) {
 	}
 }
 
+// BenchmarkRedisTime is what an exact decision costs Redis against
+// redis_rate's (redis-us/op), on 64 keys, admitting and denying, from 1
+// and 8 goroutines; compare with
+//
+//	benchstat -col /impl out/new.txt
+func BenchmarkRedisTime(b *testing.B) {
+	for _, deny := range []bool{false, true} {
+		for _, g := range []int{1, 8} {
+			for _, p := range Peers() {
+				if p.Name != "ratelease-exact" && p.Name != "redis_rate" {
+					continue
+				}
+				load := "admitting"
+				if deny {
+					load = "denying"
+				}
+				b.Run(fmt.Sprintf("load=%s/goroutines=%d/impl=%s", load, g, p.Name), RedisTime(p, addr, g, deny))
+			}
+		}
+	}
+}
+
 // Every peer runs the accuracy workload; the global ones keep within the
 // limit, and ratelease in lease mode makes few round trips. (The figures
 // of docs/benchmarks.md come from cmd/benchreport, on longer runs.)

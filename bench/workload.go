@@ -45,26 +45,66 @@ func prefix(name string) string { return fmt.Sprintf("bench-%s-%d", name, runs.A
 // ns/op and allocations it reports decisions/s and roundtrips/op, the Redis
 // round trips per decision.
 func Decisions(p Peer, addr string, goroutines int) func(b *testing.B) {
+	return measure(p, addr, goroutines, Limit{Rate: 1_000_000, Burst: 1_000_000_000}, 1)
+}
+
+// RedisTimeKeys is how many keys RedisTime decides on.
+const RedisTimeKeys = 64
+
+// RedisTime returns a benchmark of what a decision costs Redis, as
+// Decisions measures it, on RedisTimeKeys keys decided in turn: every
+// decision admitted (a limit far above the demand), or, with deny, most
+// of them denied (one a second per key, burst 1: keys under attack, the
+// load's denials the cost). It reports admitted/op beside Decisions's
+// figures.
+func RedisTime(p Peer, addr string, goroutines int, deny bool) func(b *testing.B) {
+	lim := Limit{Rate: 1_000_000, Burst: 1_000_000_000}
+	if deny {
+		lim = Limit{Rate: 1, Burst: 1}
+	}
+	return measure(p, addr, goroutines, lim, RedisTimeKeys)
+}
+
+// measure is a benchmark of one process deciding through p on keys keys
+// (in turn) of lim, from goroutines goroutines, on the Redis at addr. With
+// one key, every decision must be admitted.
+func measure(p Peer, addr string, goroutines int, lim Limit, keys int) func(b *testing.B) {
 	return func(b *testing.B) {
 		c, rt := newClient(addr, goroutines)
 		defer c.Close()
-		inst, err := p.New(c, Limit{Rate: 1_000_000, Burst: 1_000_000_000, Instances: 1, Prefix: prefix(p.Name)})
+		lim.Instances, lim.Prefix = 1, prefix(p.Name)
+		inst, err := p.New(c, lim)
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer inst.Close()
 		ctx := context.Background()
-		decide := func() {
-			if ok, err := inst.Allow(ctx, "key"); err != nil || !ok {
-				b.Errorf("%s: allowed %v, error %v", p.Name, ok, err)
+		names := make([]string, keys)
+		for i := range names {
+			names[i] = "key"
+			if keys > 1 {
+				names[i] = "key" + strconv.Itoa(i)
 			}
 		}
-		decide() // the key's state exists before timing starts
+		var next, admitted atomic.Int64
+		decide := func() {
+			ok, err := inst.Allow(ctx, names[(next.Add(1)-1)%int64(keys)])
+			if err != nil || (!ok && keys == 1) {
+				b.Errorf("%s: allowed %v, error %v", p.Name, ok, err)
+			}
+			if ok {
+				admitted.Add(1)
+			}
+		}
+		for range keys {
+			decide() // every key's state exists before timing starts
+		}
 		if err := c.ConfigResetStat(ctx).Err(); err != nil {
 			b.Fatal(err)
 		}
 		b.ReportAllocs()
 		start := rt.Trips.Load()
+		admitted.Store(0)
 		b.ResetTimer()
 		if goroutines == 1 {
 			for i := 0; i < b.N; i++ {
@@ -82,6 +122,9 @@ func Decisions(p Peer, addr string, goroutines int) func(b *testing.B) {
 		b.StopTimer()
 		b.ReportMetric(float64(rt.Trips.Load()-start)/float64(b.N), "roundtrips/op")
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+		if keys > 1 {
+			b.ReportMetric(float64(admitted.Load())/float64(b.N), "admitted/op")
+		}
 		usec, calls, err := RedisMicros(ctx, c)
 		if err != nil {
 			b.Fatal(err)

@@ -39,17 +39,66 @@ func decisions(peers []bench.Peer, addr string, count int, goroutines []int, w i
 				if res[k] == nil {
 					res[k] = decisionSamples{}
 				}
-				s := res[k]
-				s["ns/op"] = append(s["ns/op"], float64(r.T.Nanoseconds())/float64(r.N))
-				s["B/op"] = append(s["B/op"], float64(r.AllocedBytesPerOp()))
-				s["allocs/op"] = append(s["allocs/op"], float64(r.AllocsPerOp()))
-				for unit, v := range r.Extra {
-					s[unit] = append(s[unit], v)
+				res[k].add(r)
+			}
+		}
+	}
+	return res, nil
+}
+
+// add appends r's values to s.
+func (s decisionSamples) add(r testing.BenchmarkResult) {
+	s["ns/op"] = append(s["ns/op"], float64(r.T.Nanoseconds())/float64(r.N))
+	s["B/op"] = append(s["B/op"], float64(r.AllocedBytesPerOp()))
+	s["allocs/op"] = append(s["allocs/op"], float64(r.AllocsPerOp()))
+	for unit, v := range r.Extra {
+		s[unit] = append(s[unit], v)
+	}
+}
+
+// redisTimeKey names one bench.RedisTime benchmark.
+type redisTimeKey struct {
+	impl       string
+	goroutines int
+	deny       bool
+}
+
+// redisTimeGoroutines are the goroutine counts RedisTime runs with.
+var redisTimeGoroutines = []int{1, 8}
+
+// redisTimes runs bench.RedisTime for each peer, admitting and denying,
+// at each of redisTimeGoroutines, count times, interleaved, writes each
+// result as a benchmark line to w, and returns the values.
+func redisTimes(peers []bench.Peer, addr string, count int, w io.Writer) (map[redisTimeKey]decisionSamples, error) {
+	res := map[redisTimeKey]decisionSamples{}
+	for round := 0; round < count; round++ {
+		for _, deny := range []bool{false, true} {
+			for _, g := range redisTimeGoroutines {
+				for _, p := range peers {
+					r := testing.Benchmark(bench.RedisTime(p, addr, g, deny))
+					if r.N == 0 {
+						return nil, fmt.Errorf("Redis time benchmark %s with %d goroutines (deny %v) failed", p.Name, g, deny)
+					}
+					fmt.Fprintf(w, "BenchmarkRedisTime/load=%s/goroutines=%d/impl=%s-%d\t%s\t%s\n",
+						denyName(deny), g, p.Name, runtime.GOMAXPROCS(0), r.String(), r.MemString())
+					k := redisTimeKey{p.Name, g, deny}
+					if res[k] == nil {
+						res[k] = decisionSamples{}
+					}
+					res[k].add(r)
 				}
 			}
 		}
 	}
 	return res, nil
+}
+
+// denyName names RedisTime's load in benchmark lines and tables.
+func denyName(deny bool) string {
+	if deny {
+		return "denying"
+	}
+	return "admitting"
 }
 
 // summary is benchstat's summary of values: the median, with the range a

@@ -178,6 +178,17 @@ func run(o options) error {
 		return err
 	}
 
+	// Exact mode's Redis time against the baseline's, admitting and
+	// denying.
+	rt, err := named(peers, []string{exactPeer, baseline})
+	if err != nil {
+		return err
+	}
+	redisTime, err := redisTimes(rt, srv.Addr, o.count, io.MultiWriter(rawFile, os.Stdout))
+	if err != nil {
+		return err
+	}
+
 	var acc []accuracyRow
 	for _, w := range workloads() {
 		rows, err := accuracy(peers, srv.Addr, w, o.accuracyRuns)
@@ -190,6 +201,7 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
+	reg.redisTime = redisTime
 	if reg.ceiling, err = ceilings(peers, srv.Addr, o.accuracyRuns); err != nil {
 		return err
 	}

@@ -20,6 +20,9 @@ var fleetPeers = []string{lease}
 
 // regimeResults are the runs of the everyday and fleet workloads.
 type regimeResults struct {
+	// redisTime holds bench.RedisTime's values for exactPeer and the
+	// baseline, admitting and denying, at each of redisTimeGoroutines.
+	redisTime map[redisTimeKey]decisionSamples
 	// everyday holds one row per peer of everydayPeers.
 	everyday []everydayRow
 	// fleet holds one row per peer of fleetPeers.

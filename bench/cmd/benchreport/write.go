@@ -35,7 +35,7 @@ func write(w io.Writer, e env, peers []bench.Peer, dec, byAlg map[decisionKey]de
 		peerNames(peers))
 
 	p("## Goals\n\n")
-	p("What lease mode must reach with its defaults (`%s`), against %s, and on the everyday key against exact mode: leasing pays off in every regime.\n\n", lease, baseline)
+	p("What lease mode must reach with its defaults (`%s`), against %s, and on the everyday key against exact mode: leasing pays off in every regime. And what exact mode must cost Redis against %s's.\n\n", lease, baseline, baseline)
 	p("| goal | measured | met |\n|---|---|---|\n")
 	for _, g := range goroutineCounts {
 		l, r := dec[decisionKey{lease, g}]["decisions/s"], dec[decisionKey{baseline, g}]["decisions/s"]
@@ -73,6 +73,17 @@ func write(w io.Writer, e env, peers []bench.Peer, dec, byAlg map[decisionKey]de
 		p("| fleet: the pair's round trips per decision beside %d idle instances ≤ 1.2× the pair alone | %s | %s |\n",
 			bench.DefaultFleet.Idle, e.mark(fmt.Sprintf("%s (round trips per decision %.4f beside, %.4f alone)", ratioSpread(r), median(fleetRTs(f.runs, true)), median(fleetRTs(f.runs, false)))), yes(median(r) <= 1.2))
 	}
+	for _, deny := range []bool{false, true} {
+		for _, g := range redisTimeGoroutines {
+			x, r := reg.redisTime[redisTimeKey{exactPeer, g, deny}], reg.redisTime[redisTimeKey{baseline, g, deny}]
+			if x == nil || r == nil {
+				continue
+			}
+			ratio := median(x["redis-us/op"]) / median(r["redis-us/op"])
+			p("| exact mode's Redis µs per decision ≤ 0.8 × %s's: %s, %s | %s | %s |\n", baseline, denyName(deny), loadName(g),
+				e.mark(fmt.Sprintf("%.2f× (%.2f µs against %.2f)", ratio, median(x["redis-us/op"]), median(r["redis-us/op"]))), yes(ratio <= 0.8))
+		}
+	}
 
 	p("\n## What one decision costs\n\n")
 	p("One key, a limit far above the demand (a million per second, a bucket of a billion), so that every decision admits: the common case. Each benchmark ran %d times for %v, the peers interleaved round by round; a figure is benchstat's: the median, ± the 95%% confidence interval. decisions/s is per process, over the benchmark's wall time. \"32 goroutines\" is `RunParallel` with 32 goroutines. Redis µs/decision is the CPU time Redis spent per decision, from `INFO commandstats` (reset before each benchmark): its scripts' time for a peer that runs scripts (which includes the commands they call), every command's otherwise; Redis runs them on one core, so it sets how many decisions one Redis (or Cluster master) can make per second. Redis µs/call is the same time per call: for an exact peer a decision's, for lease mode a lease call's (it grants a batch of units, and every decision uses one). Both count the commands' execution only; the ceiling below counts all of Redis's work.\n\n",
@@ -106,6 +117,7 @@ func write(w io.Writer, e env, peers []bench.Peer, dec, byAlg map[decisionKey]de
 				median(s["B/op"]), median(s["allocs/op"]))
 		}
 	}
+	writeRedisTime(p, e, reg.redisTime, count)
 
 	cfg := bench.DefaultAccuracy
 	p("\n## Accuracy across %d instances\n\n", len(cfg.Shares))
@@ -427,5 +439,31 @@ func writePermits(p func(string, ...any), e env, rows []permitRow, runs int) {
 		}
 		p("| %s | %s [%s, %s] | %s | %s |\n", e.mark(r.mode), rate(median(per)), rate(slices.Min(per)), rate(slices.Max(per)),
 			roundTrips(median(rt)), num(median(us)))
+	}
+}
+
+// writeRedisTime renders what an exact decision costs Redis against the
+// baseline's, admitting and denying (bench.RedisTime).
+func writeRedisTime(p func(string, ...any), e env, rt map[redisTimeKey]decisionSamples, count int) {
+	if len(rt) == 0 {
+		return
+	}
+	p("\n### Exact mode's Redis time, admitting and denying\n\n")
+	p("Exact mode with one token bucket against %s, on %d keys decided in turn: every decision admitted (a limit far above the demand), or most denied (a limit of 1 a second per key, burst 1: keys under attack, where the denials are the load). Redis µs/decision is `INFO commandstats`'s time of the scripts (reset before each benchmark), which includes the commands they call; *admitted* is the share of decisions admitted. Each benchmark ran %d times for %v, the two interleaved; the median, ± the 95%% confidence interval.\n\n",
+		baseline, bench.RedisTimeKeys, count, benchtimeFlag())
+	p("| load | goroutines | peer | Redis µs/decision | × %s's | admitted | round trips/decision | decisions/s |\n|---|---|---|---|---|---|---|---|\n", baseline)
+	for _, deny := range []bool{false, true} {
+		for _, g := range redisTimeGoroutines {
+			base := rt[redisTimeKey{baseline, g, deny}]
+			for _, name := range []string{exactPeer, baseline} {
+				s := rt[redisTimeKey{name, g, deny}]
+				if s == nil || base == nil {
+					continue
+				}
+				us := summary(s["redis-us/op"])
+				p("| %s | %d | %s | %s ± %s | %s | %.3f | %s | %s |\n", denyName(deny), g, e.peer(name), num(us.Center), us.PctRangeString(),
+					times(us.Center/median(base["redis-us/op"])), median(s["admitted/op"]), roundTrips(median(s["roundtrips/op"])), rate(median(s["decisions/s"])))
+			}
+		}
 	}
 }
