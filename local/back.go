@@ -51,6 +51,10 @@ func (e *Entry[P]) retire() (units, at int64) {
 	return e.allowance.drain()
 }
 
+// Gone reports whether the entry left its table (evicted, or at Close):
+// nothing is put in it after.
+func (e *Entry[P]) Gone() bool { return e.evicted.Load() }
+
 // Back returns the units set aside to go back.
 func (e *Entry[P]) Back() int64 {
 	e.mu.Lock()

@@ -172,3 +172,28 @@ func TestRetryAtIsOneWord(t *testing.T) {
 		}
 	}
 }
+
+// An entry that left its table starts no lease ahead of need: nobody would
+// use its grant, which would only go back, and the call would count the
+// instance among the key's members again after its eviction left them.
+// ready is not asked (it counts the lease under way).
+func TestGoneEntryStartsNoPrefetch(t *testing.T) {
+	tb := NewBound[string](1, nil).NewTable("p", nil)
+	e := tb.GetOrCreate("a")
+	if e.Gone() {
+		t.Fatal("a live entry is gone")
+	}
+	tb.GetOrCreate("b") // evicts a
+	if !e.Gone() {
+		t.Fatal("an evicted entry is not gone")
+	}
+	asked := false
+	if _, ok := e.TryStartLease(func() int64 { return 0 }, func() bool { asked = true; return true }); ok || asked || e.Leasing() != nil {
+		t.Fatalf("a gone entry started a prefetch (%v), asked ready (%v)", ok, asked)
+	}
+	// A request still leases its own units (the rest go back).
+	if _, wait := e.StartLease(1, 1, 0); wait != nil || e.Leasing() == nil {
+		t.Fatal("a request's lease of a gone entry did not start")
+	}
+	e.EndLease()
+}

@@ -50,15 +50,17 @@ func (e *Entry[P]) StartLease(n, least, now int64) (Lease, <-chan struct{}) {
 }
 
 // TryStartLease is StartLease(0, now()) for a lease made ahead of need,
-// which never blocks: it gives up when the entry's lock is held, a lease
-// is in flight, or ready (asked last, under the lock) says no. It reports
-// whether it started one.
+// which never blocks: it gives up when the entry's lock is held, the entry
+// left its table (nobody would use the grant: it would only go back, and
+// the call would count this instance among the key's members again), a
+// lease is in flight, or ready (asked last, under the lock) says no. It
+// reports whether it started one.
 func (e *Entry[P]) TryStartLease(now func() int64, ready func() bool) (Lease, bool) {
 	if !e.mu.TryLock() {
 		return Lease{}, false
 	}
 	defer e.mu.Unlock()
-	if e.leasing != nil || !ready() {
+	if e.gone || e.leasing != nil || !ready() {
 		return Lease{}, false
 	}
 	l := e.startLocked(0, now())

@@ -170,10 +170,12 @@ func (l *Leaser) apply(c *call, n int64) {
 // where exact mode, which took every unit as it came, lost none: taken at
 // once, they wait in this instance (for TTL at most, within the bound)
 // for its demand to come back. Under a flood a request leases first, and
-// the timer finds units or a lease in flight: nothing more is sent.
+// the timer finds units or a lease in flight: nothing more is sent. An
+// entry that left its table gets none: nobody would use the batch (and
+// Prefetch starts no lease of it).
 func (l *Leaser) due(e *Entry, r remote.Request, d remote.Decision, wait int64) {
 	p := r.Policy
-	if wait <= 0 || r.Member == "" || d.Blocked || !p.Uses(remote.TokenBucket) || float64(r.Demand) <= p.Rate() {
+	if wait <= 0 || r.Member == "" || d.Blocked || !p.Uses(remote.TokenBucket) || float64(r.Demand) <= p.Rate() || e.Gone() {
 		return
 	}
 	// (Counted under duesMu, where Close's barrier finds it: none starts
