@@ -70,6 +70,11 @@ func (r *dueRig) hotDenied(l *leasesync.Leaser, e *leasesync.Entry) remote.Decis
 	return remote.Decision{}
 }
 
+// dueIn is how long after its answer d's due lease goes out.
+func dueIn(d remote.Decision) time.Duration {
+	return min(max(d.RetryAfter, d.Next), time.Second) + 2*time.Millisecond
+}
+
 // still fails the test if f changes within 200ms: for what a background
 // goroutine must not do.
 func still[T comparable](t *testing.T, what string, f func() T) {
@@ -113,4 +118,63 @@ func TestDueLeasesNothingForAnEvictedEntry(t *testing.T) {
 	if d, _, err := b.Lease(context.Background(), eb, 1); err != nil || d.Members != 1 {
 		t.Fatalf("b's lease: %+v, %v; want b k's only member", d, err)
 	}
+}
+
+// However many answers come while an entry's due lease is pending (each a
+// call to Redis: here denials one after another, as a Refund or an
+// Unblock of the key, which drop its cached denial, let through), the
+// entry has one pending, one goroutine and one timer, at the last answer's
+// time, and one lease goes out then.
+func TestDuePendingOncePerEntry(t *testing.T) {
+	r := newDueRig(t)
+	l := r.leaser(100)
+	e := l.NewTable(r.p, nil).GetOrCreate("k")
+	d := r.hotDenied(l, e)
+	for range 20 {
+		e.ClearDenial()
+		var err error
+		if d, _, err = l.Lease(context.Background(), e, 1); err != nil || d.Granted != 0 {
+			t.Fatalf("lease: %+v, %v; want a denial", d, err)
+		}
+	}
+	waitFor(t, func() bool { return r.clk.Timers() >= 2 })
+	still(t, "timers", r.clk.Timers)
+	if n := r.clk.Timers(); n != 2 || leasesync.PendingDues(l) != 1 {
+		t.Fatalf("%d timers, %d dues pending after 21 denials; want the sweeper's and one due's", n, leasesync.PendingDues(l))
+	}
+	leases := l.Stats().Leases
+	r.advance(dueIn(d))
+	waitFor(t, func() bool { return l.Stats().Leases == leases+1 && e.Leasing() == nil })
+	if e.Units() == 0 || leasesync.PendingDues(l) != 0 {
+		t.Fatalf("after the due lease: %d units, %d dues pending; want its grant, none pending", e.Units(), leasesync.PendingDues(l))
+	}
+}
+
+// A due lease moved by a later answer goes out at that answer's time,
+// sooner or later than the one it replaces.
+func TestDueMovesWithTheLastAnswer(t *testing.T) {
+	r := newDueRig(t)
+	l := r.leaser(100)
+	e := l.NewTable(r.p, nil).GetOrCreate("k")
+	leases := func() uint64 { return l.Stats().Leases }
+
+	now := l.Now()
+	leasesync.DueAt(l, e, now+int64(500*time.Millisecond))
+	waitFor(t, func() bool { return r.clk.Timers() == 2 })
+	leasesync.DueAt(l, e, now+int64(20*time.Millisecond)) // sooner
+	r.advance(25 * time.Millisecond)
+	waitFor(t, func() bool { return leases() == 1 && e.Leasing() == nil })
+
+	e.TakeUpTo(100, l.Now()) // (a due lease is for an entry with no units)
+	now = l.Now()
+	leasesync.DueAt(l, e, now+int64(20*time.Millisecond))
+	waitFor(t, func() bool { return r.clk.Timers() == 2 })
+	leasesync.DueAt(l, e, now+int64(300*time.Millisecond)) // later
+	r.advance(25 * time.Millisecond)
+	still(t, "leases", leases)
+	if leases() != 1 || leasesync.PendingDues(l) != 1 {
+		t.Fatalf("%d leases, %d dues pending; want the due moved later, still pending", leases(), leasesync.PendingDues(l))
+	}
+	r.advance(280 * time.Millisecond)
+	waitFor(t, func() bool { return leases() == 2 })
 }

@@ -27,3 +27,17 @@ var ErrInvalidOption = errInvalidOption
 
 // Validate is New's check of c.
 func Validate(c Config) error { return c.validate() }
+
+// PendingDues is the number of entries with a due lease pending.
+func PendingDues(l *Leaser) int {
+	l.duesMu.Lock()
+	defer l.duesMu.Unlock()
+	return len(l.dueOf)
+}
+
+// DueAt has l lease e's next batch when due at until (ns, l's time), as
+// an answer to a hot token-bucket key's lease would (due).
+func DueAt(l *Leaser, e *Entry, until int64) {
+	p := e.Policy()
+	l.due(e, remote.Request{Policy: p, Key: e.Key(), Member: l.id, Demand: int64(p.Rate()) + 1}, remote.Decision{}, l.Now(), until)
+}

@@ -58,9 +58,11 @@ type Leaser struct {
 	leasing atomic.Int64
 	stop    chan struct{}     // stops the sweeper and the dues
 	wg      stdsync.WaitGroup // the sweeper
-	// dues counts the timers of due's leases, under duesMu.
+	// dues counts the goroutines of due's leases, under duesMu; dueOf
+	// holds the one pending for each entry (requires duesMu held).
 	dues   stdsync.WaitGroup
 	duesMu stdsync.Mutex
+	dueOf  map[*Entry]*pendingDue
 
 	// used: units of grants their requesters took; goneUsed: those taken
 	// from entries no longer in the bound. returning: units on their way
@@ -83,7 +85,7 @@ func New(d *door.Door, clk clock.Clock, cfg Config) (*Leaser, error) {
 	_, _ = crand.Read(id[:])
 	l := &Leaser{
 		door: d, cfg: cfg, clock: clk, base: clk.Now(), id: hex.EncodeToString(id[:]),
-		stop: make(chan struct{}),
+		stop: make(chan struct{}), dueOf: map[*Entry]*pendingDue{},
 	}
 	switch c := clk.(type) {
 	case clock.System:

@@ -117,7 +117,7 @@ func (l *Leaser) apply(c *call, n int64) {
 			a.DenyUntil = now
 		}
 		e.Answer(a, now, nil)
-		l.due(e, c.req, d, a.DenyUntil-now)
+		l.due(e, c.req, d, now, a.DenyUntil)
 		return
 	}
 	l.stats.used.Add(uint64(n)) // the requester's
@@ -154,28 +154,30 @@ func (l *Leaser) apply(c *call, n int64) {
 	case forgot: // e's key was reset meanwhile: they would go back to a state that is gone
 		l.stats.dropped.Add(uint64(g.Keep))
 	default:
-		l.due(e, c.req, d, a.DenyUntil-now)
+		l.due(e, c.req, d, now, a.DenyUntil)
 	}
 }
 
 // due leases e's next batch in the background as the wait of d for it
-// (a denial's, or a fair share's next batch) ends, wait ns from now,
-// unless a request has leased by then: when e's key is a token bucket
-// that this instance alone asks more of than the key makes (a hot key:
-// not one of a fleet's many members, each with a little demand, whose
-// batches would lapse unused and cost a call each).
+// (a denial's, or a fair share's next batch) ends, at until (ns), unless
+// a request has leased by then: when e's key is a token bucket that this
+// instance alone asks more of than the key makes (a hot key: not one of a
+// fleet's many members, each with a little demand, whose batches would
+// lapse unused and cost a call each).
 // Units that come while a hot instance waits for its batch wait in the
 // bucket (or its part of it); should its demand stop a moment then
 // (demand that shifts), the bucket fills and what comes after is lost,
 // where exact mode, which took every unit as it came, lost none: taken at
 // once, they wait in this instance (for TTL at most, within the bound)
 // for its demand to come back. Under a flood a request leases first, and
-// the timer finds units or a lease in flight: nothing more is sent. An
-// entry that left its table gets none: nobody would use the batch (and
-// Prefetch starts no lease of it).
-func (l *Leaser) due(e *Entry, r remote.Request, d remote.Decision, wait int64) {
+// the timer finds units or a lease in flight: nothing more is sent.
+// An entry has one due pending at most, at its last answer's time (that
+// answer's denial is the one the entry holds): answers that come while
+// one is pending move it, and start no goroutine of their own. An entry
+// that left its table gets none: nobody would use the batch.
+func (l *Leaser) due(e *Entry, r remote.Request, d remote.Decision, now, until int64) {
 	p := r.Policy
-	if wait <= 0 || r.Member == "" || d.Blocked || !p.Uses(remote.TokenBucket) || float64(r.Demand) <= p.Rate() || e.Gone() {
+	if until <= now || r.Member == "" || d.Blocked || !p.Uses(remote.TokenBucket) || float64(r.Demand) <= p.Rate() || e.Gone() {
 		return
 	}
 	// (Counted under duesMu, where Close's barrier finds it: none starts
@@ -185,18 +187,57 @@ func (l *Leaser) due(e *Entry, r remote.Request, d remote.Decision, wait int64) 
 	if l.stopped.Load() {
 		return
 	}
-	l.dues.Add(1)
-	go func() {
-		defer l.dues.Done()
-		// (The cached clock, which a denial is checked against, lags.)
-		t := l.clock.NewTimer(time.Duration(wait) + 2*coarseResolution)
-		defer t.Stop()
-		select {
-		case <-l.stop:
-		case <-t.C():
-			if e.Units() == 0 {
-				l.Prefetch(e)
+	if pd := l.dueOf[e]; pd != nil {
+		if until < pd.at {
+			select { // sooner than its timer: it sets another
+			case pd.sooner <- struct{}{}:
+			default:
 			}
 		}
-	}()
+		pd.at = until
+		return
+	}
+	pd := &pendingDue{at: until, sooner: make(chan struct{}, 1)}
+	l.dueOf[e] = pd
+	l.dues.Add(1)
+	go l.waitDue(e, pd)
+}
+
+// pendingDue is an entry's due lease: at (ns, under duesMu) is when;
+// sooner wakes its goroutine when it moves sooner.
+type pendingDue struct {
+	at     int64
+	sooner chan struct{}
+}
+
+// waitDue waits for e's due lease pd, as long as it moves, and makes it.
+func (l *Leaser) waitDue(e *Entry, pd *pendingDue) {
+	defer l.dues.Done()
+	for {
+		l.duesMu.Lock()
+		at := pd.at
+		l.duesMu.Unlock()
+		// (The cached clock, which a denial is checked against, lags.)
+		t := l.clock.NewTimer(time.Duration(at-l.Now()) + 2*coarseResolution)
+		select {
+		case <-l.stop:
+			t.Stop()
+			return
+		case <-pd.sooner:
+			t.Stop()
+			continue
+		case <-t.C():
+		}
+		l.duesMu.Lock()
+		if pd.at != at { // moved meanwhile
+			l.duesMu.Unlock()
+			continue
+		}
+		delete(l.dueOf, e)
+		l.duesMu.Unlock()
+		break
+	}
+	if e.Units() == 0 {
+		l.Prefetch(e)
+	}
 }
