@@ -2,6 +2,9 @@ package sync_test
 
 import (
 	"context"
+	"fmt"
+	stdsync "sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -177,4 +180,226 @@ func TestDueMovesWithTheLastAnswer(t *testing.T) {
 	}
 	r.advance(280 * time.Millisecond)
 	waitFor(t, func() bool { return leases() == 2 })
+}
+
+// Dues pending on a clock that never moves end with Close, which does not
+// wait for their time: their timers are stopped, their goroutines gone
+// (TestMain's goleak), and none starts after.
+func TestCloseEndsDuesOnAStillClock(t *testing.T) {
+	r := newDueRig(t)
+	l := r.leaser(100)
+	tb := l.NewTable(r.p, nil)
+	for i := range 10 {
+		leasesync.DueAt(l, tb.GetOrCreate(fmt.Sprint(i)), l.Now()+int64(time.Hour))
+	}
+	waitFor(t, func() bool { return r.clk.Timers() == 11 })
+	closed := make(chan struct{})
+	go func() { l.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close waits for the dues' time")
+	}
+	leasesync.DueAt(l, tb.GetOrCreate("late"), l.Now()+int64(time.Millisecond))
+	if n := r.clk.Timers(); n != 0 {
+		t.Fatalf("%d timers after Close", n)
+	}
+	r.advance(time.Hour)
+	if s := l.Stats(); s.Leases != 0 {
+		t.Fatalf("Stats %+v: a due leased", s)
+	}
+}
+
+// Dues set while Close runs, and falling due during it (the clock moves
+// all along): Close returns, no due's goroutine or timer outlives it, no
+// lease goes out after it, and every unit leased is accounted for, none
+// held.
+func TestCloseRacesDues(t *testing.T) {
+	for round := range 10 {
+		r := newDueRig(t)
+		l := r.leaser(100)
+		tb := l.NewTable(r.p, nil)
+		var es []*leasesync.Entry
+		for i := range 8 {
+			es = append(es, tb.GetOrCreate(fmt.Sprint(i)))
+		}
+		start, done := make(chan struct{}), make(chan struct{})
+		var wg stdsync.WaitGroup
+		for _, e := range es {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				for j := range 200 {
+					leasesync.DueAt(l, e, l.Now()+int64(1+j%3)*int64(time.Millisecond))
+					if j%10 == 0 {
+						e.TakeUpTo(100, l.Now())
+					}
+				}
+			}()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+					r.advance(time.Millisecond)
+					time.Sleep(50 * time.Microsecond)
+				}
+			}
+		}()
+		close(start)
+		time.Sleep(time.Duration(round) * time.Millisecond)
+		l.Close()
+		after := l.Stats()
+		close(done)
+		wg.Wait()
+		if n := r.clk.Timers(); n != 0 {
+			t.Fatalf("round %d: %d timers after Close", round, n)
+		}
+		r.advance(time.Second)
+		time.Sleep(10 * time.Millisecond)
+		s := l.Stats()
+		if s.Leases != after.Leases {
+			t.Fatalf("round %d: %d leases after Close", round, s.Leases-after.Leases)
+		}
+		if s.UnitsHeld != 0 || s.UnitsLeased != s.UnitsUsed+s.UnitsRefunded+s.UnitsDropped {
+			t.Fatalf("round %d: %+v: units held, or leased units not accounted for", round, s)
+		}
+	}
+}
+
+// A due lease and a request's lease of one entry: the request that comes
+// while the due's is in flight waits for it and takes from it, making no
+// call of its own (one lease in flight for an entry, a prefetch's or a
+// request's).
+func TestDueLeaseServesTheRequestThatMeetsIt(t *testing.T) {
+	r := newDueRig(t)
+	l := r.leaser(100)
+	var armed atomic.Bool
+	var sent atomic.Int64
+	reached, hold := make(chan struct{}), make(chan struct{})
+	leasesync.SetBeforeSend(l, func(*leasesync.Entry) {
+		if armed.Load() {
+			if sent.Add(1) == 1 {
+				close(reached)
+				<-hold
+			}
+		}
+	})
+	e := l.NewTable(r.p, nil).GetOrCreate("k")
+	d := r.hotDenied(l, e)
+	leases := l.Stats().Leases
+	waitFor(t, func() bool { return leasesync.PendingDues(l) == 1 && r.clk.Timers() == 2 })
+	armed.Store(true)
+	r.advance(dueIn(d))
+	<-reached // the due's lease, held before it is sent
+	type result struct {
+		taken bool
+		err   error
+	}
+	got := make(chan result, 1)
+	go func() {
+		_, taken, err := l.Lease(context.Background(), e, 1)
+		got <- result{taken, err}
+	}()
+	still(t, "leases sent", sent.Load)
+	close(hold)
+	if res := <-got; !res.taken || res.err != nil {
+		t.Fatalf("the request: taken %v, %v; want its unit from the due's lease", res.taken, res.err)
+	}
+	if s := l.Stats(); s.Leases != leases+1 || sent.Load() != 1 {
+		t.Fatalf("%d leases, %d sent; want the due's alone", s.Leases-leases, sent.Load())
+	}
+}
+
+// A Reset (Forget, the key's state gone in Redis, Forget again) while a
+// due lease is in flight: its grant, from the fresh key, is dropped, not
+// held in the entry past the Reset; a due lease after the Reset brings the
+// fresh key's units into the entry, which is live. Either way every unit
+// leased is accounted for, and none is held after Close.
+func TestDueAcrossReset(t *testing.T) {
+	r := newDueRig(t)
+	l := r.leaser(100)
+	var armed atomic.Bool
+	reached, hold := make(chan struct{}), make(chan struct{})
+	leasesync.SetBeforeSend(l, func(*leasesync.Entry) {
+		if armed.CompareAndSwap(true, false) {
+			close(reached)
+			<-hold
+		}
+	})
+	dr := newDoor(r.mr.Client(t), r.clk) // for the Reset: a door of its own
+	t.Cleanup(func() { dr.Close(context.Background()) })
+	reset := func(e *leasesync.Entry) {
+		l.Forget(e)
+		if err := dr.Reset(context.Background(), r.p, "k"); err != nil {
+			t.Fatal(err)
+		}
+		l.Forget(e)
+	}
+	e := l.NewTable(r.p, nil).GetOrCreate("k")
+	d := r.hotDenied(l, e)
+	waitFor(t, func() bool { return leasesync.PendingDues(l) == 1 && r.clk.Timers() == 2 })
+	armed.Store(true)
+	dropped := l.Stats().UnitsDropped
+	r.advance(dueIn(d))
+	<-reached
+	reset(e)
+	close(hold)
+	waitFor(t, func() bool { return e.Leasing() == nil && l.Stats().UnitsDropped > dropped })
+	if e.Units() != 0 {
+		t.Fatalf("the entry holds %d units of a grant that began before the Reset", e.Units())
+	}
+
+	d = r.hotDenied(l, e)
+	waitFor(t, func() bool { return leasesync.PendingDues(l) == 1 })
+	reset(e)
+	leases := l.Stats().Leases
+	r.advance(dueIn(d))
+	waitFor(t, func() bool { return l.Stats().Leases == leases+1 && e.Leasing() == nil })
+	if e.Units() == 0 {
+		t.Fatal("a due lease after the Reset brought nothing")
+	}
+	l.Close()
+	if s := l.Stats(); s.UnitsHeld != 0 || s.UnitsLeased != s.UnitsUsed+s.UnitsRefunded+s.UnitsDropped {
+		t.Fatalf("after Close: %+v: units held, or leased units not accounted for", s)
+	}
+}
+
+// Units a due lease brings while the demand has stopped lapse within TTL
+// of the lease (a take after that fails), go back (or are counted
+// dropped), and no further lease follows: the due is the answer's, not a
+// poll.
+func TestDueUnitsLapseWithinTTL(t *testing.T) {
+	r := newDueRig(t)
+	l := r.leaser(100)
+	e := l.NewTable(r.p, nil).GetOrCreate("k")
+	d := r.hotDenied(l, e)
+	waitFor(t, func() bool { return leasesync.PendingDues(l) == 1 && r.clk.Timers() == 2 })
+	before := l.Stats()
+	r.advance(dueIn(d))
+	start := l.Now() // (the lease's validity counts from its start, about now)
+	waitFor(t, func() bool { return l.Stats().Leases == before.Leases+1 && e.Leasing() == nil })
+	got := l.Stats().UnitsLeased - before.UnitsLeased
+	if got == 0 || uint64(e.Units()) != got {
+		t.Fatalf("the due lease brought %d units, the entry holds %d", got, e.Units())
+	}
+	for range 12 { // 3s: a sweep every 250ms
+		r.advance(250 * time.Millisecond)
+		waitFor(t, func() bool { return r.clk.Timers() == 1 }) // the sweeper's next
+	}
+	if took(e.Take(1, start+int64(time.Second))) {
+		t.Fatal("a unit of the due lease taken at its TTL")
+	}
+	s := l.Stats()
+	if s.Leases != before.Leases+1 {
+		t.Fatalf("%d leases after the due's, with no demand", s.Leases-before.Leases-1)
+	}
+	if s.UnitsExpired-before.UnitsExpired != got || s.UnitsHeld != 0 || s.UnitsLeased != s.UnitsUsed+s.UnitsRefunded+s.UnitsDropped {
+		t.Fatalf("Stats %+v: want the due's %d units expired, given back or dropped, none held", s, got)
+	}
 }
