@@ -25,20 +25,17 @@ local key = KEYS[1]
 -- What the caller leased earlier and did not use goes back first.
 if ARGV[7] then refund_all(1, tonumber(ARGV[7]), tonumber(ARGV[8])) end
 
--- The state and the block in one read: a block's time left (its PTTL) is
--- read only when there is one.
-local v
 do
-  local got = call('MGET', key, KEYS[2])
-  if got[2] then
-    local left = blocked_for(KEYS[2])
-    if left > 0 then return reply(0, NOW, 0, left, 0, left, 0, 0, 0, 1) end
+  local ms = call('PTTL', KEYS[2])
+  if ms ~= -2 then
+    local left = block_left(ms)
+    return reply(0, NOW, 0, left, 0, left, 0, 0, 0, 1)
   end
-  v = got[1]
 end
 
 -- The debt D (gcra.lua), read with the rate that wrote it.
 local D = 0
+local v = call('GET', key)
 if v then
   local us, rem, wrote = match(v, '^(%d+):(%d+):?(%d*)$')
   us = tonumber(us)
@@ -60,7 +57,7 @@ end
 local g = min(av, maximum)
 D = min(D + g * period, 9007199254740991)
 local us, reset = floor(D / rate), -floor(-D / rate)
-call('SET', key, format('%d:%d:%d', NOW + us, D - us * rate, rate), 'PX', max(1, -floor(-reset / 1000)))
+call('SET', key, format('%d:%d:%d', NOW + us, D - us * rate, rate), 'PX', format('%d', max(1, -floor(-reset / 1000))))
 av = 0
 if not leaky and D < cap then av = floor((cap - D) / period) end
 return format('%d %d %d %d', g, NOW, av, reset)

@@ -28,10 +28,8 @@ local HUGE = 1 / 0
 local function idiv(a, b) return floor(a / b) end
 local function cdiv(a, b) return -floor(-a / b) end
 
--- Numbers go to redis.call formatted by hand where a Lua string is made of
--- them (Lua's conversion keeps 14 significant digits and would round a
--- microsecond timestamp); redis.call converts a plain number argument
--- exactly, so a TTL goes as it is.
+-- Numbers go to redis.call formatted by hand: the default conversion keeps
+-- 14 significant digits and would round a microsecond timestamp.
 local function int(x) return format('%d', x) end
 
 -- Expire key after us microseconds, rounded up to whole milliseconds.

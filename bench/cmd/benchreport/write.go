@@ -461,7 +461,7 @@ func writeRedisTime(p func(string, ...any), e env, rt map[redisTimeKey]decisionS
 					continue
 				}
 				us := summary(s["redis-us/op"])
-				p("| %s | %d | %s | %s ± %s | %s | %.3f | %s | %s |\n", denyName(deny), g, e.peer(name), num(us.Center), us.PctRangeString(),
+				p("| %s | %d | %s | %s ± %s | %s | %.4f | %s | %s |\n", denyName(deny), g, e.peer(name), num(us.Center), us.PctRangeString(),
 					times(us.Center/median(base["redis-us/op"])), median(s["admitted/op"]), roundTrips(median(s["roundtrips/op"])), rate(median(s["decisions/s"])))
 			}
 		}
