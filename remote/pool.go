@@ -84,9 +84,12 @@ type Claim struct {
 // Claim asks the pool of key under the pooled policy p (see Pooled)
 // whether the caller refills it: while it holds fewer than low units, or
 // than its region takes over lead, and is empty or was refilled gap ago
-// or more (low 0: only a pool in use, whose region took units lately or
-// whose instances want some); one caller at a time, for up to hold (then another may),
-// expected to take eta.
+// or more (low 0, a refill ahead of need: only a pool in use, whose
+// instances want units or whose region took some since its last deposit,
+// twice, or once after taking some since the deposit before: not one whose
+// key nobody uses any more, nor one whose one decision set the last refill
+// off); one caller at a time, for up to hold (then another may), expected
+// to take eta.
 func (s *Store) Claim(ctx context.Context, p *Policy, key string, low int64, lead, gap, hold, eta time.Duration) (Claim, error) {
 	pr := &poolProgram()[0]
 	keys := p.keys(s.prefix, key, true, false)

@@ -57,11 +57,9 @@ type pool struct {
 
 // refill is a refill in flight in this process; done is closed at its
 // end; claim is its claim's time once it holds the pool's (see close).
-// wake: a timer's (later), which refills only a pool in use.
 type refill struct {
 	done  chan struct{}
 	claim atomic.Int64
-	wake  bool
 }
 
 // RegionTTL is the longest a regional pool keeps the units it is given.
@@ -175,13 +173,11 @@ func (r *regions) run(ctx context.Context, pl pool, f *refill, need int64) bool 
 	// would be in the pool, holding its refills off for its hold, with
 	// nobody to deposit.
 	// (A pool that holds fewer than the decision asks is low, however
-	// many it holds: else a request above its usual refill never fits.)
-	// (A timer's wake asks with low 0: a pool whose key nobody uses any
-	// more is not refilled, window after window.)
-	low := max(1, need)
-	if f.wake {
-		low = 0
-	}
+	// many it holds: else a request above its usual refill never fits.
+	// A refill ahead of need, a decision's low water or a timer's wake,
+	// asks with low 0: only a pool in use is refilled, not one whose key
+	// nobody uses any more, nor one whose key was used once.)
+	low := need
 	c, err := r.local.Claim(context.WithoutCancel(ctx), pl.p, pl.key, low, r.lead(), gapOf(pl.p.Global()), 2*r.global.Timeout(), rtt)
 	if err != nil {
 		return false
@@ -326,7 +322,7 @@ func (r *regions) later(pl pool, wait time.Duration) {
 		if r.closed.Load() {
 			return
 		}
-		f := &refill{done: make(chan struct{}), wake: true}
+		f := &refill{done: make(chan struct{})}
 		if _, busy := r.flight.LoadOrStore(pl, f); !busy {
 			r.run(context.Background(), pl, f, 0)
 		}

@@ -2,6 +2,7 @@ package tier_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -341,24 +342,55 @@ func TestPartitionShareIsTheRegions(t *testing.T) {
 // couple of seconds), not window after window for ever.
 func TestUnusedPoolIsNotRefilledEachWindow(t *testing.T) {
 	e, regional, global, clk := newRegional(t)
-	p, err := remote.NewPolicy("w", []remote.Limit{{Algorithm: remote.FixedWindow, Rate: 10, Burst: 10, Period: 100 * time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pp := p.Pooled()
+	pp := windowPolicy(t)
 	allowed(t, e, pp, "once")
-	step := func(n int) {
-		for range n {
-			regional.Advance(100 * time.Millisecond)
-			global.Advance(100 * time.Millisecond)
-			clk.Advance(100 * time.Millisecond)
-			time.Sleep(110 * time.Millisecond) // the window's wake fires, on the wall clock
-		}
-	}
+	step := stepper(regional, global, clk)
 	step(25) // the region's demand lapses (it counts the last two seconds)
 	before := e.Stats().GlobalRoundTrips
 	step(10)
 	if n := e.Stats().GlobalRoundTrips - before; n > 1 {
 		t.Fatalf("%d global round trips over 10 windows of a key nobody used for 2.5s, want none", n)
+	}
+}
+
+// Keys used once (a per-IP limit under a crawl) cost a global round trip
+// each, the refill their one decision set off: none after it, though its
+// region's demand still counts that decision, neither as the decision
+// leaves the pool low nor as the next windows open: nothing more was
+// taken from what the refill deposited.
+func TestKeyUsedOnceCostsOneGlobalRoundTrip(t *testing.T) {
+	e, regional, global, clk := newRegional(t)
+	pp := windowPolicy(t)
+	const keys = 20
+	for i := range keys {
+		allowed(t, e, pp, fmt.Sprint("ip", i))
+	}
+	stepper(regional, global, clk)(3)
+	if n := e.Stats().GlobalRoundTrips; n != keys {
+		t.Fatalf("%d global round trips for %d keys used once each, want one each", n, keys)
+	}
+}
+
+// windowPolicy is the pooled policy of a worldwide fixed window of 10 a
+// 100ms.
+func windowPolicy(t *testing.T) *remote.Policy {
+	t.Helper()
+	p, err := remote.NewPolicy("w", []remote.Limit{{Algorithm: remote.FixedWindow, Rate: 10, Burst: 10, Period: 100 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Pooled()
+}
+
+// stepper returns a func that moves the clocks n windows of 100ms on, each
+// waiting for the window's wake, which fires on the wall clock.
+func stepper(regional, global *redistest.Mini, clk *clock.Manual) func(n int) {
+	return func(n int) {
+		for range n {
+			regional.Advance(100 * time.Millisecond)
+			global.Advance(100 * time.Millisecond)
+			clk.Advance(100 * time.Millisecond)
+			time.Sleep(110 * time.Millisecond)
+		}
 	}
 }

@@ -23,6 +23,9 @@
 --       deposited it
 --   dw, dc, dp  the second (floor(now / 1s)) units were last taken in, the
 --       units taken in it and in the second before: the region's demand
+--   dk  the takes since the last deposit (calls, not units), and
+--   pu  1 when the pool was taken from between the deposit before and
+--       the last: whether a timer's wake refills it (poolclaim.lua)
 -- The limit's rate, period and burst are the worldwide key's tightest
 -- limit's: the fair share between the region's instances reads them.
 -- State: a = units held by live generations, b = the soonest expiry of one
@@ -31,12 +34,12 @@
 local PL
 
 local function pool_read(key)
-  local v = call('HMGET', key, 'g', 'lu', 'la', 'ra', 'lk', 'dw', 'dc', 'dp', 'lx', 're', 'rd', 'lc', 'rc')
+  local v = call('HMGET', key, 'g', 'lu', 'la', 'ra', 'lk', 'dw', 'dc', 'dp', 'lx', 're', 'rd', 'lc', 'rc', 'dk', 'pu')
   local p = { gens = {}, lu = tonumber(v[2]) or 0, la = tonumber(v[3]) or 0,
     ra = tonumber(v[4]) or 0, lk = tonumber(v[5]) or 0, dw = tonumber(v[6]) or 0,
     dc = tonumber(v[7]) or 0, dp = tonumber(v[8]) or 0, lx = tonumber(v[9]) or 0,
     re = tonumber(v[10]) or 0, rd = tonumber(v[11]) or 0, lc = tonumber(v[12]) or 0,
-    rc = tonumber(v[13]) or 0 }
+    rc = tonumber(v[13]) or 0, dk = tonumber(v[14]) or 0, pu = tonumber(v[15]) or 0 }
   -- (No key: its generations, and the record of their lapse, are gone.
   -- A grant made before now came from one of them.)
   if not v[1] then p.lx = NOW end
@@ -100,7 +103,7 @@ local function pool_save(key, p)
   if p.lk <= NOW then p.re = 0 end
   call('HSET', key, 'g', concat(parts, ';'), 'lu', int(p.lu), 'la', int(p.la), 'ra', int(p.ra),
     'lk', int(p.lk), 'dw', int(p.dw), 'dc', int(p.dc), 'dp', int(p.dp), 'lx', int(p.lx), 're', int(p.re), 'rd', int(p.rd),
-    'lc', int(p.lc), 'rc', int(p.rc))
+    'lc', int(p.lc), 'rc', int(p.rc), 'dk', int(p.dk), 'pu', int(p.pu))
   -- Kept a few seconds past its last generation, for the demand and what
   -- lapsed to be read by the next refill.
   expire_in(key, last - NOW + 5000000)
@@ -150,6 +153,7 @@ ALG[6] = {
       if PL.dw == s - 1 then PL.dp = PL.dc else PL.dp = 0 end
       PL.dw, PL.dc = s, g
     end
+    PL.dk = PL.dk + 1
     pool_save(key, PL)
     local _, soonest = pool_units(PL)
     -- (A charge past what it holds takes what it holds: a worldwide cost

@@ -7,8 +7,11 @@
 -- ARGV[1]   low: the pool wants a refill while it holds fewer units, or
 --           fewer than its region takes over ARGV[4] us, if more; 0: a
 --           wake of the caller's own, which refills only a pool in use
---           (its region took units lately, or its instances want some),
---           not one whose key nobody uses any more
+--           (its instances want units, or its region took some since its
+--           last deposit: twice, or once after taking some since the
+--           deposit before), not one whose key nobody uses any more, nor
+--           one used once (a per-IP limit under a crawl: its one decision
+--           set the refill off and took from its deposit)
 -- ARGV[2]   how long (us) the refill may take before another may start
 -- ARGV[3]   how long (us) the refill is expected to take: an empty pool
 --           tells its instances to ask again then
@@ -38,8 +41,11 @@ local p = pool_read(key)
 local units = pool_units(p)
 local taken = pool_demand(p)
 low = max(low, ceil(taken * tonumber(ARGV[4]) / 1000000))
-local demand, t = ceil(max(taken, read_members(KEYS[2], '#', 0, 1).D)), ceil(taken)
-if tonumber(ARGV[1]) == 0 and demand > 0 then low = max(low, 1) end
+local wanted = read_members(KEYS[2], '#', 0, 1).D
+local demand, t = ceil(max(taken, wanted)), ceil(taken)
+if tonumber(ARGV[1]) == 0 then
+  if wanted > 0 or p.dk > 1 or p.dk == 1 and p.pu == 1 then low = max(low, 1) else low = 0 end
+end
 if p.ra > NOW then return format('2 %d %d %d 0 0 %d %d %d', units, demand, t, NOW, p.ra - NOW, p.rc) end
 if units >= low then return format('3 %d %d %d 0 0 %d 0 %d', units, demand, t, NOW, p.rc) end
 local gap = p.rd + tonumber(ARGV[5]) - NOW

@@ -35,6 +35,9 @@ elseif g > 0 and at > 0 then
   p.lu = p.lu + g
 end
 p.ra, p.rd = 0, NOW
+-- (Whether the pool was in use since the deposit before: see poolclaim.)
+if p.dk > 0 then p.pu = 1 else p.pu = 0 end
+p.dk = 0
 -- A partition's share dates the region's next one; the global key's answer
 -- (which has its time) ends the partition. (A refill ended by Close, with
 -- neither, changes nothing.)
