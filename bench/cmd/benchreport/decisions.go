@@ -77,7 +77,7 @@ func redisTimes(peers []bench.Peer, addr string, count int, w io.Writer) (map[re
 				for _, p := range peers {
 					r := testing.Benchmark(bench.RedisTime(p, addr, g, deny))
 					if r.N == 0 {
-						return nil, fmt.Errorf("Redis time benchmark %s with %d goroutines (deny %v) failed", p.Name, g, deny)
+						return nil, fmt.Errorf("the Redis time benchmark %s with %d goroutines (deny %v) failed", p.Name, g, deny)
 					}
 					fmt.Fprintf(w, "BenchmarkRedisTime/load=%s/goroutines=%d/impl=%s-%d\t%s\t%s\n",
 						denyName(deny), g, p.Name, runtime.GOMAXPROCS(0), r.String(), r.MemString())
