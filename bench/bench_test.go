@@ -90,6 +90,21 @@ func BenchmarkRedisTime(b *testing.B) {
 	}
 }
 
+// BenchmarkFewUse is keys used once, twice and 4 times each from 16
+// goroutines, lease mode against exact mode; compare with
+//
+//	benchstat -col /impl out/new.txt
+func BenchmarkFewUse(b *testing.B) {
+	for _, uses := range []int{1, 2, 4} {
+		for _, p := range Peers() {
+			if p.Name != "ratelease-exact" && p.Name != "ratelease-lease" {
+				continue
+			}
+			b.Run(fmt.Sprintf("uses=%d/impl=%s", uses, p.Name), FewUse(p, addr, uses))
+		}
+	}
+}
+
 // Every peer runs the accuracy workload; the global ones keep within the
 // limit, and ratelease in lease mode makes few round trips. (The figures
 // of docs/benchmarks.md come from cmd/benchreport, on longer runs.)

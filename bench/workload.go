@@ -45,7 +45,7 @@ func prefix(name string) string { return fmt.Sprintf("bench-%s-%d", name, runs.A
 // ns/op and allocations it reports decisions/s and roundtrips/op, the Redis
 // round trips per decision.
 func Decisions(p Peer, addr string, goroutines int) func(b *testing.B) {
-	return measure(p, addr, goroutines, Limit{Rate: 1_000_000, Burst: 1_000_000_000}, 1)
+	return measure(p, addr, goroutines, Limit{Rate: 1_000_000, Burst: 1_000_000_000}, nil, 1, true)
 }
 
 // RedisTimeKeys is how many keys RedisTime decides on.
@@ -62,13 +62,31 @@ func RedisTime(p Peer, addr string, goroutines int, deny bool) func(b *testing.B
 	if deny {
 		lim = Limit{Rate: 1, Burst: 1}
 	}
-	return measure(p, addr, goroutines, lim, RedisTimeKeys)
+	return measure(p, addr, goroutines, lim, func(i int64) string { return "key" + strconv.FormatInt(i%RedisTimeKeys, 10) }, RedisTimeKeys, false)
 }
 
-// measure is a benchmark of one process deciding through p on keys keys
-// (in turn) of lim, from goroutines goroutines, on the Redis at addr. With
-// one key, every decision must be admitted.
-func measure(p Peer, addr string, goroutines int, lim Limit, keys int) func(b *testing.B) {
+// FewUseGoroutines is how many goroutines FewUse decides from.
+const FewUseGoroutines = 16
+
+// FewUse returns a benchmark of keys used uses times each, one after
+// another (uses 1: per-IP limits under a crawl, where every key is new),
+// decided through p from FewUseGoroutines goroutines, each decision
+// admitted (a limit of 5 a second, burst 5, above any key's uses). What
+// the peer sends when it is closed counts (lease mode gives back what a
+// key's lease did not use then), in round trips and Redis time.
+func FewUse(p Peer, addr string, uses int) func(b *testing.B) {
+	return measure(p, addr, FewUseGoroutines, Limit{Rate: 5, Burst: 5}, func(i int64) string { return "k" + strconv.FormatInt(i/int64(uses), 36) }, 0, true)
+}
+
+// measure is a benchmark of one process deciding through p, decision i
+// on key(i) of lim (nil: every decision on one key, with nothing shared
+// between the goroutines but the limiter: a counter they all add to
+// would cost more than a leased decision), from goroutines goroutines,
+// on the Redis at addr, after warm decisions (i from 0: each key's state
+// exists before timing starts). With wantAll, every decision must be
+// admitted; else admitted/op says how many were. The peer is closed
+// before the figures are taken: what Close sends counts.
+func measure(p Peer, addr string, goroutines int, lim Limit, key func(i int64) string, warm int, wantAll bool) func(b *testing.B) {
 	return func(b *testing.B) {
 		c, rt := newClient(addr, goroutines)
 		defer c.Close()
@@ -77,27 +95,29 @@ func measure(p Peer, addr string, goroutines int, lim Limit, keys int) func(b *t
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer inst.Close()
-		ctx := context.Background()
-		names := make([]string, keys)
-		for i := range names {
-			names[i] = "key"
-			if keys > 1 {
-				names[i] = "key" + strconv.Itoa(i)
+		closed := false
+		defer func() {
+			if !closed {
+				_ = inst.Close()
 			}
-		}
+		}()
+		ctx := context.Background()
 		var next, admitted atomic.Int64
 		decide := func() {
-			ok, err := inst.Allow(ctx, names[(next.Add(1)-1)%int64(keys)])
-			if err != nil || (!ok && keys == 1) {
+			k := "key"
+			if key != nil {
+				k = key(next.Add(1) - 1)
+			}
+			ok, err := inst.Allow(ctx, k)
+			if err != nil || (!ok && wantAll) {
 				b.Errorf("%s: allowed %v, error %v", p.Name, ok, err)
 			}
-			if ok {
+			if ok && !wantAll {
 				admitted.Add(1)
 			}
 		}
-		for range keys {
-			decide() // every key's state exists before timing starts
+		for range warm {
+			decide()
 		}
 		if err := c.ConfigResetStat(ctx).Err(); err != nil {
 			b.Fatal(err)
@@ -120,9 +140,14 @@ func measure(p Peer, addr string, goroutines int, lim Limit, keys int) func(b *t
 			})
 		}
 		b.StopTimer()
+		elapsed := b.Elapsed()
+		closed = true
+		if err := inst.Close(); err != nil {
+			b.Fatal(err)
+		}
 		b.ReportMetric(float64(rt.Trips.Load()-start)/float64(b.N), "roundtrips/op")
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
-		if keys > 1 {
+		b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
+		if !wantAll {
 			b.ReportMetric(float64(admitted.Load())/float64(b.N), "admitted/op")
 		}
 		usec, calls, err := RedisMicros(ctx, c)

@@ -109,3 +109,36 @@ func summary(values []float64) benchmath.Summary {
 
 // median of values.
 func median(values []float64) float64 { return summary(values).Center }
+
+// fewUseKey names one bench.FewUse benchmark.
+type fewUseKey struct {
+	impl string
+	uses int
+}
+
+// fewUseCounts are the uses of each key FewUse runs with.
+var fewUseCounts = []int{1, 2, 4}
+
+// fewUses runs bench.FewUse for each peer at each of fewUseCounts, count
+// times, interleaved, writes each result as a benchmark line to w, and
+// returns the values.
+func fewUses(peers []bench.Peer, addr string, count int, w io.Writer) (map[fewUseKey]decisionSamples, error) {
+	res := map[fewUseKey]decisionSamples{}
+	for round := 0; round < count; round++ {
+		for _, uses := range fewUseCounts {
+			for _, p := range peers {
+				r := testing.Benchmark(bench.FewUse(p, addr, uses))
+				if r.N == 0 {
+					return nil, fmt.Errorf("the few-use benchmark %s with %d uses failed", p.Name, uses)
+				}
+				fmt.Fprintf(w, "BenchmarkFewUse/uses=%d/impl=%s-%d\t%s\t%s\n", uses, p.Name, runtime.GOMAXPROCS(0), r.String(), r.MemString())
+				k := fewUseKey{p.Name, uses}
+				if res[k] == nil {
+					res[k] = decisionSamples{}
+				}
+				res[k].add(r)
+			}
+		}
+	}
+	return res, nil
+}

@@ -189,6 +189,16 @@ func run(o options) error {
 		return err
 	}
 
+	// Keys used a few times, lease mode against exact mode.
+	fu, err := named(peers, []string{lease, exactPeer})
+	if err != nil {
+		return err
+	}
+	fewUse, err := fewUses(fu, srv.Addr, o.count, io.MultiWriter(rawFile, os.Stdout))
+	if err != nil {
+		return err
+	}
+
 	var acc []accuracyRow
 	for _, w := range workloads() {
 		rows, err := accuracy(peers, srv.Addr, w, o.accuracyRuns)
@@ -202,6 +212,7 @@ func run(o options) error {
 		return err
 	}
 	reg.redisTime = redisTime
+	reg.fewUse = fewUse
 	if reg.ceiling, err = ceilings(peers, srv.Addr, o.accuracyRuns); err != nil {
 		return err
 	}

@@ -20,6 +20,9 @@ var fleetPeers = []string{lease}
 
 // regimeResults are the runs of the everyday and fleet workloads.
 type regimeResults struct {
+	// fewUse holds bench.FewUse's values for lease and exactPeer at each
+	// of fewUseCounts.
+	fewUse map[fewUseKey]decisionSamples
 	// redisTime holds bench.RedisTime's values for exactPeer and the
 	// baseline, admitting and denying, at each of redisTimeGoroutines.
 	redisTime map[redisTimeKey]decisionSamples

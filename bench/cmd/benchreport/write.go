@@ -61,6 +61,14 @@ func write(w io.Writer, e env, peers []bench.Peer, dec, byAlg map[decisionKey]de
 		a := accuracies(r.runs)
 		p("| accuracy in [0.97, 1.00]: %s | %s | %s |\n", r.workload, e.mark(spread(a)), yes(slices.Min(a) >= 0.97 && slices.Max(a) <= 1.0))
 	}
+	for _, uses := range fewUseCounts {
+		r := fewUseRatios(reg.fewUse, uses)
+		if len(r) == 0 {
+			continue
+		}
+		p("| keys used %s, %d goroutines: decisions/s ≥ exact mode's in every round | %s | %s |\n", timesName(uses), bench.FewUseGoroutines,
+			e.mark(ratioSpread(r)), yes(slices.Min(r) >= 1))
+	}
 	if l, x := everydayOf(reg, lease), everydayOf(reg, exactPeer); l != nil && x != nil {
 		lv, xv := median(everydayRTs(l.runs)), median(everydayRTs(x.runs))
 		p("| everyday key: round trips per decision ≤ 0.5 and ≤ exact mode's | %s | %s |\n", e.mark(fmt.Sprintf("%.3f (exact mode: %.3f)", lv, xv)), yes(lv <= 0.5 && lv <= xv))
@@ -118,6 +126,7 @@ func write(w io.Writer, e env, peers []bench.Peer, dec, byAlg map[decisionKey]de
 		}
 	}
 	writeRedisTime(p, e, reg.redisTime, count)
+	writeFewUse(p, e, reg.fewUse, count)
 
 	cfg := bench.DefaultAccuracy
 	p("\n## Accuracy across %d instances\n\n", len(cfg.Shares))
@@ -464,6 +473,54 @@ func writeRedisTime(p func(string, ...any), e env, rt map[redisTimeKey]decisionS
 				p("| %s | %d | %s | %s ± %s | %s | %.4f | %s | %s |\n", denyName(deny), g, e.peer(name), num(us.Center), us.PctRangeString(),
 					times(us.Center/median(base["redis-us/op"])), median(s["admitted/op"]), roundTrips(median(s["roundtrips/op"])), rate(median(s["decisions/s"])))
 			}
+		}
+	}
+}
+
+// fewUseRatios is, round by round, lease mode's decisions/s over exact
+// mode's in bench.FewUse with uses uses of each key.
+func fewUseRatios(fu map[fewUseKey]decisionSamples, uses int) []float64 {
+	l, x := fu[fewUseKey{lease, uses}]["decisions/s"], fu[fewUseKey{exactPeer, uses}]["decisions/s"]
+	var r []float64
+	for i := range min(len(l), len(x)) {
+		r = append(r, l[i]/x[i])
+	}
+	return r
+}
+
+// timesName says how many times each key is used.
+func timesName(uses int) string {
+	switch uses {
+	case 1:
+		return "once"
+	case 2:
+		return "twice"
+	}
+	return fmt.Sprintf("%d times", uses)
+}
+
+// writeFewUse renders keys used a few times (bench.FewUse).
+func writeFewUse(p func(string, ...any), e env, fu map[fewUseKey]decisionSamples, count int) {
+	if len(fu) == 0 {
+		return
+	}
+	p("\n### Keys used once or a few times\n\n")
+	p("%d goroutines of one process decide on keys used once each (per-IP limits under a crawl, where every key is new), twice or %d times, one use after another, under a limit of 5 a second (burst 5) that admits every decision: lease mode against exact mode. What each sends when closed (lease mode gives back what a key's lease did not use) counts in its round trips and Redis time. Each benchmark ran %d times for %v, the two interleaved; the median, ± the 95%% confidence interval; *× exact* is the median of the rounds' ratios, in brackets the lowest and highest.\n\n",
+		bench.FewUseGoroutines, fewUseCounts[len(fewUseCounts)-1], count, benchtimeFlag())
+	p("| uses | peer | decisions/s | × exact | round trips/decision | Redis µs/decision | B/op | allocs/op |\n|---|---|---|---|---|---|---|---|\n")
+	for _, uses := range fewUseCounts {
+		for _, name := range []string{lease, exactPeer} {
+			s := fu[fewUseKey{name, uses}]
+			if s == nil {
+				continue
+			}
+			ratio := "1.00×"
+			if name == lease {
+				ratio = ratioSpread(fewUseRatios(fu, uses))
+			}
+			d := summary(s["decisions/s"])
+			p("| %d | %s | %s ± %s | %s | %s | %.3g | %.0f | %.0f |\n", uses, e.peer(name), rate(d.Center), d.PctRangeString(), ratio,
+				roundTrips(median(s["roundtrips/op"])), median(s["redis-us/op"]), median(s["B/op"]), median(s["allocs/op"]))
 		}
 	}
 }
