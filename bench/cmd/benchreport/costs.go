@@ -5,6 +5,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/ratelease/ratelease/bench"
 )
@@ -79,6 +80,35 @@ func writeFewUse(p func(string, ...any), e env, fu map[fewUseKey]decisionSamples
 			d := summary(s["decisions/s"])
 			p("| %d | %s | %s ± %s | %s | %s | %.3g | %.0f | %.0f |\n", uses, e.peer(name), rate(d.Center), d.PctRangeString(), ratio,
 				roundTrips(median(s["roundtrips/op"])), median(s["redis-us/op"]), median(s["B/op"]), median(s["allocs/op"]))
+		}
+	}
+}
+
+// writeFewUseGoals renders the goal rows of keys used a few times: lease
+// mode's decisions/s at least exact mode's in every round.
+func writeFewUseGoals(p func(string, ...any), e env, fu map[fewUseKey]decisionSamples) {
+	for _, uses := range fewUseCounts {
+		r := fewUseRatios(fu, uses)
+		if len(r) == 0 {
+			continue
+		}
+		p("| keys used %s, %d goroutines: decisions/s ≥ exact mode's in every round | %s | %s |\n", timesName(uses), bench.FewUseGoroutines,
+			e.mark(ratioSpread(r)), yes(slices.Min(r) >= 1))
+	}
+}
+
+// writeRedisTimeGoals renders the goal rows of exact mode's Redis time: at
+// most 0.8 of the baseline's, by the medians.
+func writeRedisTimeGoals(p func(string, ...any), e env, rt map[redisTimeKey]decisionSamples) {
+	for _, deny := range []bool{false, true} {
+		for _, g := range redisTimeGoroutines {
+			x, r := rt[redisTimeKey{exactPeer, g, deny}], rt[redisTimeKey{baseline, g, deny}]
+			if x == nil || r == nil {
+				continue
+			}
+			ratio := median(x["redis-us/op"]) / median(r["redis-us/op"])
+			p("| exact mode's Redis µs per decision ≤ 0.8 × %s's: %s, %s | %s | %s |\n", baseline, denyName(deny), loadName(g),
+				e.mark(fmt.Sprintf("%.2f× (%.2f µs against %.2f)", ratio, median(x["redis-us/op"]), median(r["redis-us/op"]))), yes(ratio <= 0.8))
 		}
 	}
 }

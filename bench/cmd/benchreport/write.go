@@ -61,14 +61,7 @@ func write(w io.Writer, e env, peers []bench.Peer, dec, byAlg map[decisionKey]de
 		a := accuracies(r.runs)
 		p("| accuracy in [0.97, 1.00]: %s | %s | %s |\n", r.workload, e.mark(spread(a)), yes(slices.Min(a) >= 0.97 && slices.Max(a) <= 1.0))
 	}
-	for _, uses := range fewUseCounts {
-		r := fewUseRatios(reg.fewUse, uses)
-		if len(r) == 0 {
-			continue
-		}
-		p("| keys used %s, %d goroutines: decisions/s ≥ exact mode's in every round | %s | %s |\n", timesName(uses), bench.FewUseGoroutines,
-			e.mark(ratioSpread(r)), yes(slices.Min(r) >= 1))
-	}
+	writeFewUseGoals(p, e, reg.fewUse)
 	if l, x := everydayOf(reg, lease), everydayOf(reg, exactPeer); l != nil && x != nil {
 		lv, xv := median(everydayRTs(l.runs)), median(everydayRTs(x.runs))
 		p("| everyday key: round trips per decision ≤ 0.5 and ≤ exact mode's | %s | %s |\n", e.mark(fmt.Sprintf("%.3f (exact mode: %.3f)", lv, xv)), yes(lv <= 0.5 && lv <= xv))
@@ -81,17 +74,7 @@ func write(w io.Writer, e env, peers []bench.Peer, dec, byAlg map[decisionKey]de
 		p("| fleet: the pair's round trips per decision beside %d idle instances ≤ 1.2× the pair alone | %s | %s |\n",
 			bench.DefaultFleet.Idle, e.mark(fmt.Sprintf("%s (round trips per decision %.4f beside, %.4f alone)", ratioSpread(r), median(fleetRTs(f.runs, true)), median(fleetRTs(f.runs, false)))), yes(median(r) <= 1.2))
 	}
-	for _, deny := range []bool{false, true} {
-		for _, g := range redisTimeGoroutines {
-			x, r := reg.redisTime[redisTimeKey{exactPeer, g, deny}], reg.redisTime[redisTimeKey{baseline, g, deny}]
-			if x == nil || r == nil {
-				continue
-			}
-			ratio := median(x["redis-us/op"]) / median(r["redis-us/op"])
-			p("| exact mode's Redis µs per decision ≤ 0.8 × %s's: %s, %s | %s | %s |\n", baseline, denyName(deny), loadName(g),
-				e.mark(fmt.Sprintf("%.2f× (%.2f µs against %.2f)", ratio, median(x["redis-us/op"]), median(r["redis-us/op"]))), yes(ratio <= 0.8))
-		}
-	}
+	writeRedisTimeGoals(p, e, reg.redisTime)
 
 	p("\n## What one decision costs\n\n")
 	p("One key, a limit far above the demand (a million per second, a bucket of a billion), so that every decision admits: the common case. Each benchmark ran %d times for %v, the peers interleaved round by round; a figure is benchstat's: the median, ± the 95%% confidence interval. decisions/s is per process, over the benchmark's wall time. \"32 goroutines\" is `RunParallel` with 32 goroutines. Redis µs/decision is the CPU time Redis spent per decision, from `INFO commandstats` (reset before each benchmark): its scripts' time for a peer that runs scripts (which includes the commands they call), every command's otherwise; Redis runs them on one core, so it sets how many decisions one Redis (or Cluster master) can make per second. Redis µs/call is the same time per call: for an exact peer a decision's, for lease mode a lease call's (it grants a batch of units, and every decision uses one). Both count the commands' execution only; the ceiling below counts all of Redis's work.\n\n",
