@@ -29,21 +29,29 @@ func decisions(peers []bench.Peer, addr string, count int, goroutines []int, w i
 	for round := 0; round < count; round++ {
 		for _, p := range peers {
 			for _, g := range goroutines {
-				r := testing.Benchmark(bench.Decisions(p, addr, g))
-				if r.N == 0 {
-					return nil, fmt.Errorf("decision benchmark %s with %d goroutines failed", p.Name, g)
+				name := fmt.Sprintf("Decisions/impl=%s/goroutines=%d", p.Name, g)
+				if err := benchmark(res, decisionKey{p.Name, g}, name, bench.Decisions(p, addr, g), w); err != nil {
+					return nil, err
 				}
-				fmt.Fprintf(w, "BenchmarkDecisions/impl=%s/goroutines=%d-%d\t%s\t%s\n",
-					p.Name, g, runtime.GOMAXPROCS(0), r.String(), r.MemString())
-				k := decisionKey{p.Name, g}
-				if res[k] == nil {
-					res[k] = decisionSamples{}
-				}
-				res[k].add(r)
 			}
 		}
 	}
 	return res, nil
+}
+
+// benchmark runs f once, writes its result to w as a benchmark
+// line named Benchmark<name>, and adds its values to res under k.
+func benchmark[K comparable](res map[K]decisionSamples, k K, name string, f func(*testing.B), w io.Writer) error {
+	r := testing.Benchmark(f)
+	if r.N == 0 {
+		return fmt.Errorf("benchmark %s failed", name)
+	}
+	fmt.Fprintf(w, "Benchmark%s-%d\t%s\t%s\n", name, runtime.GOMAXPROCS(0), r.String(), r.MemString())
+	if res[k] == nil {
+		res[k] = decisionSamples{}
+	}
+	res[k].add(r)
+	return nil
 }
 
 // add appends r's values to s.
@@ -75,17 +83,10 @@ func redisTimes(peers []bench.Peer, addr string, count int, w io.Writer) (map[re
 		for _, deny := range []bool{false, true} {
 			for _, g := range redisTimeGoroutines {
 				for _, p := range peers {
-					r := testing.Benchmark(bench.RedisTime(p, addr, g, deny))
-					if r.N == 0 {
-						return nil, fmt.Errorf("the Redis time benchmark %s with %d goroutines (deny %v) failed", p.Name, g, deny)
+					name := fmt.Sprintf("RedisTime/load=%s/goroutines=%d/impl=%s", denyName(deny), g, p.Name)
+					if err := benchmark(res, redisTimeKey{p.Name, g, deny}, name, bench.RedisTime(p, addr, g, deny), w); err != nil {
+						return nil, err
 					}
-					fmt.Fprintf(w, "BenchmarkRedisTime/load=%s/goroutines=%d/impl=%s-%d\t%s\t%s\n",
-						denyName(deny), g, p.Name, runtime.GOMAXPROCS(0), r.String(), r.MemString())
-					k := redisTimeKey{p.Name, g, deny}
-					if res[k] == nil {
-						res[k] = decisionSamples{}
-					}
-					res[k].add(r)
 				}
 			}
 		}
@@ -127,16 +128,10 @@ func fewUses(peers []bench.Peer, addr string, count int, w io.Writer) (map[fewUs
 	for round := 0; round < count; round++ {
 		for _, uses := range fewUseCounts {
 			for _, p := range peers {
-				r := testing.Benchmark(bench.FewUse(p, addr, uses))
-				if r.N == 0 {
-					return nil, fmt.Errorf("the few-use benchmark %s with %d uses failed", p.Name, uses)
+				name := fmt.Sprintf("FewUse/uses=%d/impl=%s", uses, p.Name)
+				if err := benchmark(res, fewUseKey{p.Name, uses}, name, bench.FewUse(p, addr, uses), w); err != nil {
+					return nil, err
 				}
-				fmt.Fprintf(w, "BenchmarkFewUse/uses=%d/impl=%s-%d\t%s\t%s\n", uses, p.Name, runtime.GOMAXPROCS(0), r.String(), r.MemString())
-				k := fewUseKey{p.Name, uses}
-				if res[k] == nil {
-					res[k] = decisionSamples{}
-				}
-				res[k].add(r)
 			}
 		}
 	}
