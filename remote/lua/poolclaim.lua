@@ -6,7 +6,8 @@
 -- KEYS[2]   the pool's members hash (members.lua): the region's instances
 -- ARGV[1]   low: the pool wants a refill while it holds fewer units, or
 --           fewer than its region takes over ARGV[4] us, if more; 0: a
---           wake of the caller's own, which refills only a pool in use
+--           refill ahead of need (a decision's low water, or a timer's
+--           wake), which refills only a pool in use
 --           (its instances want units, or its region took some since its
 --           last deposit: twice, or once after taking some since the
 --           deposit before), not one whose key nobody uses any more, nor

@@ -164,7 +164,9 @@ func run(o options) error {
 	}
 	defer rawFile.Close()
 	peers := bench.Peers()
-	dec, err := decisions(peers, srv.Addr, o.count, goroutineCounts, io.MultiWriter(rawFile, os.Stdout))
+	// Every benchmark line goes to the raw file and to the terminal.
+	lines := io.MultiWriter(rawFile, os.Stdout)
+	dec, err := decisions(peers, srv.Addr, o.count, goroutineCounts, lines)
 	if err != nil {
 		return err
 	}
@@ -173,7 +175,7 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	byAlg, err := decisions(append(bench.ExactAlgorithms(), algs...), srv.Addr, o.count, []int{1}, io.MultiWriter(rawFile, os.Stdout))
+	byAlg, err := decisions(append(bench.ExactAlgorithms(), algs...), srv.Addr, o.count, []int{1}, lines)
 	if err != nil {
 		return err
 	}
@@ -184,7 +186,7 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	redisTime, err := redisTimes(rt, srv.Addr, o.count, io.MultiWriter(rawFile, os.Stdout))
+	redisTime, err := redisTimes(rt, srv.Addr, o.count, lines)
 	if err != nil {
 		return err
 	}
@@ -194,7 +196,7 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	fewUse, err := fewUses(fu, srv.Addr, o.count, io.MultiWriter(rawFile, os.Stdout))
+	fewUse, err := fewUses(fu, srv.Addr, o.count, lines)
 	if err != nil {
 		return err
 	}
