@@ -62,6 +62,7 @@ type Entry[P any] struct {
 
 	table   *Table[P]
 	evicted atomic.Bool
+	lookups atomic.Int32 // the table's snapshot missed it (up to repeated)
 }
 
 // Key returns the caller's key of the entry.

@@ -408,6 +408,38 @@ func TestBoundEvictsLeastRecentlyLeasedAndHandsBackUnits(t *testing.T) {
 	}
 }
 
+// Keys looked up a few times each never make the table rebuild its
+// snapshot (each rebuild copies every entry, and would serve none of
+// them); a key looked up again and again does, and is then in it.
+func TestTableSnapshotServesRepeatedKeysOnly(t *testing.T) {
+	b := NewBound[string](100000, nil)
+	tab := b.NewTable("p", nil)
+	for i := range 20000 {
+		k := strconv.Itoa(i)
+		tab.GetOrCreate(k)
+		for range repeated - 1 {
+			tab.Get(k)
+		}
+	}
+	if tab.rebuilding.Load() || tab.read.Load() != nil {
+		t.Fatal("keys looked up fewer than repeated times each rebuilt the snapshot")
+	}
+	hot := tab.GetOrCreate("hot")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if m := tab.read.Load(); m != nil && (*m)["hot"] == hot {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a key looked up again and again never reached the snapshot")
+		}
+		tab.Get("hot")
+		if tab.rebuilding.Load() {
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
 // Keys move into the table's snapshot after enough lookups (in the
 // background); an entry evicted while in the snapshot is gone for Get, Range
 // and GetOrCreate alike.

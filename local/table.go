@@ -14,7 +14,10 @@ import (
 // immutable snapshot of it (no interface hashing) answers the keys that
 // have been there a while, and is rebuilt in the background once lookups
 // have missed it a quarter of its size times (at least 64), so that the
-// misses pay for the rebuild.
+// misses pay for the rebuild. Only the misses of an entry looked up
+// `repeated` times or more count: a key used a few times and never again
+// (one per client IP of a crawl) would make rebuilds that copy the whole
+// table and never serve it.
 type Table[P any] struct {
 	all  sync.Map                             // string -> *Entry: every live entry
 	read atomic.Pointer[map[string]*Entry[P]] // a snapshot of all; evicted entries may linger (Get skips them)
@@ -41,9 +44,16 @@ func (t *Table[P]) Get(key string) (*Entry[P], bool) {
 	if !ok {
 		return nil, false
 	}
-	t.missed()
-	return v.(*Entry[P]), true
+	e := v.(*Entry[P])
+	if e.lookups.Load() >= repeated || e.lookups.Add(1) >= repeated {
+		t.missed()
+	}
+	return e, true
 }
+
+// repeated is how many lookups of an entry the snapshot missed before
+// its misses count toward a rebuild.
+const repeated = 16
 
 // missed counts a lookup the snapshot could not answer, and starts a
 // rebuild after enough.
