@@ -3,6 +3,9 @@ package ratelease_test
 import (
 	"context"
 	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,55 +16,119 @@ import (
 )
 
 // A key's first decision in lease mode keeps nothing: "if the requester
-// leaves before the answer, a grant goes back". A first Allow whose
+// leaves before the answer, a grant goes back"; nor does its second, a
+// cold key's lease, which goes as an exact decision. An Allow whose
 // context ends while Redis's reply is on its way (a proxy delays it) must
 // leave the key as it was once the Limiter is closed: the unit Redis
 // granted comes back, whether the client cuts calls at their context's
 // deadline (ContextTimeoutEnabled) or not (the Limiter guards its calls).
 func TestFirstUseLeftMidCallGivesItsGrantBack(t *testing.T) {
-	for _, honours := range []bool{true, false} {
-		name := map[bool]string{true: "ContextTimeoutEnabled", false: "guarded"}[honours]
-		t.Run(name, func(t *testing.T) {
-			srv := redistest.Start(t)
-			proxy := redistest.NewProxy(t, srv.Addr)
-			c := redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: honours, MaxRetries: -1})
-			t.Cleanup(func() { _ = c.Close() })
-			l, err := ratelease.New(c, ratelease.WithRedisTimeout(2*time.Second))
-			if err != nil {
-				t.Fatal(err)
+	for _, second := range []bool{false, true} {
+		for _, honours := range []bool{true, false} {
+			name := map[bool]string{true: "ContextTimeoutEnabled", false: "guarded"}[honours]
+			name += map[bool]string{false: "/first", true: "/cold-lease"}[second]
+			t.Run(name, func(t *testing.T) {
+				srv := redistest.Start(t)
+				proxy := redistest.NewProxy(t, srv.Addr)
+				c := redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: honours, MaxRetries: -1})
+				t.Cleanup(func() { _ = c.Close() })
+				l, err := ratelease.New(c, ratelease.WithRedisTimeout(2*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				p := policy(t, "fu-"+name, ratelease.PerHour(100))
+				ctx := context.Background()
+				// The script loaded, the connection made: only the reply is late.
+				if _, err := l.Allow(ctx, p, "warm"); err != nil {
+					t.Fatal(err)
+				}
+				if second {
+					// The key's first use: its second is a cold key's lease.
+					if r, err := l.Allow(ctx, p, "k"); err != nil || !r.Allowed {
+						t.Fatalf("first Allow: %+v, %v", r, err)
+					}
+				}
+				proxy.SetDelay(300 * time.Millisecond)
+				cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+				_, err = l.Allow(cctx, p, "k")
+				cancel()
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("Allow past its context: %v, want DeadlineExceeded", err)
+				}
+				time.Sleep(600 * time.Millisecond) // the reply lands
+				proxy.SetDelay(0)
+				if err := l.Close(); err != nil {
+					t.Fatal(err)
+				}
+				direct := redis.NewClient(&redis.Options{Addr: srv.Addr})
+				t.Cleanup(func() { _ = direct.Close() })
+				exact, err := ratelease.New(direct, ratelease.WithExact())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer exact.Close()
+				res, err := exact.Peek(ctx, p, "k")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := 100 - map[bool]int{true: 1}[second]; res.Remaining != want {
+					t.Errorf("after a use whose requester left, and Close: %d of 100 left in Redis, want %d; the grant was not given back", res.Remaining, want)
+				}
+			})
+		}
+	}
+}
+
+// A key's first few uses, all at once (the requests of one client that
+// reach several goroutines together): as exact mode decides them, every
+// unit the key has is granted to one of them, and no more. Many keys at a
+// time, each asked by more requests than its burst at the same moment,
+// through a Redis slow enough that calls wait to go together (and a cold
+// lease waiting there is joined by the key's next requests), must each
+// admit exactly its burst, however the requests meet the key's first
+// decision, its cold lease and each other.
+func TestFirstUsesAtOnceAdmitTheBurst(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.NewProxy(t, srv.Addr)
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr, PoolSize: 64})
+	t.Cleanup(func() { _ = c.Close() })
+	l, err := ratelease.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	const burst, asks, together, rounds = 5, 8, 16, 20
+	p := policy(t, "at-once", ratelease.PerHour(burst))
+	ctx := context.Background()
+	if _, err := l.Allow(ctx, p, "warm"); err != nil {
+		t.Fatal(err)
+	}
+	proxy.SetDelay(2 * time.Millisecond)
+	for r := range rounds {
+		var admitted [together]atomic.Int64
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for k := range together {
+			key := "k" + strconv.Itoa(r*together+k)
+			for range asks {
+				wg.Go(func() {
+					<-start
+					res, err := l.Allow(ctx, p, key)
+					if err != nil {
+						t.Error(err)
+					}
+					if res.Allowed {
+						admitted[k].Add(1)
+					}
+				})
 			}
-			p := policy(t, "fu-"+name, ratelease.PerHour(100))
-			ctx := context.Background()
-			// The script loaded, the connection made: only the reply is late.
-			if _, err := l.Allow(ctx, p, "warm"); err != nil {
-				t.Fatal(err)
+		}
+		close(start)
+		wg.Wait()
+		for k := range together {
+			if n := admitted[k].Load(); n != burst {
+				t.Fatalf("key k%d: %d of %d requests at once admitted, want the burst, %d", r*together+k, n, asks, burst)
 			}
-			proxy.SetDelay(300 * time.Millisecond)
-			cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-			_, err = l.Allow(cctx, p, "k")
-			cancel()
-			if !errors.Is(err, context.DeadlineExceeded) {
-				t.Fatalf("first Allow past its context: %v, want DeadlineExceeded", err)
-			}
-			time.Sleep(600 * time.Millisecond) // the reply lands
-			proxy.SetDelay(0)
-			if err := l.Close(); err != nil {
-				t.Fatal(err)
-			}
-			direct := redis.NewClient(&redis.Options{Addr: srv.Addr})
-			t.Cleanup(func() { _ = direct.Close() })
-			exact, err := ratelease.New(direct, ratelease.WithExact())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer exact.Close()
-			res, err := exact.Peek(ctx, p, "k")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if res.Remaining != 100 {
-				t.Errorf("after a first use whose requester left, and Close: %d of 100 left in Redis; the grant was not given back", res.Remaining)
-			}
-		})
+		}
 	}
 }

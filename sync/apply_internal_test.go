@@ -145,7 +145,7 @@ func applyRandomly(t *testing.T, l *Leaser, clk *clock.Manual, conf Config, p *r
 			}
 		}
 		c := &call{req: remote.Request{Policy: p, Key: e.Key(), Min: max64(n, 1), Max: max, Demand: demand},
-			entry: e, start: now, epoch: st.Epoch, done: make(chan struct{}), d: dec}
+			entry: e, start: now, epoch: st.Epoch, d: dec}
 		l.apply(c, n)
 		e.EndLease()
 		got := read(now)

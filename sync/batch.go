@@ -14,14 +14,17 @@ import (
 type call struct {
 	req   remote.Request
 	entry *Entry
-	start int64  // ns, when the request was made: validity counts from here
-	epoch uint64 // the entry's epoch at the lease's start (local.Lease.Epoch)
-	done  chan struct{}
+	start int64         // ns, when the request was made: validity counts from here
+	epoch uint64        // the entry's epoch at the lease's start (local.Lease.Epoch)
+	done  chan struct{} // made as the batcher queues it
 	d     remote.Decision
 	err   error
 	// abandoned: the requester stopped waiting; the batcher has the
 	// Leaser apply the grant to the entry itself.
 	abandoned atomic.Bool
+	// joinable: the entry's lease in flight, whose end its waiters wait
+	// for; other requests may join it (Leaser.send).
+	joinable bool
 }
 
 // abandon marks c as no longer awaited, so that the batcher has its grant
@@ -112,6 +115,7 @@ func (b *batcher) lease(ctx context.Context, c *call, n int64) (remote.Decision,
 		b.mu.Unlock()
 		return remote.Decision{}, door.ErrClosed
 	}
+	c.done = make(chan struct{})
 	b.pending.Add(1)
 	b.calls = append(b.calls, c)
 	b.mu.Unlock()

@@ -74,8 +74,7 @@ func TestBatcherCompletesCallsThroughOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	newCall := func(key string) *call {
-		return &call{req: remote.Request{Policy: p, Key: key, Min: 1, Max: 10, Member: "m", Demand: 1, Horizon: time.Second},
-			done: make(chan struct{})}
+		return &call{req: remote.Request{Policy: p, Key: key, Min: 1, Max: 10, Member: "m", Demand: 1, Horizon: time.Second}}
 	}
 
 	waited := newCall("waited")

@@ -66,9 +66,9 @@ type Stats struct {
 	// Leases counts lease requests answered by Redis; Denied those that
 	// granted nothing.
 	Leases, Denied uint64
-	// RoundTrips counts pipelines sent (one round trip per node) and
-	// refunds of grants that came late; Errors the calls in them that
-	// failed.
+	// RoundTrips counts the door's round trips (a pipeline counts one:
+	// one per node) and refunds of grants that came late; Errors the
+	// calls in them that failed.
 	RoundTrips, Errors uint64
 	// UnitsLeased, UnitsRefunded: units granted by and given back to Redis.
 	// UnitsExpired: units that lapsed unused, given back or dropped.

@@ -194,12 +194,15 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 	for {
 		now := l.Now()
 		st, inFlight := e.StartLease(n, l.cfg.Min, now)
-		if inFlight != nil && st.Cold {
-			// The lease in flight asks for its requester's units alone:
-			// waiting for it would find nothing. This request asks for its
-			// own at the same time, as exact mode would.
+		if inFlight != nil && st.Cold && !l.door.Join(e.Policy(), e.Key(), n) {
+			// The lease in flight asks for its requester's units alone,
+			// and is on its way: waiting for it would find nothing. This
+			// request asks for its own at the same time, as exact mode
+			// would. (While that lease waits in the door's combiner, Join
+			// has it ask for this request's units too, and this request
+			// waits for it below as for any lease: one call, not two.)
 			e.Wanted(n)
-			d, err = l.batcher.lease(ctx, l.plan(e, local.Lease{Epoch: st.Epoch}, n, now), n)
+			d, err = l.send(ctx, l.plan(e, local.Lease{Epoch: st.Epoch}, n, now), n)
 			return d, false, err
 		}
 		if inFlight != nil {
@@ -218,11 +221,45 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 			continue
 		}
 		c := l.plan(e, st, n, now)
+		c.joinable = true // the entry's lease in flight: what its waiters wait for
 		l.sending(e)
-		d, err = l.batcher.lease(ctx, c, n)
+		d, err = l.send(ctx, c, n)
 		l.end(e, st, err)
 		return d, false, err
 	}
+}
+
+// send makes the call c for a request of n units and has its answer
+// applied. A call that names no member and gives nothing back (a cold
+// key's lease: an exact decision) goes as exact mode's decisions go,
+// through the door's combiner, in one round trip with the first uses and
+// exact decisions that come with it; any other through the batcher, with
+// the leases and refunds that come with it. If ctx ends before the
+// answer, send returns ctx's error and the grant lands in the entry.
+func (l *Leaser) send(ctx context.Context, c *call, n int64) (remote.Decision, error) {
+	if c.req.Demand > 0 || c.req.Back > 0 {
+		return l.batcher.lease(ctx, c, n)
+	}
+	cctx := ctx
+	if !l.door.Guarded() {
+		// The client would cut the call at ctx's end and lose its grant:
+		// the call goes on, bounded by the Redis timeout. (A guarded call
+		// returns at ctx's end, and the door refunds a grant that lands
+		// later.)
+		cctx = context.WithoutCancel(ctx)
+	}
+	d, err := l.door.Decide(cctx, c.req, c.joinable)
+	if err != nil {
+		return remote.Decision{}, err
+	}
+	c.d = d
+	l.countLease(c.req, d)
+	if err := ctx.Err(); err != nil {
+		l.apply(c, 0)
+		return remote.Decision{}, err
+	}
+	l.apply(c, n)
+	return d, nil
 }
 
 // Begin counts a decision of a key with no entry (its first use) under

@@ -58,7 +58,7 @@ func (l *Leaser) plan(e *Entry, st local.Lease, n, now int64) *call {
 		req: remote.Request{Policy: p, Key: e.Key(), Min: least, Max: size,
 			Member: l.id, Demand: demand, Horizon: h,
 			Back: st.Back, BackAt: st.BackAt},
-		entry: e, start: now, epoch: st.Epoch, done: make(chan struct{}),
+		entry: e, start: now, epoch: st.Epoch,
 	}
 }
 

@@ -165,7 +165,13 @@ func (l *Leaser) countRefund(units int64, ok bool) {
 // UnitsUsed and UnitsHeld): for statistics, not for the hot path.
 func (l *Leaser) Stats() Stats {
 	s := &l.stats
-	_, b := l.door.Stats() // the door's pipelines are the Leaser's
+	// The door's calls are the Leaser's: its pipelines, and its cold
+	// leases and first uses, which go as exact decisions (send).
+	single, b := l.door.Stats()
+	b.RoundTrips += single.RoundTrips
+	b.Errors += single.Errors
+	b.LateGranted += single.LateGranted
+	b.LateRefunded += single.LateRefunded
 	// Read what was leased last, so that a lease landing meanwhile is not
 	// counted as held or used without being counted as leased.
 	used, held := s.used.Load()+s.goneUsed.Load(), s.returning.Load()

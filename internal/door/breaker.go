@@ -399,6 +399,17 @@ func (d *Door) breakerOf(ctx context.Context, p *remote.Policy, key string) *bre
 	return d.breakerAt(d.store.Node(ctx, p, key))
 }
 
+// serverOf is breakerOf for a call with no context of its own: a
+// cluster's layout is loaded within the timeout.
+func (d *Door) serverOf(p *remote.Policy, key string) *breaker {
+	if !d.sharded {
+		return d.breaker
+	}
+	ctx, cancel := d.Bound(context.Background())
+	defer cancel()
+	return d.breakerOf(ctx, p, key)
+}
+
 // breakerAt returns node's breaker, made when first asked for; the
 // general one for a node that cannot be named ("").
 func (d *Door) breakerAt(node string) *breaker {

@@ -31,27 +31,42 @@ func (d *Door) Acquire(ctx context.Context, r remote.Request) (dec remote.Decisi
 	return dec, nil, nil
 }
 
+// Decide makes the acquire call r as Acquire does, through the combiner
+// of its key's server, for a caller that has been through the breaker
+// itself (Enter and Leave): a lease of a cold key, an exact decision that
+// goes in one round trip with the exact decisions and first uses that
+// come with it, told to the hook as a lease. While it waits there, other requests of the key may join
+// it if joinable (Join). The pools are told of the decision; an empty
+// pool is not refilled here (the caller decides such a denial again).
+func (d *Door) Decide(ctx context.Context, r remote.Request, joinable bool) (remote.Decision, error) {
+	dec, err := d.decide(ctx, RedisLease, r, Pass{b: d.serverOf(r.Policy, r.Key)}, joinable)
+	if err == nil && d.pools != nil && r.Policy.Global() != nil {
+		d.pools.Answered(r.Policy, r.Key, dec)
+	}
+	return dec, err
+}
+
 // acquireOnce is one acquire call through the breaker (Acquire).
 func (d *Door) acquireOnce(ctx context.Context, r remote.Request) (dec remote.Decision, cause, err error) {
 	pass, cause := d.Enter(r.Policy, r.Key)
 	if cause != nil {
 		return remote.Decision{}, cause, nil
 	}
-	dec, err = d.decide(ctx, r, pass)
+	dec, err = d.decide(ctx, RedisDecide, r, pass, false)
 	if cause = d.Leave(pass, err); cause != nil {
 		return dec, cause, nil
 	}
 	return dec, nil, err
 }
 
-// acquire makes one acquire call to the server named node ("": any),
-// bounded by the timeout and ctx, and ended by a failed dial to it (see
+// acquire makes one acquire call (op, to the hook) to the server named
+// node ("": any), bounded by the timeout and ctx, and ended by a failed dial to it (see
 // begin). Errors are Classify's.
-func (d *Door) acquire(ctx context.Context, r remote.Request, node string) (remote.Decision, error) {
+func (d *Door) acquire(ctx context.Context, op RedisOp, r remote.Request, node string) (remote.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return remote.Decision{}, err
 	}
-	hctx, end := d.start(ctx, RedisDecide, 1)
+	hctx, end := d.start(ctx, op, 1)
 	var dec remote.Decision
 	var err error
 	if d.guard {

@@ -35,6 +35,7 @@ type combiner struct {
 // that holds it may still look at it.
 type queued struct {
 	ctx  context.Context // the caller's
+	op   RedisOp         // what the hook is told the call is
 	r    remote.Request
 	done chan struct{} // given a value (cap 1) once d and err are set
 	d    remote.Decision
@@ -44,19 +45,23 @@ type queued struct {
 	// caller gone before the pipeline was sent is left out of it; one gone
 	// after has its grant refunded.
 	taken atomic.Bool
+	// joinable: others may join r while it waits (Join).
+	joinable bool
 }
 
 // decide makes r's decision on the server of pass (see combiner): at once
 // when fewer than d.inFlight are on their way there, else in the next
-// pipeline of those that waited.
-func (d *Door) decide(ctx context.Context, r remote.Request, pass Pass) (remote.Decision, error) {
+// pipeline of those that waited. op is what the hook is told of it (of
+// its pipeline, when it is the oldest there); joinable, whether Join may
+// add to it while it waits.
+func (d *Door) decide(ctx context.Context, op RedisOp, r remote.Request, pass Pass, joinable bool) (remote.Decision, error) {
 	c := &pass.b.combine
 	c.mu.Lock()
 	if pass.probe || c.going < d.inFlight {
 		// (A probe of a failing server goes alone, at once.)
 		c.going++
 		c.mu.Unlock()
-		dec, err := d.acquire(ctx, r, pass.b.node)
+		dec, err := d.acquire(ctx, op, r, pass.b.node)
 		d.release(c, pass.b.node)
 		return dec, err
 	}
@@ -65,7 +70,7 @@ func (d *Door) decide(ctx context.Context, r remote.Request, pass Pass) (remote.
 		return remote.Decision{}, err
 	}
 	q := queuedPool.Get().(*queued)
-	q.ctx, q.r = ctx, r
+	q.ctx, q.op, q.r, q.joinable = ctx, op, r, joinable
 	c.queue = append(c.queue, q)
 	c.mu.Unlock()
 	select {
@@ -80,6 +85,26 @@ func (d *Door) decide(ctx context.Context, r remote.Request, pass Pass) (remote.
 	*q = queued{done: q.done}
 	queuedPool.Put(q)
 	return dec, err
+}
+
+// Join has a joinable decision of key under p (Decide's: a cold key's
+// lease) that waits in its server's combiner ask for n units more, for
+// another request of n; it reports whether it did. The joiner then waits
+// for that decision as for any lease in flight. Only a decision asked for
+// n units is joined, since Redis grants whole multiples of a call's Min,
+// and never past the key's capacity.
+func (d *Door) Join(p *remote.Policy, key string, n int64) bool {
+	c := &d.serverOf(p, key).combine
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, q := range c.queue {
+		if q.joinable && q.r.Policy == p && q.r.Key == key && q.r.Min == n &&
+			q.r.Max+n <= p.Capacity() && !q.taken.Load() {
+			q.r.Max += n
+			return true
+		}
+	}
+	return false
 }
 
 // queuedPool holds the queued of callers that got their answer.
@@ -139,8 +164,8 @@ func (d *Door) sendQueued(waiting []*queued, node string) {
 		rs[i] = q.r
 	}
 	// The hook sees the round trip as made for the oldest caller (its
-	// values, a trace's span), never ended by it.
-	ds, errs, _ := d.pipeline(context.WithoutCancel(live[0].ctx), RedisDecide, node, rs, nil,
+	// values, a trace's span, its op), never ended by it.
+	ds, errs, _ := d.pipeline(context.WithoutCancel(live[0].ctx), live[0].op, node, rs, nil,
 		func(i int, err error) error { return Classify(live[i].ctx, err) })
 	// The grants of callers gone meanwhile go back: refundLate refunds
 	// what is left granted.

@@ -231,6 +231,10 @@ func (d *Door) Node(ctx context.Context, p *remote.Policy, key string) string {
 // Sharded reports whether Node can name more than one server.
 func (d *Door) Sharded() bool { return d.sharded }
 
+// InFlight is how many exact decisions a Door lets go at once to one
+// server before more wait to go together (see combiner).
+func (d *Door) InFlight() int { return d.inFlight }
+
 // Guarded reports whether a call's end at its context's deadline is the
 // Door's (Config.Guard: it refunds a grant that arrives later) rather
 // than the client's, which cuts the call and loses such a grant.

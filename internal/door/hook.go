@@ -16,7 +16,9 @@ const (
 	// others were on their way, in one pipeline (keys: how many).
 	RedisDecide RedisOp = iota + 1
 	// RedisLease: a pipeline of leases (Batch), with the refunds queued with
-	// them.
+	// them; or a cold key's lease (Decide), which goes as a decision does,
+	// and tells the hook of the round trip that carries it when it is
+	// alone or the oldest there.
 	RedisLease
 	// RedisRefund: units given back: a pipeline of refunds only (Batch), a
 	// single Refund, the refund of late grants, GiveBack.
