@@ -46,14 +46,13 @@ func (e *Entry[P]) drain() (units, at int64) {
 func (e *Entry[P]) retire() (units, at int64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.gone = true
-	e.evicted.Store(true)
+	e.gone.Store(true)
 	return e.allowance.drain()
 }
 
 // Gone reports whether the entry left its table (evicted, or at Close):
 // nothing is put in it after.
-func (e *Entry[P]) Gone() bool { return e.evicted.Load() }
+func (e *Entry[P]) Gone() bool { return e.gone.Load() }
 
 // Back returns the units set aside to go back.
 func (e *Entry[P]) Back() int64 {

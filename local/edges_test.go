@@ -52,14 +52,14 @@ func TestClearWaitsForAnEntryBeingMade(t *testing.T) {
 	mu.Lock()
 	got := refunded["k"]
 	mu.Unlock()
-	if got != 10 || !e.evicted.Load() || e.Units() != 0 {
-		t.Fatalf("after Clear: %d units handed back (want 10), evicted %v, %d held", got, e.evicted.Load(), e.Units())
+	if got != 10 || !e.gone.Load() || e.Units() != 0 {
+		t.Fatalf("after Clear: %d units handed back (want 10), evicted %v, %d held", got, e.gone.Load(), e.Units())
 	}
 	if _, kept, _ := e.fill(Grant{Units: 5, Keep: 5, At: 1, Expires: 1e18}, 0, keepAll); kept || e.Units() != 0 {
 		t.Fatal("a cleared entry took a grant")
 	}
 	late := tb.GetOrCreate("k2")
-	if !late.evicted.Load() {
+	if !late.gone.Load() {
 		t.Fatal("an entry made after Clear is not gone")
 	}
 	if _, ok := tb.Get("k2"); ok {
@@ -92,8 +92,8 @@ func TestGoneEntryRefusesUnits(t *testing.T) {
 		t.Fatalf("the lease took %d set aside, %d left", lease.Back, e.Back())
 	}
 	tb.GetOrCreate("b") // evicts a: its 4 units go to onEvict
-	if !e.evicted.Load() || evicted.Load() != 4 {
-		t.Fatalf("evicted %v, %d units handed back; want 4", e.evicted.Load(), evicted.Load())
+	if !e.gone.Load() || evicted.Load() != 4 {
+		t.Fatalf("evicted %v, %d units handed back; want 4", e.gone.Load(), evicted.Load())
 	}
 	if u, at := e.AbandonLease(lease, 170); u != 8 || at != 3 {
 		t.Fatalf("AbandonLease on a gone entry = %d, %d; want the 8 set aside, granted at 3", u, at)

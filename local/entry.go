@@ -36,7 +36,6 @@ type Entry[P any] struct {
 	// asks for whole requests of it.
 	request int64
 	cold    bool // the lease in flight asks for its requester's units alone
-	gone    bool // the entry left its table: nothing is put in after
 	// epoch counts Forgets: a lease started before one puts nothing in.
 	epoch uint64
 	hits  uint64 // the most Hits has reported
@@ -60,8 +59,10 @@ type Entry[P any] struct {
 	retryAt  atomic.Int64
 	lowWater atomic.Int64
 
-	table   *Table[P]
-	evicted atomic.Bool
+	table *Table[P]
+	// gone: the entry left its table (set under mu, read without it by
+	// lookups): nothing is put in after.
+	gone    atomic.Bool
 	lookups atomic.Int32 // the table's snapshot missed it (up to repeated)
 }
 

@@ -5,7 +5,7 @@ package local
 func (e *Entry[P]) setAside(units, at, now int64) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.gone {
+	if e.gone.Load() {
 		return false
 	}
 	e.setAsideLocked(units, at, now)

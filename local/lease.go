@@ -60,7 +60,7 @@ func (e *Entry[P]) TryStartLease(now func() int64, ready func() bool) (Lease, bo
 		return Lease{}, false
 	}
 	defer e.mu.Unlock()
-	if e.gone || e.leasing != nil || !ready() {
+	if e.gone.Load() || e.leasing != nil || !ready() {
 		return Lease{}, false
 	}
 	l := e.startLocked(0, now())
@@ -105,7 +105,7 @@ func (e *Entry[P]) AbandonLease(l Lease, now int64) (units, at int64) {
 	if l.Back <= 0 {
 		return 0, 0
 	}
-	if e.gone {
+	if e.gone.Load() {
 		return l.Back, l.BackAt
 	}
 	e.setAsideLocked(l.Back, l.BackAt, now)
@@ -214,7 +214,7 @@ func (e *Entry[P]) answered(w Word, members int64, shared bool) {
 func (e *Entry[P]) fill(g Grant, now int64, keep Keep) (l Lapsed, kept, forgot bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.gone {
+	if e.gone.Load() {
 		return Lapsed{}, g.Keep <= 0, false
 	}
 	if g.Epoch != e.epoch {

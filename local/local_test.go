@@ -383,7 +383,7 @@ func TestBoundEvictsLeastRecentlyLeasedAndHandsBackUnits(t *testing.T) {
 	}
 	b.touch(a) // c is now the least recently leased
 	q.GetOrCreate("d")
-	if len(got) != 1 || got[0].key != "c" || !c.evicted.Load() {
+	if len(got) != 1 || got[0].key != "c" || !c.gone.Load() {
 		t.Fatalf("evicted %+v, want c", got)
 	}
 	if _, ok := q.Get("c"); ok {
@@ -470,7 +470,7 @@ func TestTableReadMapAndEviction(t *testing.T) {
 	if len(keys) != 3 || keys["x"] {
 		t.Fatalf("the table holds %v, want y, z, w", keys)
 	}
-	if x2 := tab.GetOrCreate("x"); x2 == x || x2.evicted.Load() {
+	if x2 := tab.GetOrCreate("x"); x2 == x || x2.gone.Load() {
 		t.Fatal("GetOrCreate returned the evicted entry")
 	}
 	if e, ok := tab.Get("x"); !ok || e == x {

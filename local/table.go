@@ -36,7 +36,7 @@ type Table[P any] struct {
 // Get returns the entry of key, if there is one.
 func (t *Table[P]) Get(key string) (*Entry[P], bool) {
 	if m := t.read.Load(); m != nil {
-		if e, ok := (*m)[key]; ok && !e.evicted.Load() {
+		if e, ok := (*m)[key]; ok && !e.gone.Load() {
 			return e, true
 		}
 	}
