@@ -3,6 +3,7 @@ package ratelease_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -130,5 +131,85 @@ func TestFirstUsesAtOnceAdmitTheBurst(t *testing.T) {
 				t.Fatalf("key k%d: %d of %d requests at once admitted, want the burst, %d", r*together+k, n, asks, burst)
 			}
 		}
+	}
+}
+
+// Conservation under joins and requesters that leave: many keys, each
+// asked at once by more requests than its burst, a part of them with
+// contexts that end while their calls wait in the combiner or are on
+// their way. Once the Limiter is closed, every key's units are either
+// admitted or back in Redis: admitted + left = burst.
+func TestJoinsWithLeaversConserveUnits(t *testing.T) {
+	for _, honours := range []bool{true, false} {
+		name := map[bool]string{true: "ContextTimeoutEnabled", false: "guarded"}[honours]
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			proxy := redistest.NewProxy(t, srv.Addr)
+			c := redis.NewClient(&redis.Options{Addr: proxy.Addr, PoolSize: 64, ContextTimeoutEnabled: honours, MaxRetries: -1})
+			t.Cleanup(func() { _ = c.Close() })
+			l, err := ratelease.New(c, ratelease.WithRedisTimeout(2*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			const burst, asks, keys = 6, 10, 48
+			p := policy(t, "cons-"+name, ratelease.PerHour(burst))
+			ctx := context.Background()
+			if _, err := l.Allow(ctx, p, "warm"); err != nil {
+				t.Fatal(err)
+			}
+			proxy.SetDelay(10 * time.Millisecond)
+			var admitted [keys]atomic.Int64
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for k := range keys {
+				key := "k" + strconv.Itoa(k)
+				for range asks {
+					wg.Go(func() {
+						<-start
+						cctx := ctx
+						if rand.IntN(3) == 0 {
+							var cancel context.CancelFunc
+							cctx, cancel = context.WithTimeout(ctx, time.Duration(rand.IntN(30000))*time.Microsecond)
+							defer cancel()
+						}
+						res, err := l.Allow(cctx, p, key)
+						if err == nil && res.Allowed {
+							admitted[k].Add(1)
+						}
+					})
+				}
+			}
+			close(start)
+			wg.Wait()
+			time.Sleep(200 * time.Millisecond) // late replies land
+			proxy.SetDelay(0)
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond)
+			direct := redis.NewClient(&redis.Options{Addr: srv.Addr})
+			t.Cleanup(func() { _ = direct.Close() })
+			exact, err := ratelease.New(direct, ratelease.WithExact())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer exact.Close()
+			bad := 0
+			for k := range keys {
+				res, err := exact.Peek(ctx, p, "k"+strconv.Itoa(k))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if a := admitted[k].Load(); a+int64(res.Remaining) != burst {
+					bad++
+					if bad < 5 {
+						t.Errorf("key k%d: %d admitted + %d left in Redis, want %d", k, a, res.Remaining, burst)
+					}
+				}
+			}
+			if bad > 0 {
+				t.Errorf("%d of %d keys lost or gained units", bad, keys)
+			}
+		})
 	}
 }

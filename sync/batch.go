@@ -22,9 +22,10 @@ type call struct {
 	// abandoned: the requester stopped waiting; the batcher has the
 	// Leaser apply the grant to the entry itself.
 	abandoned atomic.Bool
-	// joinable: the entry's lease in flight, whose end its waiters wait
-	// for; other requests may join it (Leaser.send).
-	joinable bool
+	// owner, when not nil, is the channel of the entry's lease in flight
+	// that this call is, which its waiters wait on: a waiter holding it
+	// may join the call (Leaser.send).
+	owner any
 }
 
 // abandon marks c as no longer awaited, so that the batcher has its grant
@@ -136,6 +137,24 @@ func (b *batcher) lease(ctx context.Context, c *call, n int64) (remote.Decision,
 	b.owner.apply(c, n)
 	return c.d, nil
 }
+
+// hold counts a lease call that goes outside the batcher (Leaser.send's
+// exact calls) until its answer is applied, as lease counts its own, so
+// that close waits for it: a grant that lands in an entry gone meanwhile
+// queues its refund, which close then sends. It reports false once Close
+// has begun: the call is not made. Release with release.
+func (b *batcher) hold() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	b.pending.Add(1)
+	return true
+}
+
+// release ends what hold began.
+func (b *batcher) release() { b.pending.Done() }
 
 // queueBack queues the refund g: taken even once Close has begun, which
 // queues the last ones.

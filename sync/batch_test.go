@@ -113,9 +113,9 @@ func TestBatcherCompletesCallsThroughOwner(t *testing.T) {
 	// is out, or has gone out since.
 	for end := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
 		b.mu.Lock()
-		queued := len(b.calls) > 0
+		queued, done := len(b.calls) > 0, inFlight.done // (made as it is queued)
 		b.mu.Unlock()
-		if queued || chanClosed(inFlight.done) || time.Now().After(end) {
+		if queued || (done != nil && chanClosed(done)) || time.Now().After(end) {
 			break
 		}
 	}

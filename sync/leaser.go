@@ -194,7 +194,7 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 	for {
 		now := l.Now()
 		st, inFlight := e.StartLease(n, l.cfg.Min, now)
-		if inFlight != nil && st.Cold && !l.door.Join(e.Policy(), e.Key(), n) {
+		if inFlight != nil && st.Cold && !l.door.Join(inFlight, e.Policy(), e.Key(), n) {
 			// The lease in flight asks for its requester's units alone,
 			// and is on its way: waiting for it would find nothing. This
 			// request asks for its own at the same time, as exact mode
@@ -221,7 +221,7 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 			continue
 		}
 		c := l.plan(e, st, n, now)
-		c.joinable = true // the entry's lease in flight: what its waiters wait for
+		c.owner = e.Leasing() // this lease's: what its waiters wait on
 		l.sending(e)
 		d, err = l.send(ctx, c, n)
 		l.end(e, st, err)
@@ -233,33 +233,60 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 // applied. A call that names no member and gives nothing back (a cold
 // key's lease: an exact decision) goes as exact mode's decisions go,
 // through the door's combiner, in one round trip with the first uses and
-// exact decisions that come with it; any other through the batcher, with
-// the leases and refunds that come with it. If ctx ends before the
-// answer, send returns ctx's error and the grant lands in the entry.
+// exact decisions that come with it (decide); any other through the
+// batcher, with the leases and refunds that come with it. Either way, if
+// ctx ends before the answer, send returns ctx's error at once and the
+// grant lands in the entry; once Close has begun, send makes no call
+// (door.ErrClosed).
 func (l *Leaser) send(ctx context.Context, c *call, n int64) (remote.Decision, error) {
 	if c.req.Demand > 0 || c.req.Back > 0 {
 		return l.batcher.lease(ctx, c, n)
 	}
-	cctx := ctx
-	if !l.door.Guarded() {
-		// The client would cut the call at ctx's end and lose its grant:
-		// the call goes on, bounded by the Redis timeout. (A guarded call
-		// returns at ctx's end, and the door refunds a grant that lands
-		// later.)
-		cctx = context.WithoutCancel(ctx)
+	if !l.batcher.hold() { // close waits for the call: a refund it queues is sent
+		return remote.Decision{}, door.ErrClosed
 	}
-	d, err := l.door.Decide(cctx, c.req, c.joinable)
-	if err != nil {
-		return remote.Decision{}, err
+	if l.door.Guarded() || ctx.Done() == nil {
+		// A guarded call returns at ctx's end, and the door refunds a
+		// grant that lands later.
+		defer l.batcher.release()
+		d, err := l.door.Decide(ctx, c.req, c.owner)
+		if err != nil {
+			return remote.Decision{}, err
+		}
+		c.d = d
+		l.countLease(c.req, d)
+		l.apply(c, n)
+		return d, nil
 	}
-	c.d = d
-	l.countLease(c.req, d)
-	if err := ctx.Err(); err != nil {
-		l.apply(c, 0)
-		return remote.Decision{}, err
+	// The client would cut the call at ctx's end and lose its grant: the
+	// call goes on without ctx, bounded by the Redis timeout, on a
+	// goroutine of its own that applies the grant to the entry itself if
+	// the requester left (as the batcher does, finish).
+	c.done = make(chan struct{})
+	go func() {
+		defer l.batcher.release()
+		c.d, c.err = l.door.Decide(context.WithoutCancel(ctx), c.req, c.owner)
+		if c.err == nil {
+			l.countLease(c.req, c.d)
+		}
+		if !c.abandoned.CompareAndSwap(false, true) && c.err == nil { // the requester left
+			l.apply(c, 0)
+		}
+		close(c.done)
+	}()
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		if c.abandon() {
+			return remote.Decision{}, ctx.Err()
+		}
+		<-c.done
+	}
+	if c.err != nil {
+		return remote.Decision{}, c.err
 	}
 	l.apply(c, n)
-	return d, nil
+	return c.d, nil
 }
 
 // Begin counts a decision of a key with no entry (its first use) under

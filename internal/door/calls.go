@@ -35,11 +35,12 @@ func (d *Door) Acquire(ctx context.Context, r remote.Request) (dec remote.Decisi
 // of its key's server, for a caller that has been through the breaker
 // itself (Enter and Leave): a lease of a cold key, an exact decision that
 // goes in one round trip with the exact decisions and first uses that
-// come with it, told to the hook as a lease. While it waits there, other requests of the key may join
-// it if joinable (Join). The pools are told of the decision; an empty
-// pool is not refilled here (the caller decides such a denial again).
-func (d *Door) Decide(ctx context.Context, r remote.Request, joinable bool) (remote.Decision, error) {
-	dec, err := d.decide(ctx, RedisLease, r, Pass{b: d.serverOf(r.Policy, r.Key)}, joinable)
+// come with it, told to the hook as a lease. While it waits there, other
+// requests of owner's (not nil) may join it (Join). The pools are told of
+// the decision; an empty pool is not refilled here (the caller decides
+// such a denial again).
+func (d *Door) Decide(ctx context.Context, r remote.Request, owner any) (remote.Decision, error) {
+	dec, err := d.decide(ctx, RedisLease, r, Pass{b: d.serverOf(r.Policy, r.Key)}, owner)
 	if err == nil && d.pools != nil && r.Policy.Global() != nil {
 		d.pools.Answered(r.Policy, r.Key, dec)
 	}
@@ -52,7 +53,7 @@ func (d *Door) acquireOnce(ctx context.Context, r remote.Request) (dec remote.De
 	if cause != nil {
 		return remote.Decision{}, cause, nil
 	}
-	dec, err = d.decide(ctx, RedisDecide, r, pass, false)
+	dec, err = d.decide(ctx, RedisDecide, r, pass, nil)
 	if cause = d.Leave(pass, err); cause != nil {
 		return dec, cause, nil
 	}

@@ -45,16 +45,16 @@ type queued struct {
 	// caller gone before the pipeline was sent is left out of it; one gone
 	// after has its grant refunded.
 	taken atomic.Bool
-	// joinable: others may join r while it waits (Join).
-	joinable bool
+	// owner, when not nil, lets others join r while it waits (Join).
+	owner any
 }
 
 // decide makes r's decision on the server of pass (see combiner): at once
 // when fewer than d.inFlight are on their way there, else in the next
 // pipeline of those that waited. op is what the hook is told of it (of
-// its pipeline, when it is the oldest there); joinable, whether Join may
-// add to it while it waits.
-func (d *Door) decide(ctx context.Context, op RedisOp, r remote.Request, pass Pass, joinable bool) (remote.Decision, error) {
+// its pipeline, when it is the oldest there); owner, when not nil, whose
+// it is, for Join.
+func (d *Door) decide(ctx context.Context, op RedisOp, r remote.Request, pass Pass, owner any) (remote.Decision, error) {
 	c := &pass.b.combine
 	c.mu.Lock()
 	if pass.probe || c.going < d.inFlight {
@@ -70,7 +70,7 @@ func (d *Door) decide(ctx context.Context, op RedisOp, r remote.Request, pass Pa
 		return remote.Decision{}, err
 	}
 	q := queuedPool.Get().(*queued)
-	q.ctx, q.op, q.r, q.joinable = ctx, op, r, joinable
+	q.ctx, q.op, q.r, q.owner = ctx, op, r, owner
 	c.queue = append(c.queue, q)
 	c.mu.Unlock()
 	select {
@@ -87,18 +87,18 @@ func (d *Door) decide(ctx context.Context, op RedisOp, r remote.Request, pass Pa
 	return dec, err
 }
 
-// Join has a joinable decision of key under p (Decide's: a cold key's
-// lease) that waits in its server's combiner ask for n units more, for
-// another request of n; it reports whether it did. The joiner then waits
-// for that decision as for any lease in flight. Only a decision asked for
-// n units is joined, since Redis grants whole multiples of a call's Min,
-// and never past the key's capacity.
-func (d *Door) Join(p *remote.Policy, key string, n int64) bool {
+// Join has owner's decision of key under p (Decide's: a cold key's
+// lease), if it still waits in its server's combiner, ask for n units
+// more, for another request of n; it reports whether it did. The joiner
+// then waits for that decision as for any lease in flight. Only a
+// decision asked for n units is joined, since Redis grants whole
+// multiples of a call's Min, and never past the key's capacity.
+func (d *Door) Join(owner any, p *remote.Policy, key string, n int64) bool {
 	c := &d.serverOf(p, key).combine
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, q := range c.queue {
-		if q.joinable && q.r.Policy == p && q.r.Key == key && q.r.Min == n &&
+		if q.owner == owner && q.r.Policy == p && q.r.Key == key && q.r.Min == n &&
 			q.r.Max+n <= p.Capacity() && !q.taken.Load() {
 			q.r.Max += n
 			return true

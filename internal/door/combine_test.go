@@ -257,33 +257,33 @@ func TestCombinerUnderChurn(t *testing.T) {
 	}
 }
 
-// A joinable decision waiting in the combiner grants the units of the
-// requests that join it, in one call; a decision not joinable, a request
-// of another size, a key's other decisions and a join past the key's
-// capacity are not joined, and a decision on its way is joined by none.
+// A decision waiting in the combiner grants the units of the requests of
+// its owner that join it, in one call; a decision with no owner, another
+// owner's, a request of another size and a join past the key's capacity
+// are not joined, and a decision answered is joined by none.
 func TestJoinWaitingDecision(t *testing.T) {
 	s := newSlowDoor(t)
 	ctx := context.Background()
 	other := func(key string) remote.Request { return remote.Request{Policy: s.p, Key: key, Min: 1, Max: 1} }
-	if s.d.Join(s.p, "k", 1) {
+	if s.d.Join(s, s.p, "k", 1) {
 		t.Fatal("joined with nothing waiting")
 	}
 	s.proxy.SetDelay(200 * time.Millisecond)
 	var wg sync.WaitGroup
 	for range s.d.InFlight() { // every call in flight: the next wait
-		wg.Go(func() { _, _ = s.d.Decide(ctx, other("busy"), false) })
+		wg.Go(func() { _, _ = s.d.Decide(ctx, other("busy"), nil) })
 	}
 	time.Sleep(50 * time.Millisecond)
 	grants := make(chan int64, 2)
 	wg.Go(func() {
-		dec, err := s.d.Decide(ctx, remote.Request{Policy: s.p, Key: "k", Min: 2, Max: 2}, true)
+		dec, err := s.d.Decide(ctx, remote.Request{Policy: s.p, Key: "k", Min: 2, Max: 2}, s)
 		if err != nil {
 			t.Error(err)
 		}
 		grants <- dec.Granted
 	})
 	wg.Go(func() {
-		dec, err := s.d.Decide(ctx, remote.Request{Policy: s.p, Key: "k2", Min: 1, Max: 1}, false)
+		dec, err := s.d.Decide(ctx, remote.Request{Policy: s.p, Key: "k2", Min: 1, Max: 1}, nil)
 		if err != nil {
 			t.Error(err)
 		}
@@ -291,13 +291,15 @@ func TestJoinWaitingDecision(t *testing.T) {
 	})
 	time.Sleep(50 * time.Millisecond) // both wait
 	switch {
-	case s.d.Join(s.p, "k", 1):
+	case s.d.Join(s, s.p, "k", 1):
 		t.Error("a request of 1 joined a decision of 2")
-	case s.d.Join(s.p, "k2", 1):
+	case s.d.Join(s, s.p, "k2", 1):
 		t.Error("joined a decision that is not joinable")
-	case !s.d.Join(s.p, "k", 2), !s.d.Join(s.p, "k", 2):
+	case s.d.Join(t, s.p, "k", 2):
+		t.Error("joined another owner's decision")
+	case !s.d.Join(s, s.p, "k", 2), !s.d.Join(s, s.p, "k", 2):
 		t.Error("two requests of 2 could not join a joinable decision of 2")
-	case s.d.Join(s.p, "k", 1000):
+	case s.d.Join(s, s.p, "k", 1000):
 		t.Error("joined past the key's capacity")
 	}
 	wg.Wait()
@@ -309,7 +311,7 @@ func TestJoinWaitingDecision(t *testing.T) {
 	if got[0]+got[1] != 7 || (got[0] != 6 && got[1] != 6) {
 		t.Errorf("granted %v, want 6 to the joined decision and 1 to the other", got)
 	}
-	if s.d.Join(s.p, "k", 2) {
+	if s.d.Join(s, s.p, "k", 2) {
 		t.Error("joined a decision already answered")
 	}
 }
