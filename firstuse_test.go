@@ -61,14 +61,7 @@ func TestFirstUseLeftMidCallGivesItsGrantBack(t *testing.T) {
 				if err := l.Close(); err != nil {
 					t.Fatal(err)
 				}
-				direct := redis.NewClient(&redis.Options{Addr: srv.Addr})
-				t.Cleanup(func() { _ = direct.Close() })
-				exact, err := ratelease.New(direct, ratelease.WithExact())
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer exact.Close()
-				res, err := exact.Peek(ctx, p, "k")
+				res, err := newExactAt(t, srv.Addr).Peek(ctx, p, "k")
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -187,13 +180,7 @@ func TestJoinsWithLeaversConserveUnits(t *testing.T) {
 				t.Fatal(err)
 			}
 			time.Sleep(100 * time.Millisecond)
-			direct := redis.NewClient(&redis.Options{Addr: srv.Addr})
-			t.Cleanup(func() { _ = direct.Close() })
-			exact, err := ratelease.New(direct, ratelease.WithExact())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer exact.Close()
+			exact := newExactAt(t, srv.Addr)
 			bad := 0
 			for k := range keys {
 				res, err := exact.Peek(ctx, p, "k"+strconv.Itoa(k))

@@ -409,6 +409,20 @@ func TestAllowAtMostWithAPrefetchInFlight(t *testing.T) {
 	}
 }
 
+// newExactAt is an exact Limiter on the redis-server at addr, to read its
+// state with Peek.
+func newExactAt(t *testing.T, addr string) *ratelease.Limiter {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = c.Close() })
+	l, err := ratelease.New(c, ratelease.WithExact())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
 // newExactOn is an exact Limiter on mr, to read Redis's state with Peek.
 func newExactOn(t *testing.T, mr *redistest.Mini) *ratelease.Limiter {
 	t.Helper()
