@@ -122,6 +122,13 @@ func (b *batcher) lease(ctx context.Context, c *call, n int64) (remote.Decision,
 	b.mu.Unlock()
 	b.owner.returning(c.req.Back)
 	b.wake()
+	return b.await(ctx, c, n)
+}
+
+// await waits for c, counted in pending, to be finished, and applies its
+// grant for a request of n units; or leaves at ctx's end, if c is not
+// finished yet, for finish to apply it and end its count.
+func (b *batcher) await(ctx context.Context, c *call, n int64) (remote.Decision, error) {
 	select {
 	case <-c.done:
 	case <-ctx.Done():

@@ -2,6 +2,7 @@ package sync_test
 
 import (
 	"context"
+	"fmt"
 	stdsync "sync"
 	"sync/atomic"
 	"testing"
@@ -41,14 +42,30 @@ func occupy(t *testing.T, d *door.Door, p *remote.Policy) func() {
 // keep is sent back (or, when Redis does not take it in time, counted as
 // dropped): nothing is held after Close, and every unit Redis granted is
 // used, back in Redis, or counted as dropped.
+//
+// With a context that can end (and does not), the call runs on a
+// goroutine of its own (send): Close waits for its requester's apply too.
 func TestCloseWaitsForAColdLeaseInTheCombiner(t *testing.T) {
+	for _, cancelable := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cancelable=%v", cancelable), func(t *testing.T) {
+			ctx := context.Background()
+			if cancelable {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithCancel(ctx)
+				defer cancel()
+			}
+			closeWaitsForAColdLease(t, ctx)
+		})
+	}
+}
+
+func closeWaitsForAColdLease(t *testing.T, ctx context.Context) {
 	proxy, c := proxied(t)
 	const timeout = time.Second
 	d := door.New(door.Config{Store: remote.NewStore(c, "t"), Clock: clock.System{}, Timeout: timeout})
 	l := newLeaserThrough(t, d, clock.System{}, cfg())
 	p := tokenBucket(t, 1, 2) // 2 units, one more an hour
 	tab := l.NewTable(p, nil)
-	ctx := context.Background()
 	warm(t, c, d, p)
 	proxy.SetDelay(700 * time.Millisecond)
 	busy := occupy(t, d, p)

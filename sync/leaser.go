@@ -260,33 +260,17 @@ func (l *Leaser) send(ctx context.Context, c *call, n int64) (remote.Decision, e
 	}
 	// The client would cut the call at ctx's end and lose its grant: the
 	// call goes on without ctx, bounded by the Redis timeout, on a
-	// goroutine of its own that applies the grant to the entry itself if
-	// the requester left (as the batcher does, finish).
+	// goroutine of its own, and is finished as the batcher finishes its
+	// calls (applied to the entry if the requester left).
 	c.done = make(chan struct{})
 	go func() {
-		defer l.batcher.release()
-		c.d, c.err = l.door.Decide(context.WithoutCancel(ctx), c.req, c.owner)
-		if c.err == nil {
-			l.countLease(c.req, c.d)
+		d, err := l.door.Decide(context.WithoutCancel(ctx), c.req, c.owner)
+		if err == nil {
+			l.countLease(c.req, d)
 		}
-		if !c.abandoned.CompareAndSwap(false, true) && c.err == nil { // the requester left
-			l.apply(c, 0)
-		}
-		close(c.done)
+		l.batcher.finish(c, d, err)
 	}()
-	select {
-	case <-c.done:
-	case <-ctx.Done():
-		if c.abandon() {
-			return remote.Decision{}, ctx.Err()
-		}
-		<-c.done
-	}
-	if c.err != nil {
-		return remote.Decision{}, c.err
-	}
-	l.apply(c, n)
-	return c.d, nil
+	return l.batcher.await(ctx, c, n)
 }
 
 // Begin counts a decision of a key with no entry (its first use) under

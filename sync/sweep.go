@@ -167,11 +167,7 @@ func (l *Leaser) Stats() Stats {
 	s := &l.stats
 	// The door's calls are the Leaser's: its pipelines, and its cold
 	// leases and first uses, which go as exact decisions (send).
-	single, b := l.door.Stats()
-	b.RoundTrips += single.RoundTrips
-	b.Errors += single.Errors
-	b.LateGranted += single.LateGranted
-	b.LateRefunded += single.LateRefunded
+	b := l.door.Total()
 	// Read what was leased last, so that a lease landing meanwhile is not
 	// counted as held or used without being counted as leased.
 	used, held := s.used.Load()+s.goneUsed.Load(), s.returning.Load()

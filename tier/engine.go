@@ -271,18 +271,18 @@ func New(cfg Config) (*Engine, error) {
 // policy's state: for a scrape, not for the hot path.
 func (e *Engine) Stats() Stats {
 	s := &e.stats
-	single, batched := e.door.Stats()
+	calls := e.door.Total()
 	st := Stats{
 		Allowed: s.allowed.Load(), Denied: s.denied.Load(),
 		Remote: s.remote.Load(), Cached: s.cached.Load(), Fallback: s.fallback.Load(), Busy: s.busy.Load(),
-		RoundTrips: single.RoundTrips + batched.RoundTrips, Errors: single.Errors + batched.Errors,
+		RoundTrips: calls.RoundTrips, Errors: calls.Errors,
 		Instances: 1, UnitsCharged: s.charged.Load(), Invalid: s.invalid.Load(),
 	}
 	st.Breaker, st.BreakerOpens = e.door.Breakers()
 	st.Policies, st.DroppedPolicies, st.DeniedBy = e.policyStats()
 	if r := e.regions; r != nil {
-		single, batched := r.global.Stats()
-		st.GlobalRoundTrips, st.GlobalErrors = single.RoundTrips+batched.RoundTrips, single.Errors+batched.Errors
+		global := r.global.Total()
+		st.GlobalRoundTrips, st.GlobalErrors = global.RoundTrips, global.Errors
 		st.UnitsPooled = r.units.Load() + r.owed.Load()
 		st.UnitsCharged += r.charged.Load()
 	}

@@ -275,6 +275,13 @@ func (d *Door) Stats() (single, batched Counts) {
 	return d.single.load(), d.batched.load()
 }
 
+// Total returns the counts of every call, single and batched.
+func (d *Door) Total() Counts {
+	s, b := d.Stats()
+	return Counts{RoundTrips: s.RoundTrips + b.RoundTrips, Errors: s.Errors + b.Errors,
+		LateGranted: s.LateGranted + b.LateGranted, LateRefunded: s.LateRefunded + b.LateRefunded}
+}
+
 // Timeout returns the Redis timeout that bounds every call.
 func (d *Door) Timeout() time.Duration { return d.timeout }
 
