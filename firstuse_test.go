@@ -16,18 +16,18 @@ import (
 	"github.com/ratelease/ratelease/internal/redistest"
 )
 
-// A key's first decision in lease mode keeps nothing: "if the requester
-// leaves before the answer, a grant goes back"; nor does its second, a
-// cold key's lease, which goes as an exact decision. An Allow whose
+// A key's first two decisions in lease mode keep nothing: "if the
+// requester leaves before the answer, a grant goes back"; nor does its
+// third, a cold key's lease, which goes as an exact decision. An Allow whose
 // context ends while Redis's reply is on its way (a proxy delays it) must
 // leave the key as it was once the Limiter is closed: the unit Redis
 // granted comes back, whether the client cuts calls at their context's
 // deadline (ContextTimeoutEnabled) or not (the Limiter guards its calls).
 func TestFirstUseLeftMidCallGivesItsGrantBack(t *testing.T) {
-	for _, second := range []bool{false, true} {
+	for prior := range 3 {
 		for _, honours := range []bool{true, false} {
 			name := map[bool]string{true: "ContextTimeoutEnabled", false: "guarded"}[honours]
-			name += map[bool]string{false: "/first", true: "/cold-lease"}[second]
+			name += []string{"/first", "/second", "/cold-lease"}[prior]
 			t.Run(name, func(t *testing.T) {
 				srv := redistest.Start(t)
 				proxy := redistest.NewProxy(t, srv.Addr)
@@ -43,10 +43,9 @@ func TestFirstUseLeftMidCallGivesItsGrantBack(t *testing.T) {
 				if _, err := l.Allow(ctx, p, "warm"); err != nil {
 					t.Fatal(err)
 				}
-				if second {
-					// The key's first use: its second is a cold key's lease.
+				for range prior {
 					if r, err := l.Allow(ctx, p, "k"); err != nil || !r.Allowed {
-						t.Fatalf("first Allow: %+v, %v", r, err)
+						t.Fatalf("a use before: %+v, %v", r, err)
 					}
 				}
 				proxy.SetDelay(300 * time.Millisecond)
@@ -65,7 +64,7 @@ func TestFirstUseLeftMidCallGivesItsGrantBack(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if want := 100 - map[bool]int{true: 1}[second]; res.Remaining != want {
+				if want := 100 - prior; res.Remaining != want {
 					t.Errorf("after a use whose requester left, and Close: %d of 100 left in Redis, want %d; the grant was not given back", res.Remaining, want)
 				}
 			})

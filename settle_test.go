@@ -32,8 +32,8 @@ func TestSettleGivesBackOnlyToTheAdmittingWindow(t *testing.T) {
 				ctx := context.Background()
 				p := policy(t, "w", ratelease.Limit{Rate: 10, Period: time.Minute, Algorithm: ratelease.FixedWindow})
 				e.advance(time.Minute - time.Duration(e.mr.Now().UnixNano())%time.Minute - time.Second)
-				// In lease mode, a first use and a lease of 8: the estimate
-				// is taken from the units held.
+				// In lease mode (leases of 8, set by hand: the first use
+				// leases), the estimate is taken from the units held.
 				for range 2 {
 					if _, err := e.l.Allow(ctx, p, "k"); err != nil {
 						t.Fatal(err)

@@ -43,11 +43,12 @@ func (d *demand) observe(used, now int64) {
 		return
 	}
 	d.last = now
-	r := float64(used) * 1e9 / float64(dt)
 	if !d.known {
-		d.rate, d.known = r, true
+		// The average since the first (and a seed's units).
+		d.rate, d.known = (d.total+float64(used))*1e9/float64(now-d.first), true
 		return
 	}
+	r := float64(used) * 1e9 / float64(dt)
 	tau := float64(tau)
 	if r > d.rate {
 		// Followed four times as fast rising as falling: a lease too small
@@ -57,6 +58,15 @@ func (d *demand) observe(used, now int64) {
 	}
 	alpha := 1 - math.Exp(-float64(dt)/tau)
 	d.rate += alpha * (r - d.rate)
+}
+
+// seed starts the clock at first (ns), as if used units had been observed
+// since, unless the clock runs or first is within firstWindow of now.
+func (d *demand) seed(first, used, now int64) {
+	if d.started || now-first < firstWindow {
+		return
+	}
+	d.first, d.last, d.total, d.started = first, first, float64(used), true
 }
 
 // estimate returns the estimated units per second.

@@ -115,6 +115,14 @@ func (e *Entry[P]) Taken() int64 { return e.allowance.taken() }
 // request leasing its own units beside a cold lease) into the demand.
 func (e *Entry[P]) Wanted(n int64) { e.asked.Add(n) }
 
+// Seed has the demand start at first (ns), as if used units had been
+// taken since: the key's uses before the entry. Not once it has leased.
+func (e *Entry[P]) Seed(first, used, now int64) {
+	e.mu.Lock()
+	e.demand.seed(first, used, now)
+	e.mu.Unlock()
+}
+
 // Waiting counts a caller that starts (d = 1) or stops (d = -1) waiting
 // for the entry's units; while any waits, its leases say so
 // (Lease.Waiting).

@@ -342,6 +342,39 @@ func TestDemandStartsFromAnAverage(t *testing.T) {
 	}
 }
 
+// A seed starts the demand at a key's first use, before its entry was
+// made, with the units of the uses between counted: the entry's first
+// observation then gives the average since the first use, whether it comes
+// within tau or after it. A seed too close to now is no rate, and a demand
+// already started keeps its own.
+func TestDemandSeed(t *testing.T) {
+	const t0 = int64(5e9)
+	for _, tc := range []struct {
+		name      string
+		at        int64 // the entry's first observation, of 1 unit
+		want      float64
+		preStart  bool
+		seedFirst int64
+	}{
+		{name: "within tau", at: t0 + 5e8, want: 2 / 0.5, seedFirst: t0},
+		{name: "after tau", at: t0 + 12e8, want: 2 / 1.2, seedFirst: t0},
+		{name: "too recent", at: t0 + 1e6, want: 0, seedFirst: t0},
+		{name: "started", at: t0 + 5e8, want: 0, seedFirst: t0 - 1e9, preStart: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var d demand
+			if tc.preStart {
+				d.observe(1, tc.at)
+			}
+			d.seed(tc.seedFirst, 1, tc.at)
+			d.observe(1, tc.at)
+			if r := d.estimate(); math.Abs(r-tc.want) > 1e-9 {
+				t.Fatalf("rate %v, want %v", r, tc.want)
+			}
+		})
+	}
+}
+
 // A rising demand is followed four times as fast as a falling one: from
 // 100/s to 1000/s, 0.5s later the estimate is past 860 (1 - e^-2); from
 // 1000/s back to 100/s, 0.5s later it is still above 600 (e^-0.5).

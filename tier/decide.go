@@ -139,12 +139,18 @@ func (e *Engine) entry(p *remote.Policy, key string) (*leasesync.Entry, error) {
 // Redis call, coalesced with concurrent misses on the key), keeping n units
 // of the grant.
 func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, key string, n int64) (Decision, error) {
-	if e.firstUse(p, key) {
+	exact, first, known := e.firstUse(p, key)
+	if exact {
 		return e.decideFirst(ctx, p, key, n)
 	}
 	ent, err := e.entry(p, key)
 	if err != nil { // errRedefined: check again
 		return e.Miss(ctx, p, key, n)
+	}
+	if known {
+		// Made at the key's third use: its demand counts the second's
+		// units (the first's start the clock), as if made at the second.
+		ent.Seed(first, n, e.leaser.Now())
 	}
 	// Read after entry(), which may have made the table and the entry and
 	// evicted others (their locks, their refunds): the units are taken at
@@ -186,9 +192,9 @@ func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, key string, 
 	return dec, nil
 }
 
-// decideFirst decides the first use of key (firstUse) as exact mode
-// decides it (through the door's combiner, the request's units alone),
-// and makes no entry. It is counted as a lease of those units
+// decideFirst decides one of the first two uses of key (firstUse) as
+// exact mode decides it (through the door's combiner, the request's units
+// alone), and makes no entry. It is counted as a lease of those units
 // (Leaser.Decided); a grant whose requester left goes back rather than
 // being lost.
 func (e *Engine) decideFirst(ctx context.Context, p *remote.Policy, key string, n int64) (Decision, error) {
@@ -253,18 +259,19 @@ func (e *Engine) viaDoor(ctx context.Context, p *remote.Policy, key string, n in
 	return Decision{}, false, nil
 }
 
-// firstUse reports whether key of p has no entry and was not decided
-// lately (firstUses): its decision is then made as exact mode makes it.
-func (e *Engine) firstUse(p *remote.Policy, key string) bool {
+// firstUse reports whether key of p has no entry and is among its first
+// two uses lately (firstUses): its decision is then made as exact mode
+// makes it. Otherwise first is its first use's time, if known (firstUses).
+func (e *Engine) firstUse(p *remote.Policy, key string) (exact bool, first int64, known bool) {
 	if e.firsts == nil {
-		return false
+		return false, 0, false
 	}
 	if st := e.tables.find(p); st != nil {
 		if _, ok := st.table.Get(key); ok {
-			return false
+			return false, 0, false
 		}
 	}
-	return e.firsts.first(p, key)
+	return e.firsts.use(p, key, e.leaser.Now())
 }
 
 // fromLocal answers from ent if it can: units taken from the allowance

@@ -30,8 +30,8 @@
 // when it is collected.
 //
 // Files: engine.go (Source, Decision, Config, Engine, Stats, New, Close),
-// decide.go (Hit, Miss, leased decisions), firstuse.go (a key's first use,
-// decided as exact mode decides it), definitions.go (a policy name's
+// decide.go (Hit, Miss, leased decisions), firstuse.go (a key's first two
+// uses, decided as exact mode decides them), definitions.go (a policy name's
 // limits, and its redefinition), tables.go (the state of each policy, and
 // when it goes), stats.go (PolicyStats, LimitName, the counters), exact.go
 // (exact decisions, Wait), waitqueue.go (the queue of exact-mode Waits by

@@ -130,8 +130,8 @@ type Engine struct {
 	pools  *permitPools
 	leaser *leasesync.Leaser
 	tables tables
-	// firsts remembers the keys decided lately, so that a key's first
-	// decision in lease mode is made as exact mode makes it (firstUses).
+	// firsts remembers the keys decided lately, so that a key's first two
+	// decisions in lease mode are made as exact mode makes them (firstUses).
 	firsts *firstUses
 	closed atomic.Bool
 	// done is closed by Close: it wakes every Wait asleep (see sleep).

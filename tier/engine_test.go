@@ -410,27 +410,29 @@ func TestSourceString(t *testing.T) {
 	}
 }
 
-// In lease mode a key's first decision is made as exact mode makes it, the
-// request's units alone (through the door's combiner; counted as a lease of
-// those units), and keeps no entry: a key used once costs what an exact decision costs. From its
-// second decision on the key has an entry and leases. The first decision
-// counts with its policy. A lease size set by hand (Min above 1) holds
-// from the first decision.
-func TestFirstUseKeepsNoEntry(t *testing.T) {
+// In lease mode a key's first two decisions are made as exact mode makes
+// them, the request's units alone (through the door's combiner; counted as
+// a lease of those units), and keep no entry: a key used once or twice
+// costs what exact decisions cost. From its third decision on the key has
+// an entry and leases. The first decisions count with their policy. A
+// lease size set by hand (Min above 1) holds from the first decision.
+func TestFirstUsesKeepNoEntry(t *testing.T) {
 	ctx := context.Background()
 	e, _ := newEngine(t, 1)
 	p := perHour(t, 100)
-	if d, err := e.Allow(ctx, p, "k", 1); err != nil || !d.Allowed || d.Source != tier.SourceRemote {
-		t.Fatalf("first use: %+v, %v", d, err)
-	}
-	if s := e.Stats(); s.Keys != 0 || s.Policies[p.Name()].Remote != 1 || s.Leases != 1 || s.UnitsUsed != 1 || s.UnitsHeld != 0 {
-		t.Fatalf("after a first use: %+v, want no key held, the decision counted with its policy", s)
+	for use := uint64(1); use <= 2; use++ {
+		if d, err := e.Allow(ctx, p, "k", 1); err != nil || !d.Allowed || d.Source != tier.SourceRemote {
+			t.Fatalf("use %d: %+v, %v", use, d, err)
+		}
+		if s := e.Stats(); s.Keys != 0 || s.Policies[p.Name()].Remote != use || s.Leases != use || s.UnitsUsed != use || s.UnitsHeld != 0 {
+			t.Fatalf("after use %d: %+v, want no key held, the decisions counted with their policy", use, s)
+		}
 	}
 	if d, err := e.Allow(ctx, p, "k", 1); err != nil || !d.Allowed {
-		t.Fatalf("second use: %+v, %v", d, err)
+		t.Fatalf("third use: %+v, %v", d, err)
 	}
 	if s := e.Stats(); s.Keys != 1 {
-		t.Fatalf("after a second use: %d keys, want 1", s.Keys)
+		t.Fatalf("after a third use: %d keys, want 1", s.Keys)
 	}
 
 	e5, _ := newEngine(t, 5)
@@ -439,5 +441,41 @@ func TestFirstUseKeepsNoEntry(t *testing.T) {
 	}
 	if s := e5.Stats(); s.Keys != 1 || s.UnitsLeased != 5 {
 		t.Fatalf("first use, Min 5: %+v, want a lease of 5 held", s)
+	}
+}
+
+// The entry made at a key's third use leases for the demand its first
+// uses showed, as one made at its second use would have: uses half a
+// second apart lease ahead at the third (units held after it). Uses that
+// came together are no rate: the third asks for its own units alone.
+func TestThirdUseLeasesForTheFirstUsesDemand(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		gap  time.Duration
+		held bool
+	}{{500 * time.Millisecond, true}, {0, false}} {
+		t.Run(tc.gap.String(), func(t *testing.T) {
+			mr := redistest.StartMini(t)
+			clk := clock.NewManual(mr.Now())
+			e, err := tier.New(tier.Config{Store: remote.NewStore(mr.Client(t), "t"), Clock: clk, Timeout: 300 * time.Millisecond, Guard: true,
+				Lease: &leasesync.Config{Min: 1, Refresh: time.Second, TTL: 2 * time.Second, LowWater: 0.01, MaxKeys: 10}, FailureMode: tier.FailClosed})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = e.Close() })
+			p := perHour(t, 1000)
+			for use := range 3 {
+				if use > 0 {
+					clk.Advance(tc.gap)
+					mr.Advance(tc.gap)
+				}
+				if d, err := e.Allow(ctx, p, "k", 1); err != nil || !d.Allowed {
+					t.Fatalf("use %d: %+v, %v", use+1, d, err)
+				}
+			}
+			if s := e.Stats(); (s.UnitsHeld > 0) != tc.held || s.Keys != 1 {
+				t.Fatalf("uses %v apart: %+v, want units held %v", tc.gap, s, tc.held)
+			}
+		})
 	}
 }
