@@ -35,7 +35,8 @@ const firstUseSlots = 1 << 14
 // A slot holds, from its high bits down: the fingerprint (the hash's bits
 // above the slot's index), the first use's time in ticks of 2^tickShift
 // ns (about 17 ms) modulo 2^tickBits (about 19 hours), and the uses so
-// far (1 or 2; 0 is an empty slot).
+// far (1 or 2; 3 once the third has made the key's entry; 0 is an empty
+// slot).
 const (
 	tickShift = 24
 	tickBits  = 22
@@ -48,8 +49,9 @@ func newFirstUses() *firstUses { return &firstUses{seed: maphash.MakeSeed()} }
 // use counts a decision of key of p at now (ns) and reports whether it is
 // among the key's first two lately (decided as exact mode decides it);
 // otherwise, if known, first is the start of the tick of the key's first
-// use (ns). It is not known when the key was forgotten, or used too long ago
-// to tell.
+// use (ns). It is known at the third use only: not when the key's entry was
+// made before (and evicted since: one made again starts afresh, its first
+// uses' rate long gone), nor when the first use was too long ago to tell.
 func (f *firstUses) use(p *remote.Policy, key string, now int64) (exact bool, first int64, known bool) {
 	h := maphash.String(f.seed, key) ^ maphash.String(f.seed, p.Name())*0x9e3779b97f4a7c15
 	s := &f.slots[h%firstUseSlots]
@@ -64,6 +66,10 @@ func (f *firstUses) use(p *remote.Policy, key string, now int64) (exact bool, fi
 		s.Store(v&^3 | 2)
 		return true, 0, false
 	}
+	if v&3 == 3 { // the entry was made once: one made again starts afresh
+		return false, 0, false
+	}
+	s.Store(v | 3)
 	if ago := (tick - v>>2) & tickMask; ago < tickMask/2 {
 		return false, (now>>tickShift - int64(ago)) << tickShift, true // the first use's tick's start
 	}

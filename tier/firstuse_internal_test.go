@@ -11,7 +11,8 @@ import (
 
 // Every key, at any time (ticks wrapping included), is decided exactly at
 // its first two uses and leases from its third, which knows its first
-// use's time to a tick; a first use too long ago (half the ticks' period)
+// use's time to a tick (and later ones, which make an entry only if the
+// first was evicted, do not); a first use too long ago (half the ticks' period)
 // is not known. Keys pushed out of their slot start over.
 func TestFirstUsesCountsEachKey(t *testing.T) {
 	p, err := remote.NewPolicy("p", []remote.Limit{{Algorithm: remote.TokenBucket, Rate: 1, Period: time.Second, Burst: 1}})
@@ -33,6 +34,10 @@ func TestFirstUsesCountsEachKey(t *testing.T) {
 		exact, first, known := f.use(p, key, now+gap)
 		if exact || !known || first > now || first <= now-tick {
 			t.Fatalf("%s: third use %v ago: exact %v, first %d known %v; want not exact, first within a tick before %d", key, time.Duration(gap), exact, first, known, now)
+		}
+		// Its entry made, evicted and made again: not exact, nothing known.
+		if exact, _, known := f.use(p, key, now+gap+1); exact || known {
+			t.Fatalf("%s: fourth use: exact %v, known %v; want neither", key, exact, known)
 		}
 	}
 	// Long ago: not known, and still not exact.
