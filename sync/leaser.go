@@ -273,13 +273,28 @@ func (l *Leaser) send(ctx context.Context, c *call, n int64) (remote.Decision, e
 	return l.batcher.await(ctx, c, n)
 }
 
-// Begin counts a decision of a key with no entry (its first use) under
-// way, as a lease, which Close waits for; End ends it. Begin reports false
-// once Close has begun: the decision is not made.
-func (l *Leaser) Begin() bool { return l.begin() }
+// Begin counts a decision of a key with no entry (one of its first uses)
+// under way, as a lease, which Close waits for; End ends it. Close waits
+// for its end past its own bound on leases too, as for a cold lease
+// (batcher.hold), so that a grant whose requester left, which Decided
+// queues to go back, is sent. Begin reports false once Close has begun:
+// the decision is not made.
+func (l *Leaser) Begin() bool {
+	if !l.begin() {
+		return false
+	}
+	if !l.batcher.hold() {
+		l.leasing.Add(-1)
+		return false
+	}
+	return true
+}
 
 // End ends what Begin began.
-func (l *Leaser) End() { l.leasing.Add(-1) }
+func (l *Leaser) End() {
+	l.batcher.release()
+	l.leasing.Add(-1)
+}
 
 // Decided counts d, Redis's answer to r, an exact decision of a key with
 // no entry (its first use, between Begin and End), as a lease of the

@@ -149,7 +149,8 @@ func (e *Engine) allowLeased(ctx context.Context, p *remote.Policy, key string, 
 	}
 	if known {
 		// Made at the key's third use: its demand counts the second's
-		// units (the first's start the clock), as if made at the second.
+		// units (this request's n stands for them; the first's start the
+		// clock), as if made at the second.
 		ent.Seed(first, n, e.leaser.Now())
 	}
 	// Read after entry(), which may have made the table and the entry and

@@ -42,6 +42,11 @@ const (
 	tickBits  = 22
 	fpShift   = tickBits + 2
 	tickMask  = 1<<tickBits - 1
+	// seedTicks is how long ago (about 4.3 s) a first use may be for the
+	// third to seed its entry's demand: an older one tells little (a key
+	// that slow leases its requests alone), and a clock set back gives a
+	// wrapped age, far past it.
+	seedTicks = 1 << 8
 )
 
 func newFirstUses() *firstUses { return &firstUses{seed: maphash.MakeSeed()} }
@@ -49,9 +54,10 @@ func newFirstUses() *firstUses { return &firstUses{seed: maphash.MakeSeed()} }
 // use counts a decision of key of p at now (ns) and reports whether it is
 // among the key's first two lately (decided as exact mode decides it);
 // otherwise, if known, first is the start of the tick of the key's first
-// use (ns). It is known at the third use only: not when the key's entry was
-// made before (and evicted since: one made again starts afresh, its first
-// uses' rate long gone), nor when the first use was too long ago to tell.
+// use (ns). It is known at the third use only, within seedTicks of the
+// first (or, by the ticks' wrap, of a multiple of 19 h after it): not
+// when the third use made the key's entry before (and it was evicted
+// since: one made again starts afresh, its first uses' rate long gone).
 func (f *firstUses) use(p *remote.Policy, key string, now int64) (exact bool, first int64, known bool) {
 	h := maphash.String(f.seed, key) ^ maphash.String(f.seed, p.Name())*0x9e3779b97f4a7c15
 	s := &f.slots[h%firstUseSlots]
@@ -70,7 +76,7 @@ func (f *firstUses) use(p *remote.Policy, key string, now int64) (exact bool, fi
 		return false, 0, false
 	}
 	s.Store(v | 3)
-	if ago := (tick - v>>2) & tickMask; ago < tickMask/2 {
+	if ago := (tick - v>>2) & tickMask; ago <= seedTicks {
 		return false, (now>>tickShift - int64(ago)) << tickShift, true // the first use's tick's start
 	}
 	return false, 0, false
