@@ -43,15 +43,22 @@ func (l *Leaser) plan(e *Entry, st local.Lease, n, now int64) *call {
 		least = min(st.Request, p.Capacity())
 	}
 	size = max(min(size, p.Capacity()), least)
-	demand := int64(math.Ceil(rate))
+	// The demand Redis shares the key by, in whole units a second: the
+	// nearest (a demand of 2.001 a second is not 3, which would claim a
+	// fair share it does not use), and at least 1 for any demand at all.
+	demand := int64(math.Round(rate))
+	if rate > 0 {
+		demand = max(demand, 1)
+	}
 	if n > 0 && st.Back == 0 && !st.Waiting && l.cfg.Min <= least &&
 		(want < float64(2*least) || crowdShare(p, e.Members(), h) < float64(2*least) ||
-			want < growthFloor && e.Answers() > 0 && e.LastWord().Remaining == 0) {
+			want < growthFloor && e.Answers() > 0 && empty(e.LastWord(), now)) {
 		// Seldom used here, or crowded (a horizon's supply shared by the
 		// members is under two requests each), or a small lease of a key
-		// that Redis last said was empty: a lease would serve this request
-		// and hardly another. It goes as an exact decision, naming no
-		// member, which costs Redis a fraction of a member's call.
+		// that Redis last said was empty (and has not refilled since): a
+		// lease would serve this request and hardly another. It goes as an
+		// exact decision, naming no member, which costs Redis a fraction
+		// of a member's call.
 		demand, size = 0, least
 	}
 	return &call{
@@ -61,6 +68,11 @@ func (l *Leaser) plan(e *Entry, st local.Lease, n, now int64) *call {
 		entry: e, start: now, epoch: st.Epoch,
 	}
 }
+
+// empty reports whether w, Redis's last word on a key, says it is empty
+// at now: it had no room left, and was not full again by now (its ResetAt,
+// on the clock hits read, which runs with now).
+func empty(w local.Word, now int64) bool { return w.Remaining == 0 && now < w.ResetAt }
 
 // crowdShare is the most a key of p supplies in a horizon h, divided
 // among its m members; +Inf when m is 1 or unknown.

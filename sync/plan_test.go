@@ -1,0 +1,66 @@
+package sync_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ratelease/ratelease/clock"
+	"github.com/ratelease/ratelease/internal/redistest"
+	"github.com/ratelease/ratelease/local"
+	"github.com/ratelease/ratelease/remote"
+	leasesync "github.com/ratelease/ratelease/sync"
+)
+
+// Redis's word that a key is empty holds until the key is full again (its
+// ResetAt), no longer: a small lease of a key that a lease emptied goes
+// as an exact decision until then, and as a member's lease once the key
+// has refilled, as if it had never been empty (an everyday key, whose
+// instances each take the last units now and then, paid a round trip a
+// decision for the stale word).
+func TestAnEmptyKeysWordLapsesWhenItRefills(t *testing.T) {
+	mr := redistest.StartMini(t)
+	clk := clock.NewManual(mr.Now())
+	l := newLeaser(t, mr.Client(t), clk, leasesync.Config{Min: 1, Refresh: time.Second, TTL: 1500 * time.Millisecond, LowWater: 0.25, MaxKeys: 10})
+	p, err := remote.NewPolicy("p", []remote.Limit{{Algorithm: remote.TokenBucket, Rate: 5, Period: time.Second, Burst: 5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := l.NewTable(p, nil).GetOrCreate("k")
+	d, _, err := l.Lease(context.Background(), e, 5) // the whole bucket
+	if err != nil || d.Granted != 5 || d.Remaining != 0 {
+		t.Fatalf("lease of the bucket: %+v, %v", d, err)
+	}
+	start := l.Now()
+	st := local.Lease{Rate: 3} // 3 units over the horizon: a small lease
+	for _, tc := range []struct {
+		after  time.Duration
+		member bool
+	}{{500 * time.Millisecond, false}, {999 * time.Millisecond, false}, {1001 * time.Millisecond, true}, {5 * time.Second, true}} {
+		req := leasesync.PlanOf(l, e, st, 1, start+int64(tc.after))
+		if member := req.Demand > 0; member != tc.member {
+			t.Errorf("%v after the key was emptied (full again after 1s): %+v, want a member's lease %v", tc.after, req, tc.member)
+		}
+	}
+}
+
+// A lease tells Redis the key's demand in whole units a second: the
+// nearest (2.001 a second is 2, not 3, which would claim a fair share it
+// does not use), and at least 1 for any demand.
+func TestDemandIsTheNearestWholeRate(t *testing.T) {
+	mr := redistest.StartMini(t)
+	l := newLeaser(t, mr.Client(t), clock.NewManual(mr.Now()), leasesync.Config{Min: 1, Refresh: time.Second, TTL: 1500 * time.Millisecond, LowWater: 0.25, MaxKeys: 10})
+	p, err := remote.NewPolicy("p", []remote.Limit{{Algorithm: remote.TokenBucket, Rate: 1000, Period: time.Second, Burst: 1000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := l.NewTable(p, nil).GetOrCreate("k")
+	for _, tc := range []struct {
+		rate float64
+		want int64
+	}{{0.01, 1}, {0.5, 1}, {1.4, 1}, {2.001, 2}, {2.5, 3}, {2.99, 3}, {100.4, 100}} {
+		if req := leasesync.PlanOf(l, e, local.Lease{Rate: tc.rate}, 0, l.Now()); req.Demand != tc.want {
+			t.Errorf("rate %v a second: demand %d, want %d (%+v)", tc.rate, req.Demand, tc.want, req)
+		}
+	}
+}
