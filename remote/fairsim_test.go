@@ -204,6 +204,7 @@ func TestLeaseGrantsWholeRequests(t *testing.T) {
 		least float64
 	}{{remote.FixedWindow, 0.96}, {remote.SlidingWindowCounter, 0.95}} {
 		t.Run(c.alg.String(), func(t *testing.T) {
+			t.Parallel() // each on a miniredis of its own
 			lease := windowFloodOfN(t, c.alg, false)
 			exact := windowFloodOfN(t, c.alg, true)
 			t.Logf("lease mode's calls took %d units, exact mode's %d: %.3f", lease, exact, float64(lease)/float64(exact))
