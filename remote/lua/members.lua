@@ -255,6 +255,12 @@ end
 -- in AGG, to the next (contribute changes them as it changes a class).
 -- With ties, classes_in_order's list as it comes, for water_level's own
 -- sort: exactly what it always was.
+--
+-- by_mean is keyed by -m: a mean is often whole, and miniredis's Lua
+-- (gopher-lua) fills a table's array part with nils up to a positive
+-- whole key (a demand of a million: a million slots, every call), where
+-- Redis's puts it in the hash part; a negative key goes to the hash in
+-- both.
 local function classes(M)
   local mc, ms = M.mc, M.ms
   if not mc then
@@ -267,19 +273,19 @@ local function classes(M)
     local s = ms[i]
     if i == own then c, s = c + 1, s + d end
     local m = s / c
-    if by_mean[m] then return classes_in_order(M) end
-    by_mean[m] = { m, c, s }
+    if by_mean[-m] then return classes_in_order(M) end
+    by_mean[-m] = { m, c, s }
     means[#means + 1] = m
   end
   if not mc[own] then
     local m = d / 1
-    if by_mean[m] then return classes_in_order(M) end
-    by_mean[m] = { m, 1, d }
+    if by_mean[-m] then return classes_in_order(M) end
+    by_mean[-m] = { m, 1, d }
     means[#means + 1] = m
   end
   sort(means)
   local cs = { sorted = true }
-  for j = 1, #means do cs[j] = by_mean[means[j]] end
+  for j = 1, #means do cs[j] = by_mean[-means[j]] end
   return cs
 end
 
