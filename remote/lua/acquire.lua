@@ -240,10 +240,16 @@ if (reserve == 2 or ALG[limit(tight)].pool) and mkey and valid >= 0 and valid < 
   grant = min(grant, max(minimum, ceil(maximum * valid / horizon)))
 end
 if refill > 0 and not (windowed and released) and reserve ~= 2 then
-  -- Under the fair share, a batch or two: what a member holds unused
-  -- stays small. (A released window's rest is anybody's, whole; a
-  -- region's refill takes its share's bucket and the spare room.)
-  grant = min(grant, max(2 * need, floor(tokens)))
+  -- Under the fair share, a batch or two from its bucket: what a member
+  -- holds unused stays small; and from a bucket (no bound on a grant's
+  -- life) the spare, which is anybody's, and left in the key's bucket
+  -- would overflow it while the members wait for their batches (a
+  -- window's room does not overflow: it ends). (A released window's
+  -- rest is anybody's, whole; a region's refill takes its share's bucket
+  -- and the spare room.)
+  local beyond = 0
+  if valid < 0 then beyond = spare end
+  grant = min(grant, max(2 * need, floor(tokens)) + beyond)
 end
 if member ~= '' and minimum > 1 and grant - grant % minimum >= need then
   -- A lease for requests of min units: a remainder below min would lapse
