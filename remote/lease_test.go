@@ -129,11 +129,12 @@ func TestNoCapWithoutScarcity(t *testing.T) {
 }
 
 // A member held to its share takes two batches at a time from its own
-// bucket, and the room no member's bucket holds (the spare) besides: the
-// spare is anybody's, and left in the key's bucket it would overflow the
-// capacity while the members wait for their batches. Short of room, it is
-// not back before its share or the room beyond the others' buckets has made
-// a batch, whichever comes first: the denial says when.
+// bucket, and its part of the room no member's bucket holds (the spare)
+// besides, by fair rate: left in the key's bucket the spare would overflow
+// the capacity while the members wait for their batches, and taken whole
+// by whoever asks first it would go by who is quickest. Short of room, it
+// is not back before its share or the room beyond the others' buckets has
+// made a batch, whichever comes first: the denial says when.
 func TestFairShareWaitsForABatch(t *testing.T) {
 	f := newFake(t)
 	// Two members wanting 1000/s each of 1000/s with a burst of 100: the
@@ -151,13 +152,15 @@ func TestFairShareWaitsForABatch(t *testing.T) {
 		}
 		grants = append(grants, d.Granted)
 	}
-	// 99 left after a's unit, of which a's bucket keeps 5: b takes the
-	// other 94 at once (its bucket's 5 and the spare 89), and then none
-	// is left beyond a's bucket. a's bucket is full, so the room beyond it
-	// grows at the limit's 1000/s and makes b's batch in 5ms (b's own
-	// share, at 500/s, in 10ms).
-	if fmt.Sprint(grants) != "[94]" || d.RetryAfter != 5*ms {
-		t.Fatalf("grants %v, then %+v; want all the room beyond a's bucket (94), then a wait until the room beyond a's bucket makes a batch (5 more units at 1000/s)", grants, d)
+	// 99 left after a's unit, of which a's bucket keeps 5: the room
+	// beyond it is 94, b's bucket 5 of it, the spare 89. b takes two
+	// batches and half the spare (a's share is as much as b's): 10 + 44;
+	// then, its bucket empty, two batches and half of the spare's 40 left;
+	// then the last 10. a's bucket is full, so the room beyond it grows at
+	// the limit's 1000/s and makes b's batch in 5ms (b's own share, at
+	// 500/s, in 10ms).
+	if fmt.Sprint(grants) != "[54 30 10]" || d.RetryAfter != 5*ms {
+		t.Fatalf("grants %v, then %+v; want two batches and half the spare a time until the room beyond a's bucket (94) is spent, then a wait until the room beyond a's bucket makes a batch (5 more units at 1000/s)", grants, d)
 	}
 	f.Advance(5 * ms)
 	// Room 5 + 5, less a's 5: b's batch.
@@ -206,6 +209,42 @@ func TestAnIdleMembersBucketLapses(t *testing.T) {
 	f.Advance(10 * ms)
 	if left := drain(); left < 5 {
 		t.Fatalf("a left %d, 10ms after b leased again, want b's batch (5) at least", left)
+	}
+}
+
+// A member that keeps leasing keeps its bucket from the others, though
+// idle members share its generation: the buckets of a generation lapse
+// only once every other member's last lease into it is old (a first cut
+// took the generation's mean lease, which six idle members pulled back,
+// and A's bucket went with theirs).
+func TestALeasingMembersBucketHoldsBesideIdleOnes(t *testing.T) {
+	for _, idle := range []int{0, 6} {
+		t.Run(fmt.Sprintf("idle=%d", idle), func(t *testing.T) {
+			f := newFake(t)
+			p := mustPolicy(t, "p", tb(10000, 1000, time.Second))
+			for i := range idle {
+				lease(t, f, p, fmt.Sprintf("I%d", i), 10000, 1, 1)
+			}
+			lease(t, f, p, "A", 1000, 1, 1)
+			lease(t, f, p, "X", 10000, 1, 1)
+			drain := func() int64 {
+				for range 1000 {
+					if d := lease(t, f, p, "X", 10000, 1, 1000); d.Granted == 0 {
+						return d.Remaining
+					}
+				}
+				t.Fatal("X was never denied")
+				return 0
+			}
+			drain()
+			for range 10 {
+				f.Advance(10 * ms)
+				lease(t, f, p, "A", 1000, 1, 1) // A asks every batch
+			}
+			if left := drain(); left < 9 {
+				t.Errorf("X left %d, want A's bucket (9) at least: A leased just now", left)
+			}
+		})
 	}
 }
 
