@@ -192,6 +192,17 @@ func sharedKeyRun(ctx context.Context, addr string, cfg SharedKeyConfig, c Share
 		}
 		ins[i] = &sharedKeyInstance{l: l}
 	}
+	// Each instance is ready before the load starts, as a service is
+	// once its readiness check (Ping) passes: its connection made, Redis
+	// seen to answer. Without it, 100 Limiters dialling and leasing in
+	// the same few milliseconds on a loaded 2-core machine (CI, under the
+	// race detector) timed out their first calls before any answer, and
+	// took Redis for down: a cold start, not the shared key's regime.
+	for i, in := range ins {
+		if err := in.l.Ping(ctx); err != nil {
+			return res, fmt.Errorf("instance %d: %w", i, err)
+		}
+	}
 	admin, _ := newClient(addr, 1)
 	defer admin.Close()
 	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
