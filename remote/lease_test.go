@@ -128,11 +128,13 @@ func TestNoCapWithoutScarcity(t *testing.T) {
 	}
 }
 
-// A member held to its share takes at most two batches at a time (a batch
-// is its share's worth of a tenth of a horizon) from the room the others'
-// buckets do not hold; short of room, it is not back before its share or the
-// room beyond the others' buckets has made a batch, whichever comes first:
-// the denial says when.
+// A member held to its share takes two batches at a time from its own
+// bucket, and its part of the room no member's bucket holds (the spare)
+// besides, by fair rate: left in the key's bucket the spare would overflow
+// the capacity while the members wait for their batches, and taken whole
+// by whoever asks first it would go by who is quickest. Short of room, it
+// is not back before its share or the room beyond the others' buckets has
+// made a batch, whichever comes first: the denial says when.
 func TestFairShareWaitsForABatch(t *testing.T) {
 	f := newFake(t)
 	// Two members wanting 1000/s each of 1000/s with a burst of 100: the
@@ -150,17 +152,99 @@ func TestFairShareWaitsForABatch(t *testing.T) {
 		}
 		grants = append(grants, d.Granted)
 	}
-	// 99 left after a's unit: nine grants of two batches, then 9 left, of
-	// which a's bucket keeps 5: b's 4 are short of a batch by one unit.
-	// a's bucket is full, so the room beyond it grows at the limit's
-	// 1000/s and makes that unit in 1ms (b's own share, at 500/s, in 2ms).
-	if fmt.Sprint(grants) != "[10 10 10 10 10 10 10 10 10]" || d.RetryAfter != 1*ms {
-		t.Fatalf("grants %v, then %+v; want two batches at a time while the room beyond a's bucket lasts (94), then a wait until the room beyond a's bucket makes a batch (1 more unit at 1000/s)", grants, d)
+	// 99 left after a's unit, of which a's bucket keeps 5: the room
+	// beyond it is 94, b's bucket 5 of it, the spare 89. b takes two
+	// batches and half the spare (a's share is as much as b's): 10 + 44;
+	// then, its bucket empty, two batches and half of the spare's 40 left;
+	// then the last 10. a's bucket is full, so the room beyond it grows at
+	// the limit's 1000/s and makes b's batch in 5ms (b's own share, at
+	// 500/s, in 10ms).
+	if fmt.Sprint(grants) != "[54 30 10]" || d.RetryAfter != 5*ms {
+		t.Fatalf("grants %v, then %+v; want two batches and half the spare a time until the room beyond a's bucket (94) is spent, then a wait until the room beyond a's bucket makes a batch (5 more units at 1000/s)", grants, d)
 	}
-	f.Advance(1 * ms)
-	// Room 9 + 1, less a's 5: b's batch.
+	f.Advance(5 * ms)
+	// Room 5 + 5, less a's 5: b's batch.
 	if d := lease(t, f, p, "b", 1000, 1, 1000); d.Granted != 5 {
 		t.Fatalf("b when its batch is there: %+v, want 5", d)
+	}
+}
+
+// A member's bucket keeps its batch from the others while the member
+// leases, and for LAPSE (3) of its batches' time after its last lease, no
+// longer: a member whose demand stopped leaves the room to those still
+// asking, where its claim would hold it back until the key's bucket filled
+// and the rest overflowed (a demand that shifts between instances).
+func TestAnIdleMembersBucketLapses(t *testing.T) {
+	f := newFake(t)
+	p := mustPolicy(t, "p", tb(1000, 100, time.Second))
+	// Shares of 500/s each, a batch of 5: b's batch is 10ms of its share.
+	lease(t, f, p, "a", 1000, 1, 1)
+	lease(t, f, p, "b", 1000, 1, 1)
+	// drain has a lease until denied, and returns what is left in the
+	// key's bucket then.
+	drain := func() int64 {
+		for range 100 {
+			d := lease(t, f, p, "a", 1000, 1, 1000)
+			if d.Granted == 0 {
+				return d.Remaining
+			}
+		}
+		t.Fatal("a was never denied")
+		return 0
+	}
+	drain()
+	// 29ms after b's lease, b's bucket is full (5): a leaves it.
+	f.Advance(29 * ms)
+	if left := drain(); left < 5 {
+		t.Fatalf("a left %d, 29ms after b's last lease, want b's batch (5) at least", left)
+	}
+	// Past 30ms (3 of b's batches' time) since b's lease, b claims
+	// nothing: a takes all but less than its own batch.
+	f.Advance(2 * ms)
+	if left := drain(); left >= 5 {
+		t.Fatalf("a left %d, 31ms after b's last lease, want less than a batch: b's bucket lapsed", left)
+	}
+	// b asks again (denied: a took the room): its bucket claims again.
+	lease(t, f, p, "b", 1000, 1, 1)
+	f.Advance(10 * ms)
+	if left := drain(); left < 5 {
+		t.Fatalf("a left %d, 10ms after b leased again, want b's batch (5) at least", left)
+	}
+}
+
+// A member that keeps leasing keeps its bucket from the others, though
+// idle members share its generation: the buckets of a generation lapse
+// only once every other member's last lease into it is old (a first cut
+// took the generation's mean lease, which six idle members pulled back,
+// and A's bucket went with theirs).
+func TestALeasingMembersBucketHoldsBesideIdleOnes(t *testing.T) {
+	for _, idle := range []int{0, 6} {
+		t.Run(fmt.Sprintf("idle=%d", idle), func(t *testing.T) {
+			f := newFake(t)
+			p := mustPolicy(t, "p", tb(10000, 1000, time.Second))
+			for i := range idle {
+				lease(t, f, p, fmt.Sprintf("I%d", i), 10000, 1, 1)
+			}
+			lease(t, f, p, "A", 1000, 1, 1)
+			lease(t, f, p, "X", 10000, 1, 1)
+			drain := func() int64 {
+				for range 1000 {
+					if d := lease(t, f, p, "X", 10000, 1, 1000); d.Granted == 0 {
+						return d.Remaining
+					}
+				}
+				t.Fatal("X was never denied")
+				return 0
+			}
+			drain()
+			for range 10 {
+				f.Advance(10 * ms)
+				lease(t, f, p, "A", 1000, 1, 1) // A asks every batch
+			}
+			if left := drain(); left < 9 {
+				t.Errorf("X left %d, want A's bucket (9) at least: A leased just now", left)
+			}
+		})
 	}
 }
 
@@ -352,7 +436,9 @@ func windowWhereMembersMeet(t *testing.T, alg remote.Algorithm) {
 		t.Fatalf("a took %d while the window is paced, want the 498 made, less up to a batch each of a and b", got)
 	}
 	f.Advance(100 * ms)
-	// The pace is over: all but b's batch of the window's rest.
+	// The pace is over: all but b's batch of the window's rest. (From a
+	// window, b's bucket keeps it however long b is silent: the window's
+	// room does not overflow, it ends.)
 	if got := take(); got < 500-10 || got > 500 {
 		t.Fatalf("a took %d once the pace ended, want the window's other 500 less b's batch", got)
 	}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -113,6 +114,9 @@ func checkAggregates(t *testing.T, f *fake, hash string, step int) {
 		classes   map[int64][2]int64
 		t, fr, ft float64
 		z         float64
+		l1, l2, b int64
+		ats       []int64 // the live entries' last leases
+		batch     int64   // the longest of the live entries' batch times (us)
 	}
 	gens := map[int64]*gen{}
 	parts := strings.Split(agg, ";")
@@ -124,7 +128,10 @@ func checkAggregates(t *testing.T, f *fake, hash string, step int) {
 		x.fr, _ = strconv.ParseFloat(v[3], 64)
 		x.ft, _ = strconv.ParseFloat(v[4], 64)
 		x.z, _ = strconv.ParseFloat(v[5], 64)
-		for i := 6; i+2 < len(v)+0 && i+2 <= len(v)-1; i += 3 {
+		x.l1, _ = strconv.ParseInt(v[6], 10, 64)
+		x.l2, _ = strconv.ParseInt(v[7], 10, 64)
+		x.b, _ = strconv.ParseInt(v[8], 10, 64)
+		for i := 9; i+2 <= len(v)-1; i += 3 {
 			idx, _ := strconv.ParseInt(v[i], 10, 64)
 			c, _ := strconv.ParseInt(v[i+1], 10, 64)
 			s, _ := strconv.ParseInt(v[i+2], 10, 64)
@@ -176,6 +183,10 @@ func checkAggregates(t *testing.T, f *fake, hash string, step int) {
 		w.fr += fr
 		w.ft += fr * float64(at-g) / 1e6
 		w.z += size
+		w.ats = append(w.ats, at)
+		if fr > 0 {
+			w.batch = max(w.batch, int64(math.Ceil(size/fr*1e6)))
+		}
 	}
 	for start, g := range gens {
 		w := want[start]
@@ -190,6 +201,18 @@ func checkAggregates(t *testing.T, f *fake, hash string, step int) {
 		if !near(g.t, w.t) || !near(g.fr, w.fr) || !near(g.ft, w.ft) || !near(g.z, w.z) {
 			t.Fatalf("step %d: generation %d sums T F FT Z = %v %v %v %v; the entries' %v %v %v %v",
 				step, start, g.t, g.fr, g.ft, g.z, w.t, w.fr, w.ft, w.z)
+		}
+		// L1 is never older than an entry's lease, nor L2 than that of
+		// any but the entry that made L1 (leases at the same us of
+		// Redis's clock are not told apart); B is the longest batch time.
+		for i, at := range w.ats {
+			tied := slices.Contains(w.ats[:i], at) || slices.Contains(w.ats[i+1:], at)
+			if at > g.l1 || at < g.l1 && at > g.l2 && !tied {
+				t.Fatalf("step %d: generation %d: an entry leased at %d, its L1 L2 are %d %d (%q)", step, start, at, g.l1, g.l2, agg)
+			}
+		}
+		if g.b < w.batch {
+			t.Fatalf("step %d: generation %d: B %d, an entry's batch time %d (%q)", step, start, g.b, w.batch, agg)
 		}
 	}
 	for start, w := range want {

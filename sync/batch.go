@@ -16,6 +16,7 @@ type call struct {
 	entry *Entry
 	start int64         // ns, when the request was made: validity counts from here
 	epoch uint64        // the entry's epoch at the lease's start (local.Lease.Epoch)
+	rate  float64       // units/s: the demand plan sized it by (req.Demand, rounded)
 	done  chan struct{} // made as the batcher queues it
 	d     remote.Decision
 	err   error

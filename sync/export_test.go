@@ -1,6 +1,8 @@
 package sync
 
 import (
+	"time"
+
 	"github.com/ratelease/ratelease/local"
 	"github.com/ratelease/ratelease/remote"
 )
@@ -22,6 +24,15 @@ func PlanOf(l *Leaser, e *Entry, st local.Lease, n, now int64) remote.Request {
 	return l.plan(e, st, n, now).req
 }
 
+// Hot reports whether a reply d to the lease plan makes for e's lease st
+// at now (a prefetch) would start a due lease (Leaser.due), at d's Next.
+func Hot(l *Leaser, e *Entry, st local.Lease, d remote.Decision) bool {
+	now := l.Now()
+	c := l.plan(e, st, 0, now)
+	l.due(e, c.req, c.rate, d, now, now+int64(time.Hour))
+	return PendingDues(l) > 0
+}
+
 // ErrInvalidOption is wrapped by the errors of Validate (and New).
 var ErrInvalidOption = errInvalidOption
 
@@ -39,5 +50,5 @@ func PendingDues(l *Leaser) int {
 // an answer to a hot token-bucket key's lease would (due).
 func DueAt(l *Leaser, e *Entry, until int64) {
 	p := e.Policy()
-	l.due(e, remote.Request{Policy: p, Key: e.Key(), Member: l.id, Demand: int64(p.Rate()) + 1}, remote.Decision{}, l.Now(), until)
+	l.due(e, remote.Request{Policy: p, Key: e.Key(), Member: l.id, Demand: int64(p.Rate()) + 1}, p.Rate()+1, remote.Decision{}, l.Now(), until)
 }

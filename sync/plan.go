@@ -65,14 +65,17 @@ func (l *Leaser) plan(e *Entry, st local.Lease, n, now int64) *call {
 		req: remote.Request{Policy: p, Key: e.Key(), Min: least, Max: size,
 			Member: l.id, Demand: demand, Horizon: h,
 			Back: st.Back, BackAt: st.BackAt},
-		entry: e, start: now, epoch: st.Epoch,
+		entry: e, start: now, epoch: st.Epoch, rate: rate,
 	}
 }
 
 // empty reports whether w, Redis's last word on a key, says it is empty
 // at now: it had no room left, and was not full again by now (its ResetAt,
-// on the clock hits read, which runs with now).
-func empty(w local.Word, now int64) bool { return w.Remaining == 0 && now < w.ResetAt }
+// on the clock hits read, which runs with now; 0 when not known: see
+// apply).
+func empty(w local.Word, now int64) bool {
+	return w.Remaining == 0 && (w.ResetAt == 0 || now < w.ResetAt)
+}
 
 // crowdShare is the most a key of p supplies in a horizon h, divided
 // among its m members; +Inf when m is 1 or unknown.
@@ -102,8 +105,14 @@ func (l *Leaser) apply(c *call, n int64) {
 	now := l.Now()
 	l.offset.Store(d.At - now/1e3)
 	// ResetAt on the hit's time, which hits report it against.
+	resetAt := l.cached() + int64(d.ResetAfter)
+	if d.Remaining == 0 && d.ResetAfter <= 0 {
+		// Empty, and not known when it has room again (a region's pool
+		// with no refill on its way): empty until a reply says otherwise.
+		resetAt = 0
+	}
 	a := local.Answer{
-		Word:    local.Word{Limit: d.Decider, Remaining: d.Remaining, ResetAt: l.cached() + int64(d.ResetAfter)},
+		Word:    local.Word{Limit: d.Decider, Remaining: d.Remaining, ResetAt: resetAt},
 		Members: d.Members, Shared: d.Members > 1 && (d.Granted == 0 || d.Next > 0),
 	}
 	if d.Members > 0 {
@@ -129,7 +138,7 @@ func (l *Leaser) apply(c *call, n int64) {
 			a.DenyUntil = now
 		}
 		e.Answer(a, now, nil)
-		l.due(e, c.req, d, now, a.DenyUntil)
+		l.due(e, c.req, c.rate, d, now, a.DenyUntil)
 		return
 	}
 	l.stats.used.Add(uint64(n)) // the requester's
@@ -166,7 +175,7 @@ func (l *Leaser) apply(c *call, n int64) {
 	case forgot: // e's key was reset meanwhile: they would go back to a state that is gone
 		l.stats.dropped.Add(uint64(g.Keep))
 	default:
-		l.due(e, c.req, d, now, a.DenyUntil)
+		l.due(e, c.req, c.rate, d, now, a.DenyUntil)
 	}
 }
 
@@ -187,9 +196,9 @@ func (l *Leaser) apply(c *call, n int64) {
 // answer's denial is the one the entry holds): answers that come while
 // one is pending move it, and start no goroutine of their own. An entry
 // that left its table gets none: nobody would use the batch.
-func (l *Leaser) due(e *Entry, r remote.Request, d remote.Decision, now, until int64) {
+func (l *Leaser) due(e *Entry, r remote.Request, rate float64, d remote.Decision, now, until int64) {
 	p := r.Policy
-	if until <= now || r.Member == "" || d.Blocked || !p.Uses(remote.TokenBucket) || float64(r.Demand) <= p.Rate() || e.Gone() {
+	if until <= now || r.Member == "" || r.Demand == 0 || d.Blocked || !p.Uses(remote.TokenBucket) || rate <= p.Rate() || e.Gone() {
 		return
 	}
 	// (Counted under duesMu, where Close's barrier finds it: none starts

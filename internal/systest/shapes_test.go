@@ -310,11 +310,11 @@ func runCell(t testing.TB, addr string, clockOf func() int64, c shapeCell, d tim
 	s.end = clockOf()
 	tot := sum(ins)
 	if os.Getenv("RATELEASE_SHAPES_DEBUG") != "" {
-		st := ins[0].l.Stats()
 		for i, in := range ins {
-			t.Logf("exact=%v instance %d: decisions %d admitted units %d", exact, i, in.decisions.Load(), in.units.Load())
+			st := in.l.Stats()
+			t.Logf("exact=%v instance %d: decisions %d admitted units %d; leases %d units leased %d held %d refunded %d expired %d; decided local %d remote %d cached %d allowed %d",
+				exact, i, in.decisions.Load(), in.units.Load(), st.Leases, st.UnitsLeased, st.UnitsHeld, st.UnitsRefunded, st.UnitsExpired, st.Local, st.Remote, st.Cached, st.Allowed)
 		}
-		t.Logf("exact=%v instance 0: leases %d units leased %d refunded %d expired %d local %d remote %d cached %d allowed %d", exact, st.Leases, st.UnitsLeased, st.UnitsRefunded, st.UnitsExpired, st.Local, st.Remote, st.Cached, st.Allowed)
 	}
 	closeAll(ins)
 	for i, in := range ins {

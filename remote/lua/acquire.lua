@@ -98,6 +98,7 @@ local cap, need, members, refill = HUGE, minimum, 0, 0
 local tokens -- this member's bucket, while the demand exceeds the rate
 local spare = 0 -- room no member's bucket claims
 local room, room_rate = 0, 0 -- room beyond the others' buckets, and its growth (units/s)
+local spare_part = 0 -- this member's part of the spare: its fair rate's of those not lapsed
 local paced, pace_len, ahead -- a paced window's room made so far, its pace's length (us), and how far its grants ran ahead
 local debt = false -- a grant is charged to the bucket in full, into debt
 local M -- the key's members (members.lua), when the call names one
@@ -150,11 +151,12 @@ if mkey then
     -- A member may take all the room but what the others' buckets hold,
     -- from its own bucket first; the room beyond every bucket (spare) is
     -- anybody's.
-    local claims, growth = claims_of(M, cs, L, f, windowed and wlen or 0, wstart, released, h, valid, R, C)
+    local claims, growth, live = claims_of(M, cs, L, f, windowed and wlen or 0, wstart, released, h, valid, R, C)
     local avail = paced or AV[tight]
     room = floor(max(0, avail - claims))
     room_rate = max(f, R - growth)
     spare = max(0, room - max(0, tokens))
+    spare_part = f / (f + live)
     -- The shares hold only while the room is short of what the members
     -- want over a horizon (from a window shared by parts, over what is
     -- left of it); else a grant beyond the bucket is a debt.
@@ -240,10 +242,18 @@ if (reserve == 2 or ALG[limit(tight)].pool) and mkey and valid >= 0 and valid < 
   grant = min(grant, max(minimum, ceil(maximum * valid / horizon)))
 end
 if refill > 0 and not (windowed and released) and reserve ~= 2 then
-  -- Under the fair share, a batch or two: what a member holds unused
-  -- stays small. (A released window's rest is anybody's, whole; a
-  -- region's refill takes its share's bucket and the spare room.)
-  grant = min(grant, max(2 * need, floor(tokens)))
+  -- Under the fair share, a batch or two from its bucket: what a member
+  -- holds unused stays small; and from a bucket (no bound on a grant's
+  -- life) its part of the spare, by fair rate among the members whose
+  -- buckets did not lapse: left in the key's bucket, the spare would
+  -- overflow it while the members wait for their batches (a window's
+  -- room does not overflow: it ends), and taken whole by whoever asks
+  -- first, it would go by who is quickest. (A released window's rest is
+  -- anybody's, whole; a region's refill takes its share's bucket and the
+  -- spare room.)
+  local beyond = 0
+  if valid < 0 then beyond = floor(spare * spare_part) end
+  grant = min(grant, max(2 * need, floor(tokens)) + beyond)
 end
 if member ~= '' and minimum > 1 and grant - grant % minimum >= need then
   -- A lease for requests of min units: a remainder below min would lapse

@@ -79,28 +79,50 @@ end
 -- units (R * wlen / 1e6 of them).
 local function allot(fx, wlen) return fx * wlen / 1000000 end
 
+-- From a bucket (valid < 0), the others' buckets keep their units from
+-- this member for LAPSE times their batch's time (a bucket's size over
+-- its fair rate) after their last lease, no longer: the bucket of a
+-- member whose demand stopped would hold back the room from those still
+-- asking until the key's bucket filled and overflowed. (A window's room
+-- does not overflow: it ends.) A generation's buckets lapse together,
+-- once the last lease into it by any other member (L1, or L2 when this
+-- member made L1) is LAPSE of its longest batch time (B) old: a member
+-- still leasing keeps its generation's buckets, the idle ones among them
+-- too, until the generation ends.
+local LAPSE = 3
+local function lapsed(M, g, valid)
+  if valid >= 0 or g.B <= 0 then return false end
+  local last = g.L1
+  if M.last == last then last = g.L2 end
+  return NOW - last > LAPSE * g.B
+end
+
 -- What the other members' buckets hold now (whole units) at the level L,
--- f this member's fair rate, and how fast those not yet full refill
--- (units/s). From a window (wlen > 0): what is left of their parts of the
--- window that started at wstart, nothing once released. Else the
--- generations' sums (members.lua), never more than the buckets' sizes.
+-- f this member's fair rate, how fast those not yet full refill, and the
+-- fair rates of those that did not lapse (units/s). From a window (wlen >
+-- 0): what is left of their parts of the window that started at wstart,
+-- nothing once released. Else the generations' sums (members.lua), never
+-- more than the buckets' sizes, but those that lapsed.
 local function claims_of(M, cs, L, f, wlen, wstart, released, h, valid, R, C)
   local others = fair_sum(cs, L) - f
   if wlen > 0 then
-    if released then return 0, 0 end
+    if released then return 0, 0, others end
     local used = 0
     if M.uw == wstart then used = M.U end
-    return max(0, floor(allot(others, wlen) - used)), 0
+    return max(0, floor(allot(others, wlen) - used)), 0, others
   end
-  local claims, growth = 0, 0
+  local claims, growth, live = 0, 0, 0
   for k = 1, #M.gens do
     local g = M.gens[k]
-    local fill = g.T + g.F * (NOW - g.start) / 1000000 - g.FT
-    if fill < g.Z then growth = growth + max(0, g.F) else fill = g.Z end
-    claims = claims + max(0, fill)
+    if not lapsed(M, g, valid) then
+      live = live + max(0, g.F)
+      local fill = g.T + g.F * (NOW - g.start) / 1000000 - g.FT
+      if fill < g.Z then growth = growth + max(0, g.F) else fill = g.Z end
+      claims = claims + max(0, fill)
+    end
   end
   local _, per_rate = batch_size(1, 1, 0, h, valid, R, C, M.n)
-  return floor(min(claims, per_rate * others)), min(growth, others)
+  return floor(min(claims, per_rate * others)), min(growth, others), min(live, others)
 end
 
 -- A member's bucket now: tokens (nil: none yet) as written at `at`, of

@@ -16,8 +16,8 @@
 --            (us), or 0 0
 --   class    the class its demand was counted in (class_of)
 -- and the field '#' (no member id starts with '#'), the aggregates:
---   "newest U uw", then for each live generation ";start P T F FT Z" and
---   " idx count sum" for each demand class, where
+--   "newest U uw", then for each live generation ";start P T F FT Z L1 L2
+--   B" and " idx count sum" for each demand class, where
 --   newest   us, when the member that joined last joined
 --   U, uw    what the members together took of their parts of the window
 --            that started at uw
@@ -25,6 +25,10 @@
 --   T, F, FT, Z  the sums over its members of their buckets (never below
 --            0), fair rates, f * (at - start) / 1e6, and sizes: the buckets
 --            together are min(Z, T + F * (now - start) / 1e6 - FT)
+--   L1, L2   us, its last lease, and the last by a member other than the
+--            one that made L1 (0: none); members that leave it do not move
+--            them, so they are never older than its members' leases
+--   B        us, the longest batch time (size / f) a lease into it had
 --   idx count sum  a demand class: how many members, their demands' sum
 
 -- How long a member counts after its last lease: three horizons (one late
@@ -126,6 +130,7 @@ end
 -- demand put in the newest generation. Returns M, with
 --   M.n, M.D   the live members (this one included) and their demands' sum
 --   M.tokens, M.at   this member's bucket (nil: not kept) and when written
+--   M.last     when this member's entry was written (nil: none)
 --   M.since    when this member joined (NOW if it is new)
 --   M.newest   when the member that joined last joined (this one included)
 --   M.gens     the live generations, oldest first; M.cur the newest
@@ -169,7 +174,7 @@ local function read_members(mkey, member, demand, ttl)
     local newest, U, uw = match(agg, '^(%d+) ([^%s;]+) (%d+)')
     if newest then
       M.newest, M.U, M.uw = tonumber(newest), tonumber(U), tonumber(uw)
-      for start, P, T, F, FT, Z, cls in gmatch(agg, ';(%d+) (%d+) ([^%s;]+) ([^%s;]+) ([^%s;]+) ([^%s;]+)([^;]*)') do
+      for start, P, T, F, FT, Z, L1, L2, B, cls in gmatch(agg, ';(%d+) (%d+) ([^%s;]+) ([^%s;]+) ([^%s;]+) ([^%s;]+) (%d+) (%d+) (%d+)([^;]*)') do
         start, P = tonumber(start), tonumber(P)
         if NOW < start + GENS * P then
           local cc, cd, n, D = {}, {}, 0, 0
@@ -179,7 +184,7 @@ local function read_members(mkey, member, demand, ttl)
             n, D = n + c, D + s
           end
           gens[#gens + 1] = { start = start, P = P, T = tonumber(T), F = tonumber(F), FT = tonumber(FT), Z = tonumber(Z),
-            n = n, D = D, c = cc, s = cd }
+            L1 = tonumber(L1), L2 = tonumber(L2), B = tonumber(B), n = n, D = D, c = cc, s = cd }
         end
       end
     end
@@ -193,6 +198,7 @@ local function read_members(mkey, member, demand, ttl)
         contribute(g, -1, d, c, entry_tk(tk, size, uw), f, at, size, M)
         M.since = since
         if tk then M.tokens, M.at = tk, at end
+        M.last = at
         if uw == M.uw then M.U = M.U - u end
         break
       end
@@ -204,7 +210,7 @@ local function read_members(mkey, member, demand, ttl)
   local cur = gens[#gens]
   local P = cdiv(ttl, GENS - 1)
   if not cur or NOW >= cur.start + cur.P then
-    cur = { start = NOW, P = P, T = 0, F = 0, FT = 0, Z = 0, n = 0, D = 0, c = {}, s = {} }
+    cur = { start = NOW, P = P, T = 0, F = 0, FT = 0, Z = 0, L1 = 0, L2 = 0, B = 0, n = 0, D = 0, c = {}, s = {} }
     gens[#gens + 1] = cur
   elseif cur.P < P then
     cur.P = P
@@ -321,7 +327,7 @@ local function format_members(M)
       kept[#kept + 1] = g
       local start, P = g.start, g.P
       if start % 1 ~= 0 or start < 0 or P % 1 ~= 0 or P < 0 then whole = false end
-      out[#out + 1] = format(';%d %d %.17g %.17g %.17g %.17g', start, P, g.T, g.F, g.FT, g.Z)
+      out[#out + 1] = format(';%d %d %.17g %.17g %.17g %.17g %d %d %d', start, P, g.T, g.F, g.FT, g.Z, g.L1, g.L2, g.B)
       -- (A class's text is kept in g.t until the class changes: a call
       -- changes one or two classes, and formats only those.)
       local gs, t = g.s, g.t
@@ -359,6 +365,10 @@ local function write_member(M, tokens, f, size, u, uw)
   end
   if uw > 0 then tkc = 0 end -- a window's part: see U
   contribute(cur, 1, M.demand, M.class, tkc, f, NOW, size, M)
+  -- (This member made L1 if its last lease is L1: by its time, to the us.)
+  if M.last ~= cur.L1 then cur.L2 = cur.L1 end
+  cur.L1 = NOW
+  if f > 0 then cur.B = max(cur.B, ceil(size / f * 1000000)) end
   if uw > 0 then
     if M.uw ~= uw then M.U, M.uw = 0, uw end
     M.U = M.U + u
