@@ -228,10 +228,41 @@ func (e *Engine) decideFirst(ctx context.Context, p *remote.Policy, key string, 
 		return Decision{}, left
 	}
 	dec := decision(d)
+	if !dec.Allowed {
+		if held, ok := e.heldBeside(ctx, p, key, n); ok {
+			return held, nil
+		}
+	}
 	// Counted with the policy, held keys or not (a policy whose keys are
 	// all used once holds none), as an exact policy's decisions are.
 	e.countIn(&e.tables.exact(p).counts, p, SourceRemote, dec.Allowed, deciding(dec))
 	return dec, nil
+}
+
+// heldBeside answers a first use that Redis denied from the units a use
+// beside it leased into this process meanwhile, if they are there: the
+// key's third use makes its entry and leases, Redis may run that lease
+// before this use's call, and the lease may take every unit the key has.
+// A lease of the entry still in flight is waited for (it is bounded by
+// the Redis timeout). ok is false when the key has no entry, or its entry
+// holds fewer than n units: the denial stands.
+func (e *Engine) heldBeside(ctx context.Context, p *remote.Policy, key string, n int64) (Decision, bool) {
+	st := e.tables.find(p)
+	if st == nil {
+		return Decision{}, false
+	}
+	ent, ok := st.table.Get(key)
+	if !ok {
+		return Decision{}, false
+	}
+	if leasing := ent.Leasing(); leasing != nil {
+		select {
+		case <-leasing:
+		case <-ctx.Done():
+			return Decision{}, false
+		}
+	}
+	return e.take(p, ent, n, e.leaser.Now())
 }
 
 // viaDoor makes call, the Leaser's Redis call for key of p, through the
@@ -280,19 +311,8 @@ func (e *Engine) firstUse(p *remote.Policy, key string) (exact bool, first int64
 // even while Redis denies the key: a prefetch may have been denied while
 // some were left. done is false on a miss.
 func (e *Engine) fromLocal(p *remote.Policy, ent *leasesync.Entry, n, now int64) (Decision, bool) {
-	v := ent.Answers()
-	left, ok := ent.Take(n, now)
-	if !ok && n > 1 && ent.Units() >= n && ent.Merge(now) {
-		// Neither lease held n units, both together may.
-		left, ok = ent.Take(n, now)
-	}
-	if ok {
-		e.afterTake(ent, left)
-		w := ent.LastWord()
-		if !ent.Unchanged(v) {
-			w, left = ent.WordAndUnits()
-		}
-		return hitDecision(hitState(p, w, left, now)), true
+	if d, ok := e.take(p, ent, n, now); ok {
+		return d, true
 	}
 	if denied, left := ent.Denied(now, n); denied {
 		ent.Wanted(n) // the demand counts it
@@ -309,6 +329,25 @@ func (e *Engine) fromLocal(p *remote.Policy, ent *leasesync.Entry, n, now int64)
 		return d, true
 	}
 	return Decision{}, false
+}
+
+// take answers from the units ent holds, if it holds n: a hit.
+func (e *Engine) take(p *remote.Policy, ent *leasesync.Entry, n, now int64) (Decision, bool) {
+	v := ent.Answers()
+	left, ok := ent.Take(n, now)
+	if !ok && n > 1 && ent.Units() >= n && ent.Merge(now) {
+		// Neither lease held n units, both together may.
+		left, ok = ent.Take(n, now)
+	}
+	if !ok {
+		return Decision{}, false
+	}
+	e.afterTake(ent, left)
+	w := ent.LastWord()
+	if !ent.Unchanged(v) {
+		w, left = ent.WordAndUnits()
+	}
+	return hitDecision(hitState(p, w, left, now)), true
 }
 
 // cachedDenial is the Decision of ent's denial cached at now, left before
