@@ -18,9 +18,13 @@ import (
 func (p *Policy) Keys(prefix, key string) []string { return p.keys(prefix, key, false, false) }
 
 // membersTail ends the key of the members hash of a (policy, key) (see
-// acquire.lua): like the limits' tails it starts with '}', and no limit's
-// tail is "}:m".
-const membersTail = "}:m"
+// members.lua): like the limits' tails it starts with '}', and no limit's
+// tail starts with "}:m". Its number is the hash's format: a change to
+// the hash's fields takes the next, so that a build before it and one
+// after can run on one Redis, each with its own hash (the key's state
+// they share; each counts its own members). 2: each generation's '#'
+// aggregates carry its last leases (L1, L2) and its longest batch (B).
+const membersTail = "}:m2"
 
 // blockTail ends the key of a (policy, key)'s block (see Store.Block): no
 // other tail is "}:b".

@@ -58,7 +58,7 @@ func TestMembersPerKey(t *testing.T) {
 		t.Fatalf("a lapsed: %d", d.Members)
 	}
 	f.Advance(1350 * ms)
-	if f.Exists("test:{p:k}:m") {
+	if f.Exists("test:{p:k}:m2") {
 		t.Fatal("the members hash outlived its members")
 	}
 }
@@ -87,7 +87,7 @@ func TestMemberLeaves(t *testing.T) {
 	if errs := f.s.RefundBatch(ctx, []remote.Grant{{Policy: p, Key: "k", Member: "c"}}); errs[0] != nil {
 		t.Fatal(errs[0])
 	}
-	if f.Exists("test:{p:k}:m") {
+	if f.Exists("test:{p:k}:m2") {
 		t.Fatal("the members hash outlived its last member")
 	}
 }
@@ -112,7 +112,7 @@ func TestLapsedMembersAreSwept(t *testing.T) {
 		}
 		f.Advance(ms)
 	}
-	if keys, _ := f.HKeys("test:{p:k}:m"); len(keys) > 2+2+16 {
+	if keys, _ := f.HKeys("test:{p:k}:m2"); len(keys) > 2+2+16 {
 		n := len(keys)
 		t.Fatalf("%d fields left in the members hash, want the live member's and the aggregates' (and the sweep's slack)", n)
 	}

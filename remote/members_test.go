@@ -47,7 +47,7 @@ func membershipModel(t *testing.T, seed uint64) {
 	f := newFake(t)
 	ctx := context.Background()
 	p := mustPolicy(t, "p", tb(1000, 1000, time.Second))
-	const hash = "test:{p:k}:m"
+	const hash = "test:{p:k}:m2"
 	// lastLease: member -> the Redis time (us) of its last lease and its
 	// TTL (us), as members.lua counts it (member_ttl).
 	type seen struct{ at, ttl int64 }

@@ -486,7 +486,7 @@ func TestWaitersWantTheKeysRate(t *testing.T) {
 		if _, _, err := l.Lease(context.Background(), e, 1); err != nil {
 			t.Fatal(err)
 		}
-		v, err := c.HGet(context.Background(), "t:{p:k}:m", leasesync.ID(l)).Result()
+		v, err := c.HGet(context.Background(), "t:{p:k}:m2", leasesync.ID(l)).Result()
 		if errors.Is(err, redis.Nil) {
 			return 0 // no member: no demand measured yet
 		}
@@ -571,7 +571,7 @@ func TestSeldomKeyNamesNoMember(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		_, err := c.HGet(context.Background(), "t:{p:"+key+"}:m", leasesync.ID(l)).Result()
+		_, err := c.HGet(context.Background(), "t:{p:"+key+"}:m2", leasesync.ID(l)).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			t.Fatal(err)
 		}
@@ -609,7 +609,7 @@ func TestCrowdedKeyNamesNoMember(t *testing.T) {
 	}
 	e := l.NewTable(p, nil).GetOrCreate("k")
 	entry := func() string {
-		v, err := c.HGet(ctx, "t:{p:k}:m", leasesync.ID(l)).Result()
+		v, err := c.HGet(ctx, "t:{p:k}:m2", leasesync.ID(l)).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			t.Fatal(err)
 		}
@@ -697,7 +697,7 @@ func TestSmallLeaseOfAnEmptyKeyNamesNoMember(t *testing.T) {
 		return calls, grants, held
 	}
 	member := func() string {
-		v, err := c.HGet(ctx, "t:{p:k}:m", leasesync.ID(l)).Result()
+		v, err := c.HGet(ctx, "t:{p:k}:m2", leasesync.ID(l)).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			t.Fatal(err)
 		}

@@ -70,7 +70,7 @@ func TestRing(t *testing.T) {
 				n, err := s.Client(t).Eval(context.Background(),
 					`local n = 0
 					for _, k in ipairs(redis.call('KEYS', ARGV[1])) do
-						if string.sub(k, -3) ~= '}:m' then n = n + 1 end -- not a members hash
+						if string.sub(k, -4) ~= '}:m2' then n = n + 1 end -- not a members hash
 					end
 					return n`, nil, "*{"+name+":*").Int()
 				if err != nil {
