@@ -19,7 +19,8 @@ import (
 // calendar quota flooded by four instances for a second, with a rate limit
 // beside it, is never passed and is taken whole (the day is that of a
 // zone whose midnight is twelve hours away, a fixed offset from this
-// moment, so that no window ends in the run); and permits, acquired and
+// moment, so that no window ends in the run; flooded past the second
+// until it denies, so that a slow machine's run is whole too); and permits, acquired and
 // released by eight goroutines of four instances, leased and exact, are
 // never held past their limit (counted from just after each acquire to
 // just before its release); and a cost charged past a limit leaves its
@@ -69,12 +70,24 @@ func TestQuotasOnEveryDeployment(t *testing.T) {
 			}
 			var wg sync.WaitGroup
 			var inFlight, most, held atomic.Int64
+			// The flood goes on for a second, and after it until the
+			// day's quota denies it (a denial for longer than a minute:
+			// the rate limit's are shorter), for at most 10 s: a loaded
+			// machine takes longer to use the quota, not less of it.
 			stop := time.Now().Add(time.Second)
 			for i, in := range append(ins, exact...) {
 				for range 2 {
 					wg.Go(func() {
-						for time.Now().Before(stop) {
-							in.allowN(p, "k", 1)
+						for last := stop.Add(9 * time.Second); time.Now().Before(last); {
+							res, err := in.l.Allow(context.Background(), p, "k")
+							if err != nil {
+								in.fail(err)
+								return
+							}
+							in.count(res, 1)
+							if !res.Allowed && res.RetryAfter > time.Minute && time.Now().After(stop) {
+								return
+							}
 						}
 					})
 					wg.Go(func() {
