@@ -65,6 +65,11 @@ func RedisTime(p Peer, addr string, goroutines int, deny bool) func(b *testing.B
 	return measure(p, addr, goroutines, lim, func(i int64) string { return "key" + strconv.FormatInt(i%RedisTimeKeys, 10) }, RedisTimeKeys, false)
 }
 
+// FailedMetric is the metric a benchmark of measure reports, with the
+// count, when a decision failed (an error, or a denial where every
+// decision must be admitted): its figures are then not the workload's.
+const FailedMetric = "failed-decisions"
+
 // FewUseGoroutines is how many goroutines FewUse decides from.
 const FewUseGoroutines = 16
 
@@ -102,7 +107,7 @@ func measure(p Peer, addr string, goroutines int, lim Limit, key func(i int64) s
 			}
 		}()
 		ctx := context.Background()
-		var next, admitted atomic.Int64
+		var next, admitted, failed atomic.Int64
 		decide := func() {
 			k := "key"
 			if key != nil {
@@ -110,6 +115,7 @@ func measure(p Peer, addr string, goroutines int, lim Limit, key func(i int64) s
 			}
 			ok, err := inst.Allow(ctx, k)
 			if err != nil || (!ok && wantAll) {
+				failed.Add(1)
 				b.Errorf("%s: allowed %v, error %v", p.Name, ok, err)
 			}
 			if ok && !wantAll {
@@ -147,6 +153,11 @@ func measure(p Peer, addr string, goroutines int, lim Limit, key func(i int64) s
 		}
 		b.ReportMetric(float64(rt.Trips.Load()-start)/float64(b.N), "roundtrips/op")
 		b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
+		if n := failed.Load(); n > 0 {
+			// testing.Benchmark (cmd/benchreport) does not tell a run that
+			// failed after its first: this metric does.
+			b.ReportMetric(float64(n), FailedMetric)
+		}
 		if !wantAll {
 			b.ReportMetric(float64(admitted.Load())/float64(b.N), "admitted/op")
 		}

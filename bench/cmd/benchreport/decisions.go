@@ -46,6 +46,9 @@ func benchmark[K comparable](res map[K]decisionSamples, k K, name string, f func
 	if r.N == 0 {
 		return fmt.Errorf("benchmark %s failed", name)
 	}
+	if n := r.Extra[bench.FailedMetric]; n > 0 {
+		return fmt.Errorf("benchmark %s: %.0f decisions failed (an error, or a denial where every decision must be admitted)", name, n)
+	}
 	fmt.Fprintf(w, "Benchmark%s-%d\t%s\t%s\n", name, runtime.GOMAXPROCS(0), r.String(), r.MemString())
 	if res[k] == nil {
 		res[k] = decisionSamples{}
