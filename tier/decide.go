@@ -228,7 +228,7 @@ func (e *Engine) decideFirst(ctx context.Context, p *remote.Policy, key string, 
 		return Decision{}, left
 	}
 	dec := decision(d)
-	if !dec.Allowed {
+	if !dec.Allowed && !dec.Blocked {
 		if held, ok := e.heldBeside(ctx, p, key, n); ok {
 			return held, nil
 		}
@@ -243,9 +243,11 @@ func (e *Engine) decideFirst(ctx context.Context, p *remote.Policy, key string, 
 // beside it leased into this process meanwhile, if they are there: the
 // key's third use makes its entry and leases, Redis may run that lease
 // before this use's call, and the lease may take every unit the key has.
-// A lease of the entry still in flight is waited for (it is bounded by
-// the Redis timeout). ok is false when the key has no entry, or its entry
-// holds fewer than n units: the denial stands.
+// Units held are taken at once; else a lease of the entry in flight is
+// waited for (it is bounded by the Redis timeout) and the units looked at
+// again. ok is false when the key has no entry, or its entry holds fewer
+// than n units: the denial stands. (A block's denial stands too: the
+// caller does not ask.)
 func (e *Engine) heldBeside(ctx context.Context, p *remote.Policy, key string, n int64) (Decision, bool) {
 	st := e.tables.find(p)
 	if st == nil {
@@ -255,12 +257,16 @@ func (e *Engine) heldBeside(ctx context.Context, p *remote.Policy, key string, n
 	if !ok {
 		return Decision{}, false
 	}
-	if leasing := ent.Leasing(); leasing != nil {
-		select {
-		case <-leasing:
-		case <-ctx.Done():
-			return Decision{}, false
-		}
+	if d, ok := e.take(p, ent, n, e.leaser.Now()); ok {
+		return d, true
+	}
+	leasing := ent.Leasing()
+	if leasing == nil {
+		return Decision{}, false
+	}
+	select {
+	case <-leasing:
+	case <-ctx.Done():
 	}
 	return e.take(p, ent, n, e.leaser.Now())
 }
