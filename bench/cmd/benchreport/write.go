@@ -62,6 +62,12 @@ func write(w io.Writer, e env, peers []bench.Peer, dec, byAlg map[decisionKey]de
 		p("| accuracy in [0.97, 1.00]: %s | %s | %s |\n", r.workload, e.mark(spread(a)), yes(slices.Min(a) >= 0.97 && slices.Max(a) <= 1.0))
 	}
 	writeFewUseGoals(p, e, reg.fewUse)
+	{
+		fd, rd := failedDecisions(dec, lease)
+		ff, rf := failedDecisions(reg.fewUse, lease)
+		p("| every decision admitted where the limit admits every one: decision benchmark, keys used a few times | %s | %s |\n",
+			e.mark(fmt.Sprintf("decision benchmark: %.0f denied or failed (%d runs); keys used a few times: %.0f (%d runs)", fd, rd, ff, rf)), yes(fd+ff == 0))
+	}
 	if l, x := everydayOf(reg, lease), everydayOf(reg, exactPeer); l != nil && x != nil {
 		lv, xv := median(everydayRTs(l.runs)), median(everydayRTs(x.runs))
 		p("| everyday key: round trips per decision ≤ 0.5 and ≤ exact mode's | %s | %s |\n", e.mark(fmt.Sprintf("%.3f (exact mode: %.3f)", lv, xv)), yes(lv <= 0.5 && lv <= xv))
