@@ -19,13 +19,7 @@ import (
 // instances each take the last units now and then, paid a round trip a
 // decision for the stale word).
 func TestAnEmptyKeysWordLapsesWhenItRefills(t *testing.T) {
-	mr := redistest.StartMini(t)
-	clk := clock.NewManual(mr.Now())
-	l := newLeaser(t, mr.Client(t), clk, leasesync.Config{Min: 1, Refresh: time.Second, TTL: 1500 * time.Millisecond, LowWater: 0.25, MaxKeys: 10})
-	p, err := remote.NewPolicy("p", []remote.Limit{{Algorithm: remote.TokenBucket, Rate: 5, Period: time.Second, Burst: 5}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, l, p := planLeaser(t)
 	e := l.NewTable(p, nil).GetOrCreate("k")
 	d, _, err := l.Lease(context.Background(), e, 5) // the whole bucket
 	if err != nil || d.Granted != 5 || d.Remaining != 0 {
@@ -42,6 +36,19 @@ func TestAnEmptyKeysWordLapsesWhenItRefills(t *testing.T) {
 			t.Errorf("%v after the key was emptied (full again after 1s): %+v, want a member's lease %v", tc.after, req, tc.member)
 		}
 	}
+}
+
+// planLeaser is a leaser on a fresh miniredis with a manual clock, and a
+// policy of 5 a second, burst 5.
+func planLeaser(t *testing.T) (*redistest.Mini, *leasesync.Leaser, *remote.Policy) {
+	t.Helper()
+	mr := redistest.StartMini(t)
+	l := newLeaser(t, mr.Client(t), clock.NewManual(mr.Now()), leasesync.Config{Min: 1, Refresh: time.Second, TTL: 1500 * time.Millisecond, LowWater: 0.25, MaxKeys: 10})
+	p, err := remote.NewPolicy("p", []remote.Limit{{Algorithm: remote.TokenBucket, Rate: 5, Period: time.Second, Burst: 5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mr, l, p
 }
 
 // A lease tells Redis the key's demand in whole units a second: the
@@ -71,13 +78,7 @@ func TestDemandIsTheNearestWholeRate(t *testing.T) {
 // as an exact decision (it did not when the word lapsed at its ResetAt,
 // taken as the reply's time).
 func TestAnEmptyPoolsWordHolds(t *testing.T) {
-	mr := redistest.StartMini(t)
-	clk := clock.NewManual(mr.Now())
-	l := newLeaser(t, mr.Client(t), clk, leasesync.Config{Min: 1, Refresh: time.Second, TTL: 1500 * time.Millisecond, LowWater: 0.25, MaxKeys: 10})
-	p, err := remote.NewPolicy("p", []remote.Limit{{Algorithm: remote.TokenBucket, Rate: 5, Period: time.Second, Burst: 5}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mr, l, p := planLeaser(t)
 	p = p.Pooled()
 	s := remote.NewStore(mr.Client(t), "t") // the prefix of newDoor
 	ctx := context.Background()
