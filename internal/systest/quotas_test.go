@@ -20,11 +20,11 @@ import (
 // beside it, is never passed and is taken whole (the day is that of a
 // zone whose midnight is twelve hours away, a fixed offset from this
 // moment, so that no window ends in the run; flooded past the second
-// until it denies, so that a slow machine's run is whole too); and permits, acquired and
-// released by eight goroutines of four instances, leased and exact, are
-// never held past their limit (counted from just after each acquire to
-// just before its release); and a cost charged past a limit leaves its
-// debt.
+// until it denies, so that a slow machine's run is whole too); and
+// permits, acquired and released by eight goroutines of four instances,
+// leased and exact, are never held past their limit (counted from just
+// after each acquire to just before its release); and a cost charged past
+// a limit leaves its debt.
 func TestQuotasOnEveryDeployment(t *testing.T) {
 	now := time.Now().UTC()
 	noon := time.Date(now.Year(), now.Month(), now.Day(), 12, 0, 0, 0, time.UTC)
