@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -133,9 +134,12 @@ func TestExtendAfterALeaseCallInFlight(t *testing.T) {
 		}
 		q := pe.acquireGated(t, "q", 2, time.Minute) // no slot free: a call
 		var released bool
+		var once sync.Once // Extend's wait; a later acquire may wait too
 		tier.OnPermitWait(pe.e, func() {
-			released, _ = pe.e.ReleasePermit(ctx, "jobs", "k", "p", p.Hold) // the worker ends while its heartbeat extends
-			close(pe.g.release)
+			once.Do(func() {
+				released, _ = pe.e.ReleasePermit(ctx, "jobs", "k", "p", p.Hold) // the worker ends while its heartbeat extends
+				close(pe.g.release)
+			})
 		})
 		held, err := pe.e.ExtendPermit(ctx, "jobs", "k", "p", time.Hour, p.Hold)
 		if !released || held || err != nil {
@@ -149,9 +153,12 @@ func TestExtendAfterALeaseCallInFlight(t *testing.T) {
 		pe := newPermitEngine(t)
 		p := pe.acquire(t, "p", 1, time.Second)
 		q := pe.acquireGated(t, "q", 1, time.Second)
+		var once sync.Once // Extend's wait; r's acquire may wait too
 		tier.OnPermitWait(pe.e, func() {
-			pe.advance(1100 * time.Millisecond) // past p's TTL
-			close(pe.g.release)
+			once.Do(func() {
+				pe.advance(1100 * time.Millisecond) // past p's TTL
+				close(pe.g.release)
+			})
 		})
 		held, err := pe.e.ExtendPermit(ctx, "jobs", "k", "p", time.Minute, p.Hold)
 		<-q
