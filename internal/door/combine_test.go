@@ -315,3 +315,50 @@ func TestJoinWaitingDecision(t *testing.T) {
 		t.Error("joined a decision already answered")
 	}
 }
+
+// A decision that waits in the combiner past the Redis timeout, behind
+// calls whose answers Redis sent in time but which reach this process
+// late (every P busy: their readers wait for a CPU), is answered by its
+// pipeline, which has a timeout of its own (door.Overtime), not taken for
+// Redis being busy.
+func TestCombinerWaitsForALateAnswer(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	var late atomic.Bool
+	c := redis.NewClient(&redis.Options{Addr: redistest.Start(t).Addr, ContextTimeoutEnabled: true, PoolSize: 64})
+	t.Cleanup(func() { _ = c.Close() })
+	d := door.New(door.Config{Store: remote.NewStore(c, "t"), Clock: clock.System{}, Timeout: timeout,
+		Hook: func(ctx context.Context, _ door.RedisOp, _ int) (context.Context, func(door.RedisOutcome)) {
+			if !late.Load() {
+				return ctx, nil
+			}
+			return ctx, func(door.RedisOutcome) { time.Sleep(3 * timeout) }
+		}})
+	t.Cleanup(func() { closeDoor(d) })
+	p := perHour(t, 1000)
+	req := remote.Request{Policy: p, Key: "k", Min: 1, Max: 1}
+	if _, err := d.Decide(context.Background(), req, nil); err != nil {
+		t.Fatal(err)
+	}
+	late.Store(true)
+	var wg sync.WaitGroup
+	for range d.InFlight() { // every slot taken, for 3 timeouts each
+		wg.Go(func() {
+			if _, err := d.Decide(context.Background(), req, nil); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	time.Sleep(timeout / 5)
+	ctx, cancel := d.Bound(context.Background())
+	defer cancel()
+	start := time.Now()
+	dec, err := d.Decide(ctx, req, nil)
+	took := time.Since(start)
+	wg.Wait()
+	if err != nil || dec.Granted != 1 {
+		t.Fatalf("a decision queued behind late answers: %+v, %v after %v; want its unit", dec, err, took)
+	}
+	if took < timeout {
+		t.Fatalf("the queued decision took %v, under the timeout %v: it did not wait behind the late answers", took, timeout)
+	}
+}
