@@ -133,7 +133,7 @@ func (b *batcher) await(ctx context.Context, c *call, n int64) (remote.Decision,
 	select {
 	case <-c.done:
 	case <-ctx.Done():
-		if !answered(ctx, c.done) && c.abandon() {
+		if c.abandon() {
 			return remote.Decision{}, ctx.Err()
 		}
 		<-c.done
@@ -144,24 +144,6 @@ func (b *batcher) await(ctx context.Context, c *call, n int64) (remote.Decision,
 	}
 	b.owner.apply(c, n)
 	return c.d, nil
-}
-
-// answered reports whether done, the end of a Redis call on its way,
-// came though ctx ended first: a ctx the door bounded (door.Overtime) waits
-// on for the call's own end, which its own deadline bounds, as long as the
-// caller's context lasts. An answer that came in time and waits for a CPU
-// in this process is used rather than taken for Redis being busy.
-func answered(ctx context.Context, done <-chan struct{}) bool {
-	parent, ok := door.Overtime(ctx)
-	if !ok {
-		return false
-	}
-	select {
-	case <-done:
-		return true
-	case <-parent.Done():
-		return false
-	}
 }
 
 // hold counts a lease call that goes outside the batcher (Leaser.send's
@@ -391,7 +373,6 @@ func (b *batcher) sendBatch(ctx context.Context, calls []*call, backs []remote.G
 	if len(calls) > 0 {
 		b.measured(time.Since(start))
 	}
-
 	for i, err := range gerrs {
 		// A refund that failed is not retried: its units come back by
 		// themselves when their key's state expires.

@@ -206,13 +206,10 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 			return d, false, err
 		}
 		if inFlight != nil {
-			v := e.Answers()
 			select {
 			case <-inFlight:
 			case <-ctx.Done():
-				if !answered(ctx, inFlight) {
-					return remote.Decision{}, false, ctx.Err()
-				}
+				return remote.Decision{}, false, ctx.Err()
 			}
 			now = l.Now()
 			if _, ok := e.Take(n, now); ok {
@@ -220,19 +217,6 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 			}
 			if denied, _ := e.Denied(now, n); denied {
 				return remote.Decision{}, false, nil
-			}
-			if parent, ok := door.Overtime(ctx); ok {
-				// Waited past the timeout for a lease that Redis answered
-				// (its units went to the callers before this one): Redis
-				// is not busy, this process is short of CPU. The next
-				// lease has a timeout of its own. (One that failed ends
-				// the wait: Redis did not answer in time.)
-				if e.Unchanged(v) {
-					return remote.Decision{}, false, ctx.Err()
-				}
-				var cancel context.CancelFunc
-				ctx, cancel = l.door.Bound(parent)
-				defer cancel()
 			}
 			continue
 		}

@@ -76,34 +76,15 @@ func (d *Door) decide(ctx context.Context, op RedisOp, r remote.Request, pass Pa
 	select {
 	case <-q.done:
 	case <-ctx.Done():
-		if !q.overtime(ctx) {
-			if q.taken.CompareAndSwap(false, true) {
-				return remote.Decision{}, ctx.Err()
-			}
-			<-q.done // answered just now
+		if q.taken.CompareAndSwap(false, true) {
+			return remote.Decision{}, ctx.Err()
 		}
+		<-q.done // answered just now
 	}
 	dec, err := q.d, q.err
 	*q = queued{done: q.done}
 	queuedPool.Put(q)
 	return dec, err
-}
-
-// overtime waits for q's answer past the end of ctx, Bound's, while the
-// context it bounds lasts (see Overtime): q's pipeline has a timeout of its
-// own, and an answer late in this process is used. It reports whether the
-// answer came.
-func (q *queued) overtime(ctx context.Context) bool {
-	parent, ok := Overtime(ctx)
-	if !ok {
-		return false
-	}
-	select {
-	case <-q.done:
-		return true
-	case <-parent.Done():
-		return false
-	}
 }
 
 // Join has owner's decision of key under p (Decide's: a cold key's

@@ -119,42 +119,7 @@ func (d *Door) Bound(ctx context.Context) (context.Context, context.CancelFunc) 
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d.timeout {
 		return ctx, func() {}
 	}
-	c, cancel := context.WithTimeout(ctx, d.timeout)
-	if d.guard {
-		// A guarded client may ignore deadlines: a call of its may not
-		// end, and nothing waits for one past the timeout (Overtime).
-		return c, cancel
-	}
-	return &boundCtx{Context: c, parent: ctx}, cancel
-}
-
-// boundCtx is a context Bound made: parent with the Redis timeout, which
-// Overtime tells apart from parent's own end.
-type boundCtx struct {
-	context.Context
-	parent context.Context
-}
-
-// Overtime returns, for ctx made by Bound that ended by the Redis timeout
-// while the context it bounds did not, that context: a wait for the answer
-// to a Redis call already on its way (a lease in flight) may go on while
-// it lasts, since the call ends by itself, bounded by its own deadline.
-// ok is false otherwise: ctx did not end by the door's timeout, or a
-// deadline of the caller's came first, or the client is guarded.
-//
-// Past the timeout, such a call has either failed, and ends at once, or
-// been answered in time and waits for a CPU in this process: when every P
-// runs a goroutine that does not block, a goroutine the network woke (the
-// answer's reader) waits in the global run queue, served once in 61
-// schedulings per P, for hundreds of ms, while one its deadline's timer
-// woke runs next on its P. Taking Redis for busy then would deny what the
-// answer on its way admits.
-func Overtime(ctx context.Context) (context.Context, bool) {
-	b, ok := ctx.(*boundCtx)
-	if !ok || !errors.Is(b.Err(), context.DeadlineExceeded) || b.parent.Err() != nil {
-		return nil, false
-	}
-	return b.parent, true
+	return context.WithTimeout(ctx, d.timeout)
 }
 
 // begin returns ctx bounded as Bound bounds it, for one call to Redis, to
