@@ -23,6 +23,9 @@ type call struct {
 	// abandoned: the requester stopped waiting; the batcher has the
 	// Leaser apply the grant to the entry itself.
 	abandoned atomic.Bool
+	// due is the deadline of the pipeline that carries c (door.Due), set
+	// as it is sent: 0 before.
+	due atomic.Int64
 	// owner, when not nil, is the channel of the entry's lease in flight
 	// that this call is, which its waiters wait on: a waiter holding it
 	// may join the call (Leaser.send).
@@ -133,7 +136,7 @@ func (b *batcher) await(ctx context.Context, c *call, n int64) (remote.Decision,
 	select {
 	case <-c.done:
 	case <-ctx.Done():
-		if c.abandon() {
+		if !answered(ctx, c.done, c.due.Load()) && c.abandon() {
 			return remote.Decision{}, ctx.Err()
 		}
 		<-c.done
@@ -144,6 +147,30 @@ func (b *batcher) await(ctx context.Context, c *call, n int64) (remote.Decision,
 	}
 	b.owner.apply(c, n)
 	return c.d, nil
+}
+
+// answered reports whether done, the end of a Redis call on its way whose
+// deadline is due (door.Due; 0: not sent yet), came though ctx ended
+// first. A ctx the door bounded waits for the call's own end, if its
+// deadline is not later than ctx's (door.Overtime), as long as the
+// caller's context lasts: an answer that came in time and waits for a CPU
+// in this process is used rather than taken for Redis being busy.
+func answered(ctx context.Context, done <-chan struct{}, due int64) bool {
+	select {
+	case <-done:
+		return true
+	default:
+	}
+	parent, ok := door.Overtime(ctx, due)
+	if !ok {
+		return false
+	}
+	select {
+	case <-done:
+		return true
+	case <-parent.Done():
+		return false
+	}
 }
 
 // hold counts a lease call that goes outside the batcher (Leaser.send's
@@ -367,6 +394,18 @@ func (b *batcher) sendBatch(ctx context.Context, calls []*call, backs []remote.G
 	rs := make([]remote.Request, len(calls))
 	for i, c := range calls {
 		rs[i] = c.req
+	}
+	// The pipeline's deadline, which the waiters of its calls may wait
+	// until past their own (answered).
+	ctx, cancel := b.door.Bound(ctx)
+	defer cancel()
+	if due := door.Due(ctx); due != 0 {
+		for _, c := range calls {
+			c.due.Store(due)
+			if ch, ok := c.owner.(<-chan struct{}); ok {
+				c.entry.SetDue(ch, due)
+			}
+		}
 	}
 	start := time.Now() // the wall clock: the round trip is Redis's real latency, which an injected test clock does not see pass
 	ds, errs, gerrs := b.door.Batch(ctx, rs, backs)

@@ -209,7 +209,9 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 			select {
 			case <-inFlight:
 			case <-ctx.Done():
-				return remote.Decision{}, false, ctx.Err()
+				if !answered(ctx, inFlight, e.Due(inFlight)) {
+					return remote.Decision{}, false, ctx.Err()
+				}
 			}
 			now = l.Now()
 			if _, ok := e.Take(n, now); ok {
@@ -217,6 +219,13 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 			}
 			if denied, _ := e.Denied(now, n); denied {
 				return remote.Decision{}, false, nil
+			}
+			if err := ctx.Err(); err != nil {
+				// Waited past the timeout for a lease on its way
+				// (answered), whose units went to the callers before this
+				// one: the wait is over, and a lease of its own would
+				// begin past it.
+				return remote.Decision{}, false, err
 			}
 			continue
 		}
@@ -361,6 +370,7 @@ func (l *Leaser) Prefetch(e *Entry) {
 		return
 	}
 	c := l.plan(e, st, 0, l.Now())
+	c.owner = e.Leasing() // what this lease's waiters wait on
 	go func() {
 		defer l.leasing.Add(-1)
 		ctx, cancel := l.door.Bound(context.Background())

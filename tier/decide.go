@@ -15,11 +15,9 @@ import (
 // members Redis counted at the key's last lease, or, for a key not leased
 // yet, the most any key had lately.
 func (e *Engine) members(p *remote.Policy, key string) int64 {
-	if st := e.tables.find(p); st != nil && leasable(p) {
-		if ent, ok := st.table.Get(key); ok {
-			if m := ent.Members(); m > 0 {
-				return m
-			}
+	if ent, ok := e.held(p, key); ok {
+		if m := ent.Members(); m > 0 {
+			return m
 		}
 	}
 	return e.leaser.Instances()
@@ -249,11 +247,7 @@ func (e *Engine) decideFirst(ctx context.Context, p *remote.Policy, key string, 
 // than n units: the denial stands. (A block's denial stands too: the
 // caller does not ask.)
 func (e *Engine) heldBeside(ctx context.Context, p *remote.Policy, key string, n int64) (Decision, bool) {
-	st := e.tables.find(p)
-	if st == nil {
-		return Decision{}, false
-	}
-	ent, ok := st.table.Get(key)
+	ent, ok := e.held(p, key)
 	if !ok {
 		return Decision{}, false
 	}
@@ -304,10 +298,8 @@ func (e *Engine) firstUse(p *remote.Policy, key string) (exact bool, first int64
 	if e.firsts == nil {
 		return false, 0, false
 	}
-	if st := e.tables.find(p); st != nil {
-		if _, ok := st.table.Get(key); ok {
-			return false, 0, false
-		}
+	if _, ok := e.held(p, key); ok {
+		return false, 0, false
 	}
 	return e.firsts.use(p, key, e.leaser.Now())
 }

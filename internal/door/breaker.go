@@ -333,7 +333,10 @@ func (d *Door) Leave(pass Pass, err error) error {
 		b.answered.Store(max(1, now))
 		b.stalled.Store(0)
 		took := b.took.Load() // (a lost update of the average is harmless)
-		b.took.Store(took + (now-pass.at-took)/8)
+		// A wait past the timeout for a call's answer late in this
+		// process (Overtime) counts as the timeout: the process's lag,
+		// not Redis's.
+		b.took.Store(took + (min(now-pass.at, int64(d.timeout))-took)/8)
 		b.success()
 		if !b.checked.Load() {
 			d.checkEviction(b) // once: the first time Redis answers

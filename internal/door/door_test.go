@@ -309,3 +309,82 @@ func TestBreakerStateJSON(t *testing.T) {
 		}
 	}
 }
+
+// Overtime tells a context Bound ended by the Redis timeout (its parent
+// lives on: a wait for a call on its way may go on under it) from every
+// other end: the parent's deadline first, the parent cancelled, a context
+// Bound did not make, one not ended, and any context of a guarded door
+// (whose client may ignore deadlines, so that its calls may never end).
+func TestOvertime(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never called
+	t.Cleanup(func() { _ = c.Close() })
+	const timeout = 10 * time.Millisecond
+	for _, guarded := range []bool{false, true} {
+		d := door.New(door.Config{Store: remote.NewStore(c, "t"), Clock: clock.System{}, Timeout: timeout, Guard: guarded})
+		// overtime waits for ctx's end, then asks Overtime for a call whose
+		// deadline is ctx's own.
+		overtime := func(ctx context.Context) (context.Context, bool) {
+			<-ctx.Done()
+			return door.Overtime(ctx, door.Due(ctx))
+		}
+
+		parent, cancelParent := context.WithCancel(context.Background())
+		ctx, cancel := d.Bound(parent)
+		if _, ok := door.Overtime(ctx, door.Due(ctx)); ok {
+			t.Errorf("guarded %v: Overtime of a live context: ok", guarded)
+		}
+		got, ok := overtime(ctx)
+		if ok == guarded || (ok && got != parent) {
+			t.Errorf("guarded %v: Overtime past the timeout = %v, %v; want the parent, ok %v", guarded, got, ok, !guarded)
+		}
+		// The call awaited: sent before the wait began (its deadline
+		// sooner), a little after it (within an eighth of the timeout), or
+		// queued behind another, or not sent at all.
+		due := door.Due(ctx)
+		for _, c := range []struct {
+			name string
+			due  int64
+			ok   bool
+		}{
+			{"sent before", due - int64(timeout), !guarded},
+			{"sent just after", due + int64(timeout/16), !guarded},
+			{"queued behind another", due + int64(timeout/4), false},
+			{"sent a timeout later", due + int64(timeout), false},
+			{"not sent", 0, false},
+		} {
+			if _, ok := door.Overtime(ctx, c.due); ok != c.ok {
+				t.Errorf("guarded %v: Overtime for a call %s: ok %v, want %v", guarded, c.name, ok, c.ok)
+			}
+		}
+		cancel()
+		cancelParent()
+		if _, ok := door.Overtime(ctx, due); ok {
+			t.Errorf("guarded %v: Overtime once the parent ended: ok", guarded)
+		}
+
+		short, cancelShort := context.WithTimeout(context.Background(), timeout/2)
+		ctx, cancel = d.Bound(short)
+		if _, ok := overtime(ctx); ok {
+			t.Errorf("guarded %v: Overtime when the caller's deadline came first: ok", guarded)
+		}
+		cancel()
+		cancelShort()
+
+		mine, cancelMine := context.WithTimeout(context.Background(), timeout)
+		if _, ok := overtime(mine); ok {
+			t.Errorf("guarded %v: Overtime of a context the door did not bound: ok", guarded)
+		}
+		cancelMine()
+
+		parent, cancelParent = context.WithCancel(context.Background())
+		ctx, cancel = d.Bound(parent)
+		cancelParent()
+		if _, ok := overtime(ctx); ok {
+			t.Errorf("guarded %v: Overtime of a cancelled parent: ok", guarded)
+		}
+		cancel()
+		closeCtx, cancelClose := context.WithTimeout(context.Background(), time.Second)
+		d.Close(closeCtx)
+		cancelClose()
+	}
+}

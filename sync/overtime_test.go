@@ -1,0 +1,200 @@
+package sync_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	stdsync "sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelease/ratelease/clock"
+	"github.com/ratelease/ratelease/internal/door"
+	"github.com/ratelease/ratelease/internal/redistest"
+	"github.com/ratelease/ratelease/remote"
+	leasesync "github.com/ratelease/ratelease/sync"
+)
+
+// lateReader is a go-redis hook that, while on, holds every reply it has
+// read for late before its caller sees it: the answer came from Redis in
+// time, and its reader waits for a CPU in this process (every P busy with
+// goroutines that do not block), as the goroutine the network wakes does
+// in a saturated process.
+type lateReader struct {
+	on   atomic.Bool
+	late time.Duration
+}
+
+func (h *lateReader) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *lateReader) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if h.on.Load() {
+			time.Sleep(h.late)
+		}
+		return err
+	}
+}
+
+func (h *lateReader) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if h.on.Load() {
+			time.Sleep(h.late)
+		}
+		return err
+	}
+}
+
+var _ redis.Hook = (*lateReader)(nil)
+
+// A lease whose answer Redis sent in time, but which reaches its caller
+// past the Redis timeout because this process was short of CPU, is used:
+// the caller waits past the door's timeout for the call on its way (which
+// its own deadline bounds) rather than taking Redis for busy. Both ways a
+// caller waits for a lease are covered: its own lease (the batcher), and
+// another's in flight. A deadline of the caller's own stands; and when
+// Redis does not answer in time, the caller gets the call's error once the
+// call's own timeout ends it, not later.
+func TestLeaseAnsweredLateInThisProcess(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	hook := &lateReader{late: 3 * timeout}
+	proxy := redistest.NewProxy(t, redistest.Start(t).Addr)
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true})
+	c.AddHook(hook)
+	t.Cleanup(func() { _ = c.Close() })
+	d := door.New(door.Config{Store: remote.NewStore(c, "t"), Clock: clock.System{}, Timeout: timeout})
+	l := newLeaserThrough(t, d, clock.System{}, cfg())
+	p := tokenBucket(t, 1_000_000, 1_000_000)
+	tab := l.NewTable(p, nil)
+
+	// warmed returns the entry of key after a first lease (a cold one:
+	// one exact decision) and the taking of what it held, so that its
+	// next lease is the batcher's.
+	warmed := func(key string) *leasesync.Entry {
+		e := tab.GetOrCreate(key)
+		if _, _, err := l.Lease(context.Background(), e, 1); err != nil {
+			t.Fatal(err)
+		}
+		for e.Units() > 0 {
+			e.Take(e.Units(), l.Now())
+		}
+		return e
+	}
+	bound := func() (context.Context, context.CancelFunc) { return d.Bound(context.Background()) }
+
+	t.Run("own lease", func(t *testing.T) {
+		e := warmed("own")
+		hook.on.Store(true)
+		defer hook.on.Store(false)
+		ctx, cancel := bound()
+		defer cancel()
+		start := time.Now()
+		dd, taken, err := l.Lease(ctx, e, 1)
+		took := time.Since(start)
+		if err != nil || (dd.Granted < 1 && !taken) {
+			t.Fatalf("Lease answered late: granted %d taken %v, err %v after %v; want its units", dd.Granted, taken, err, took)
+		}
+		if took < timeout {
+			t.Fatalf("Lease took %v, under the timeout %v: the late answer was not late", took, timeout)
+		}
+	})
+
+	t.Run("in flight", func(t *testing.T) {
+		e := warmed("inflight")
+		hook.on.Store(true)
+		defer hook.on.Store(false)
+		var wg stdsync.WaitGroup
+		defer wg.Wait()
+		wg.Go(func() { // the lease in flight, with no deadline of its own
+			if _, _, err := l.Lease(context.Background(), e, 1); err != nil {
+				t.Error(err)
+			}
+		})
+		for e.Leasing() == nil {
+			time.Sleep(time.Millisecond)
+		}
+		ctx, cancel := bound()
+		defer cancel()
+		dd, taken, err := l.Lease(ctx, e, 1)
+		if err != nil || (dd.Granted < 1 && !taken) {
+			t.Fatalf("a wait for a lease answered late: granted %d taken %v, err %v; want its units", dd.Granted, taken, err)
+		}
+	})
+
+	t.Run("caller's deadline", func(t *testing.T) {
+		e := warmed("deadline")
+		hook.on.Store(true)
+		defer hook.on.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), timeout/2)
+		defer cancel()
+		start := time.Now()
+		_, _, err := l.Lease(ctx, e, 1)
+		if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || took > timeout {
+			t.Fatalf("Lease with a deadline of %v sooner than the timeout: %v after %v, want DeadlineExceeded by then", timeout/2, err, took)
+		}
+		// The call goes on, and its grant lands in the entry.
+		for end := time.Now().Add(5 * time.Second); e.Units() == 0; time.Sleep(time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatal("the grant of a lease whose caller left did not land in its entry")
+			}
+		}
+	})
+
+	// A lease queued behind another pipeline (the batcher sends one at a
+	// time) goes out later than its caller's deadline allows for: its
+	// caller does not wait for it past its own timeout, on a Redis that
+	// does not answer. (Waiting would keep it until the queued call's own
+	// deadline, up to a timeout later.)
+	t.Run("queued behind another", func(t *testing.T) {
+		first, second := warmed("ahead"), warmed("behind")
+		proxy.SetDelay(5 * timeout)
+		defer proxy.SetDelay(0)
+		var wg stdsync.WaitGroup
+		defer wg.Wait()
+		wg.Go(func() {
+			ctx, cancel := bound()
+			defer cancel()
+			_, _, _ = l.Lease(ctx, first, 1)
+		})
+		for first.Leasing() == nil || first.Due(first.Leasing()) == 0 { // its pipeline is out
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(timeout / 5)
+		ctx, cancel := bound()
+		defer cancel()
+		start := time.Now()
+		_, _, err := l.Lease(ctx, second, 1)
+		took := time.Since(start)
+		if err == nil {
+			t.Fatal("Lease of a Redis that does not answer: no error")
+		}
+		// Its own call ends 4/5 of a timeout after its deadline; the
+		// bound allows an eighth, and as much again for this machine.
+		if limit := timeout + timeout/4; took > limit {
+			t.Fatalf("a lease queued behind another took %v on a Redis that does not answer: waited for a call sent after its wait began (want at most %v)", took, limit)
+		}
+	})
+
+	t.Run("not answered", func(t *testing.T) {
+		e := warmed("slow")
+		proxy.SetDelay(5 * timeout)
+		defer proxy.SetDelay(0)
+		ctx, cancel := bound()
+		defer cancel()
+		start := time.Now()
+		_, _, err := l.Lease(ctx, e, 1)
+		took := time.Since(start)
+		var ne net.Error
+		if err == nil || !(errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()) {
+			t.Fatalf("Lease of a Redis that does not answer in time: %v, want a timeout", err)
+		}
+		if took > 3*timeout {
+			t.Fatalf("Lease of a Redis that does not answer in time took %v, want about the timeout %v", took, timeout)
+		}
+	})
+}
