@@ -36,9 +36,6 @@ type Entry[P any] struct {
 	// asks for whole requests of it.
 	request int64
 	cold    bool // the lease in flight asks for its requester's units alone
-	// due is the deadline of the Redis call carrying the lease in flight,
-	// once sent (SetDue; 0 before).
-	due int64
 	// epoch counts Forgets: a lease started before one puts nothing in.
 	epoch uint64
 	hits  uint64 // the most Hits has reported

@@ -92,29 +92,7 @@ func (e *Entry[P]) EndLease() {
 
 func (e *Entry[P]) endLocked() {
 	close(e.leasing)
-	e.leasing, e.due = nil, 0
-}
-
-// SetDue records due, the deadline of the Redis call that carries the
-// lease in flight ch (on the leaser's clock of deadlines, non-zero), once
-// that call is sent; nothing if ch is no longer in flight.
-func (e *Entry[P]) SetDue(ch <-chan struct{}, due int64) {
-	e.mu.Lock()
-	if e.leasing != nil && (<-chan struct{})(e.leasing) == ch {
-		e.due = due
-	}
-	e.mu.Unlock()
-}
-
-// Due returns the deadline SetDue recorded for the lease in flight ch: 0
-// if its call is not sent yet, or ch is no longer in flight.
-func (e *Entry[P]) Due(ch <-chan struct{}) int64 {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.leasing == nil || (<-chan struct{})(e.leasing) != ch {
-		return 0
-	}
-	return e.due
+	e.leasing = nil
 }
 
 // AbandonLease ends the lease in flight, l, which was never sent (Close

@@ -23,9 +23,6 @@ type call struct {
 	// abandoned: the requester stopped waiting; the batcher has the
 	// Leaser apply the grant to the entry itself.
 	abandoned atomic.Bool
-	// due is the deadline of the pipeline that carries c (door.Due), set
-	// as it is sent: 0 before.
-	due atomic.Int64
 	// owner, when not nil, is the channel of the entry's lease in flight
 	// that this call is, which its waiters wait on: a waiter holding it
 	// may join the call (Leaser.send).
@@ -88,6 +85,13 @@ type batcher struct {
 
 	// rtt is the measured lease round trip (ns, a moving average).
 	rtt atomic.Int64
+	// out is the deadline of the pipeline out, in ns from base (outDue);
+	// 0: none. behind is when (ns from base) a pipeline Redis answered was
+	// last seen an eighth of the timeout or more past its deadline: this
+	// process did not keep up (answered). Both kept by send, not by the
+	// Cluster lanes.
+	out, behind atomic.Int64
+	base        time.Time
 
 	stop chan struct{}
 	wg   stdsync.WaitGroup // the batcher's goroutine and its lanes'
@@ -96,7 +100,7 @@ type batcher struct {
 // newBatcher starts a batcher that sends through d for o: its goroutine
 // runs until close.
 func newBatcher(d *door.Door, o owner) *batcher {
-	b := &batcher{door: d, owner: o, work: make(chan struct{}, 1),
+	b := &batcher{door: d, owner: o, work: make(chan struct{}, 1), base: time.Now(),
 		lanes: map[string]*lane{}, stop: make(chan struct{})}
 	b.wg.Add(1)
 	go b.run()
@@ -108,12 +112,22 @@ func newBatcher(d *door.Door, o owner) *batcher {
 // nothing is queued: ctx's error. If ctx ends meanwhile, lease returns
 // ctx's error, and the call goes on: its grant lands in the entry, not
 // lost (applied by the batcher, as the requester left). Once Close has
-// begun, lease returns door.ErrClosed.
+// begun, lease returns door.ErrClosed. A ctx the door bounded that ran
+// out before c was queued is renewed: Redis was not asked.
 func (b *batcher) lease(ctx context.Context, c *call, n int64) (remote.Decision, error) {
 	if err := ctx.Err(); err != nil {
-		// Ended already: not queued, where the batcher could take it
-		// before the abandon (and grant units nobody waits for).
-		return remote.Decision{}, err
+		parent, _, ok := door.Overtime(ctx)
+		if !ok {
+			// Ended already: not queued, where the batcher could take it
+			// before the abandon (and grant units nobody waits for).
+			return remote.Decision{}, err
+		}
+		// The Redis timeout ran out before Redis was asked: this process
+		// ran late (its goroutine waited for a CPU). The call gets a
+		// timeout of its own, with no overtime.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(parent, b.door.Timeout())
+		defer cancel()
 	}
 	b.mu.Lock()
 	if b.closed {
@@ -136,7 +150,7 @@ func (b *batcher) await(ctx context.Context, c *call, n int64) (remote.Decision,
 	select {
 	case <-c.done:
 	case <-ctx.Done():
-		if !answered(ctx, c.done, c.due.Load()) && c.abandon() {
+		if !b.answered(ctx, c.done) && c.abandon() {
 			return remote.Decision{}, ctx.Err()
 		}
 		<-c.done
@@ -147,30 +161,6 @@ func (b *batcher) await(ctx context.Context, c *call, n int64) (remote.Decision,
 	}
 	b.owner.apply(c, n)
 	return c.d, nil
-}
-
-// answered reports whether done, the end of a Redis call on its way whose
-// deadline is due (door.Due; 0: not sent yet), came though ctx ended
-// first. A ctx the door bounded waits for the call's own end, if its
-// deadline is not later than ctx's (door.Overtime), as long as the
-// caller's context lasts: an answer that came in time and waits for a CPU
-// in this process is used rather than taken for Redis being busy.
-func answered(ctx context.Context, done <-chan struct{}, due int64) bool {
-	select {
-	case <-done:
-		return true
-	default:
-	}
-	parent, ok := door.Overtime(ctx, due)
-	if !ok {
-		return false
-	}
-	select {
-	case <-done:
-		return true
-	case <-parent.Done():
-		return false
-	}
 }
 
 // hold counts a lease call that goes outside the batcher (Leaser.send's
@@ -292,7 +282,7 @@ func (b *batcher) flush() bool {
 		return false
 	}
 	if !b.door.Sharded() {
-		b.send(calls, backs)
+		b.send(calls, backs, true)
 		return true
 	}
 	ctx, cancel := b.door.Bound(context.Background()) // for loading the cluster's layout
@@ -314,15 +304,30 @@ func (b *batcher) flush() bool {
 }
 
 // send sends one pipeline of refunds and lease requests, within the
-// door's timeout, or once Close has begun within Close's bound.
-func (b *batcher) send(calls []*call, backs []remote.Grant) {
+// door's timeout, or once Close has begun within Close's bound. With
+// follow, the pipeline's deadline is kept while it is out (outDue).
+func (b *batcher) send(calls []*call, backs []remote.Grant, follow bool) {
 	b.mu.Lock()
 	ctx := b.closeCtx // set once closed
 	b.mu.Unlock()
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	b.sendBatch(ctx, calls, backs)
+	if !follow || len(calls) == 0 {
+		b.sendBatch(ctx, calls, backs)
+		return
+	}
+	ctx, cancel := b.door.Bound(ctx)
+	defer cancel()
+	dl, _ := ctx.Deadline()
+	b.out.Store(max(1, int64(dl.Sub(b.base))))
+	answered := b.sendBatch(ctx, calls, backs)
+	b.out.Store(0)
+	if now := time.Now(); answered && now.Sub(dl) >= b.door.Timeout()/8 {
+		// Redis answered in time (a read past its deadline fails), and this
+		// process saw it that much later: it does not keep up (answered).
+		b.behind.Store(int64(now.Sub(b.base)))
+	}
 }
 
 // lane is the queue of one Redis Cluster master: its requests go out in
@@ -381,7 +386,7 @@ func (b *batcher) startLane(ln *lane) bool {
 				return
 			}
 			ln.mu.Unlock()
-			b.send(calls, backs)
+			b.send(calls, backs, false)
 		}
 	}()
 	return true
@@ -389,23 +394,12 @@ func (b *batcher) startLane(ln *lane) bool {
 
 // sendBatch sends one pipeline of refunds and lease requests through the
 // door (which refunds the grants that arrive after ctx's end) and
-// completes the requests. It measures the lease round trip.
-func (b *batcher) sendBatch(ctx context.Context, calls []*call, backs []remote.Grant) {
+// completes the requests. It measures the lease round trip, and reports
+// whether Redis answered a request.
+func (b *batcher) sendBatch(ctx context.Context, calls []*call, backs []remote.Grant) (answered bool) {
 	rs := make([]remote.Request, len(calls))
 	for i, c := range calls {
 		rs[i] = c.req
-	}
-	// The pipeline's deadline, which the waiters of its calls may wait
-	// until past their own (answered).
-	ctx, cancel := b.door.Bound(ctx)
-	defer cancel()
-	if due := door.Due(ctx); due != 0 {
-		for _, c := range calls {
-			c.due.Store(due)
-			if ch, ok := c.owner.(<-chan struct{}); ok {
-				c.entry.SetDue(ch, due)
-			}
-		}
 	}
 	start := time.Now() // the wall clock: the round trip is Redis's real latency, which an injected test clock does not see pass
 	ds, errs, gerrs := b.door.Batch(ctx, rs, backs)
@@ -419,6 +413,7 @@ func (b *batcher) sendBatch(ctx context.Context, calls []*call, backs []remote.G
 	}
 	for i, c := range calls {
 		if errs[i] == nil {
+			answered = true
 			b.owner.countLease(c.req, ds[i])
 		} else {
 			// Whether the units it gave back reached Redis is not known:
@@ -427,6 +422,7 @@ func (b *batcher) sendBatch(ctx context.Context, calls []*call, backs []remote.G
 		}
 		b.finish(c, ds[i], errs[i])
 	}
+	return answered
 }
 
 // measured folds one lease round trip into the moving average.

@@ -191,6 +191,7 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 		return remote.Decision{}, false, door.ErrClosed
 	}
 	defer l.leasing.Add(-1)
+	again := false // leasing again after an overtime wait (see answered)
 	for {
 		now := l.Now()
 		st, inFlight := e.StartLease(n, l.cfg.Min, now)
@@ -206,10 +207,11 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 			return d, false, err
 		}
 		if inFlight != nil {
+			v := e.Answers()
 			select {
 			case <-inFlight:
 			case <-ctx.Done():
-				if !answered(ctx, inFlight, e.Due(inFlight)) {
+				if !l.batcher.answered(ctx, inFlight) {
 					return remote.Decision{}, false, ctx.Err()
 				}
 			}
@@ -220,12 +222,21 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 			if denied, _ := e.Denied(now, n); denied {
 				return remote.Decision{}, false, nil
 			}
-			if err := ctx.Err(); err != nil {
-				// Waited past the timeout for a lease on its way
-				// (answered), whose units went to the callers before this
-				// one: the wait is over, and a lease of its own would
-				// begin past it.
-				return remote.Decision{}, false, err
+			if ctx.Err() != nil {
+				// The lease in flight ended past this request's timeout
+				// (it ran late, or waited in overtime: see answered), and
+				// its units went to the callers before this one. If Redis
+				// answered it, this process was late, not Redis: this
+				// request leases once, with a timeout of its own and no
+				// overtime. Else the wait is over.
+				parent, _, ok := door.Overtime(ctx)
+				if !ok || again || e.Unchanged(v) {
+					return remote.Decision{}, false, ctx.Err()
+				}
+				again = true
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(parent, l.door.Timeout())
+				defer cancel()
 			}
 			continue
 		}
@@ -370,7 +381,6 @@ func (l *Leaser) Prefetch(e *Entry) {
 		return
 	}
 	c := l.plan(e, st, 0, l.Now())
-	c.owner = e.Leasing() // what this lease's waiters wait on
 	go func() {
 		defer l.leasing.Add(-1)
 		ctx, cancel := l.door.Bound(context.Background())

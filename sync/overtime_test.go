@@ -59,7 +59,10 @@ var _ redis.Hook = (*lateReader)(nil)
 // caller waits for a lease are covered: its own lease (the batcher), and
 // another's in flight. A deadline of the caller's own stands; and when
 // Redis does not answer in time, the caller gets the call's error once the
-// call's own timeout ends it, not later.
+// call's own timeout ends it, not later; a call queued behind another
+// pipeline, sent after the caller's wait began, is not waited for in a
+// process that keeps up. (The cases that need a process that keeps up run
+// first: a late answer marks this one as not keeping up for a timeout.)
 func TestLeaseAnsweredLateInThisProcess(t *testing.T) {
 	const timeout = 100 * time.Millisecond
 	hook := &lateReader{late: 3 * timeout}
@@ -86,6 +89,74 @@ func TestLeaseAnsweredLateInThisProcess(t *testing.T) {
 		return e
 	}
 	bound := func() (context.Context, context.CancelFunc) { return d.Bound(context.Background()) }
+
+	// A lease queued behind another pipeline (the batcher sends one at a
+	// time) goes out later than its caller's deadline allows for: its
+	// caller does not wait for it past its own timeout, on a Redis that
+	// does not answer. (Waiting would keep it until the queued call's own
+	// deadline, up to a timeout later.)
+	t.Run("queued behind another", func(t *testing.T) {
+		first, second := warmed("ahead"), warmed("behind")
+		proxy.SetDelay(5 * timeout)
+		defer proxy.SetDelay(0)
+		var wg stdsync.WaitGroup
+		defer wg.Wait()
+		wg.Go(func() {
+			ctx, cancel := bound()
+			defer cancel()
+			_, _, _ = l.Lease(ctx, first, 1)
+		})
+		for first.Leasing() == nil {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(timeout / 5) // its pipeline is out
+		ctx, cancel := bound()
+		defer cancel()
+		start := time.Now()
+		_, _, err := l.Lease(ctx, second, 1)
+		took := time.Since(start)
+		if err == nil {
+			t.Fatal("Lease of a Redis that does not answer: no error")
+		}
+		// Its own call ends 4/5 of a timeout after its deadline; the
+		// bound allows an eighth, and a quarter more for this machine.
+		if limit := timeout + timeout/8 + timeout/4; took > limit {
+			t.Fatalf("a lease queued behind another took %v on a Redis that does not answer: waited for a call sent after its wait began (want at most %v)", took, limit)
+		}
+	})
+
+	t.Run("not answered", func(t *testing.T) {
+		e := warmed("slow")
+		proxy.SetDelay(5 * timeout)
+		defer proxy.SetDelay(0)
+		ctx, cancel := bound()
+		defer cancel()
+		start := time.Now()
+		_, _, err := l.Lease(ctx, e, 1)
+		took := time.Since(start)
+		var ne net.Error
+		if err == nil || !(errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()) {
+			t.Fatalf("Lease of a Redis that does not answer in time: %v, want a timeout", err)
+		}
+		if took > 3*timeout {
+			t.Fatalf("Lease of a Redis that does not answer in time took %v, want about the timeout %v", took, timeout)
+		}
+	})
+
+	// A request whose Redis timeout ran out before its lease was even
+	// queued (its goroutine waited for a CPU) was not answered late by
+	// Redis: Redis was not asked. Its lease gets a timeout of its own.
+	// (A deadline of the caller's own stands: see "caller's deadline".)
+	t.Run("timeout spent before asking", func(t *testing.T) {
+		e := warmed("early")
+		ctx, cancel := bound()
+		defer cancel()
+		<-ctx.Done()
+		dd, taken, err := l.Lease(ctx, e, 1)
+		if err != nil || (dd.Granted < 1 && !taken) {
+			t.Fatalf("Lease with its timeout spent before asking: granted %d taken %v, err %v; want its units", dd.Granted, taken, err)
+		}
+	})
 
 	t.Run("own lease", func(t *testing.T) {
 		e := warmed("own")
@@ -145,56 +216,4 @@ func TestLeaseAnsweredLateInThisProcess(t *testing.T) {
 		}
 	})
 
-	// A lease queued behind another pipeline (the batcher sends one at a
-	// time) goes out later than its caller's deadline allows for: its
-	// caller does not wait for it past its own timeout, on a Redis that
-	// does not answer. (Waiting would keep it until the queued call's own
-	// deadline, up to a timeout later.)
-	t.Run("queued behind another", func(t *testing.T) {
-		first, second := warmed("ahead"), warmed("behind")
-		proxy.SetDelay(5 * timeout)
-		defer proxy.SetDelay(0)
-		var wg stdsync.WaitGroup
-		defer wg.Wait()
-		wg.Go(func() {
-			ctx, cancel := bound()
-			defer cancel()
-			_, _, _ = l.Lease(ctx, first, 1)
-		})
-		for first.Leasing() == nil || first.Due(first.Leasing()) == 0 { // its pipeline is out
-			time.Sleep(time.Millisecond)
-		}
-		time.Sleep(timeout / 5)
-		ctx, cancel := bound()
-		defer cancel()
-		start := time.Now()
-		_, _, err := l.Lease(ctx, second, 1)
-		took := time.Since(start)
-		if err == nil {
-			t.Fatal("Lease of a Redis that does not answer: no error")
-		}
-		// Its own call ends 4/5 of a timeout after its deadline; the
-		// bound allows an eighth, and as much again for this machine.
-		if limit := timeout + timeout/4; took > limit {
-			t.Fatalf("a lease queued behind another took %v on a Redis that does not answer: waited for a call sent after its wait began (want at most %v)", took, limit)
-		}
-	})
-
-	t.Run("not answered", func(t *testing.T) {
-		e := warmed("slow")
-		proxy.SetDelay(5 * timeout)
-		defer proxy.SetDelay(0)
-		ctx, cancel := bound()
-		defer cancel()
-		start := time.Now()
-		_, _, err := l.Lease(ctx, e, 1)
-		took := time.Since(start)
-		var ne net.Error
-		if err == nil || !(errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()) {
-			t.Fatalf("Lease of a Redis that does not answer in time: %v, want a timeout", err)
-		}
-		if took > 3*timeout {
-			t.Fatalf("Lease of a Redis that does not answer in time took %v, want about the timeout %v", took, timeout)
-		}
-	})
 }

@@ -125,7 +125,7 @@ func (d *Door) Bound(ctx context.Context) (context.Context, context.CancelFunc) 
 		// end, and nothing waits for one past the timeout (Overtime).
 		return c, cancel
 	}
-	return &boundCtx{Context: c, parent: ctx, grace: d.timeout / 8}, cancel
+	return &boundCtx{Context: c, parent: ctx}, cancel
 }
 
 // boundCtx is a context Bound made: parent with the Redis timeout, which
@@ -133,54 +133,31 @@ func (d *Door) Bound(ctx context.Context) (context.Context, context.CancelFunc) 
 type boundCtx struct {
 	context.Context
 	parent context.Context
-	grace  time.Duration // how much later than this context's a call's deadline may be (Overtime)
-}
-
-// epoch is where Due counts from: a time with a monotonic reading, so that
-// deadlines compare on the monotonic clock, which the wall clock's steps
-// do not move.
-var epoch = time.Now()
-
-// Due returns ctx's deadline in ns from a fixed point of this process, as
-// Overtime compares them, or 0 if ctx has none. A Redis call's is that of
-// the context it is sent under.
-func Due(ctx context.Context) int64 {
-	dl, ok := ctx.Deadline()
-	if !ok {
-		return 0
-	}
-	return max(1, int64(dl.Sub(epoch)))
 }
 
 // Overtime returns, for ctx made by Bound that ended by the Redis timeout
-// while the context it bounds did not, that context: a wait for the answer
-// to a Redis call already on its way (a lease in flight), whose deadline
-// (Due) is due, may go on while that context lasts, since the call ends by
-// itself by then. ok is false otherwise: ctx did not end by the door's
-// timeout, or a deadline of the caller's came first, or the client is
-// guarded, or due is 0 (the call is not on its way) or later than ctx's
-// own deadline by more than an eighth of the timeout: the call started
-// after the wait did (it was queued behind another), and waiting for it
-// would keep a request past the timeout on a Redis that does not answer.
-// A wait in overtime thus ends at most an eighth of the timeout after
-// ctx's deadline, but for this process's own lag in running it.
+// while the context it bounds did not, that context, and ctx's deadline:
+// a wait for the answer to a Redis call already on its way (a lease in
+// flight) may go on under it for as long as this process is late in
+// seeing Redis's answers (the caller measures that), since a call ends by
+// itself, bounded by its own deadline. ok is false otherwise: ctx did not
+// end by the door's timeout, or a deadline of the caller's came first, or
+// the client is guarded.
 //
 // Past the timeout, such a call has either failed, and ends at once, or
 // been answered in time and waits for a CPU in this process: when every P
 // runs a goroutine that does not block, a goroutine the network woke (the
-// answer's reader) waits in the global run queue, served once in 61
-// schedulings per P, for hundreds of ms, while one its deadline's timer
+// answer's reader) waits in the global run queue, behind every goroutine
+// preempted meanwhile, for hundreds of ms, while one its deadline's timer
 // woke runs next on its P. Taking Redis for busy then would deny what the
 // answer on its way admits.
-func Overtime(ctx context.Context, due int64) (context.Context, bool) {
+func Overtime(ctx context.Context) (parent context.Context, deadline time.Time, ok bool) {
 	b, ok := ctx.(*boundCtx)
-	if !ok || due == 0 || !errors.Is(b.Err(), context.DeadlineExceeded) || b.parent.Err() != nil {
-		return nil, false
+	if !ok || !errors.Is(b.Err(), context.DeadlineExceeded) || b.parent.Err() != nil {
+		return nil, time.Time{}, false
 	}
-	if due > Due(b)+int64(b.grace) {
-		return nil, false
-	}
-	return b.parent, true
+	deadline, _ = b.Deadline()
+	return b.parent, deadline, true
 }
 
 // begin returns ctx bounded as Bound bounds it, for one call to Redis, to

@@ -321,44 +321,28 @@ func TestOvertime(t *testing.T) {
 	const timeout = 10 * time.Millisecond
 	for _, guarded := range []bool{false, true} {
 		d := door.New(door.Config{Store: remote.NewStore(c, "t"), Clock: clock.System{}, Timeout: timeout, Guard: guarded})
-		// overtime waits for ctx's end, then asks Overtime for a call whose
-		// deadline is ctx's own.
 		overtime := func(ctx context.Context) (context.Context, bool) {
 			<-ctx.Done()
-			return door.Overtime(ctx, door.Due(ctx))
+			parent, _, ok := door.Overtime(ctx)
+			return parent, ok
 		}
 
 		parent, cancelParent := context.WithCancel(context.Background())
 		ctx, cancel := d.Bound(parent)
-		if _, ok := door.Overtime(ctx, door.Due(ctx)); ok {
+		if _, _, ok := door.Overtime(ctx); ok {
 			t.Errorf("guarded %v: Overtime of a live context: ok", guarded)
 		}
+		want, _ := ctx.Deadline()
 		got, ok := overtime(ctx)
 		if ok == guarded || (ok && got != parent) {
 			t.Errorf("guarded %v: Overtime past the timeout = %v, %v; want the parent, ok %v", guarded, got, ok, !guarded)
 		}
-		// The call awaited: sent before the wait began (its deadline
-		// sooner), a little after it (within an eighth of the timeout), or
-		// queued behind another, or not sent at all.
-		due := door.Due(ctx)
-		for _, c := range []struct {
-			name string
-			due  int64
-			ok   bool
-		}{
-			{"sent before", due - int64(timeout), !guarded},
-			{"sent just after", due + int64(timeout/16), !guarded},
-			{"queued behind another", due + int64(timeout/4), false},
-			{"sent a timeout later", due + int64(timeout), false},
-			{"not sent", 0, false},
-		} {
-			if _, ok := door.Overtime(ctx, c.due); ok != c.ok {
-				t.Errorf("guarded %v: Overtime for a call %s: ok %v, want %v", guarded, c.name, ok, c.ok)
-			}
+		if _, dl, ok := door.Overtime(ctx); ok && !dl.Equal(want) {
+			t.Errorf("guarded %v: Overtime's deadline %v, want the context's, %v", guarded, dl, want)
 		}
 		cancel()
 		cancelParent()
-		if _, ok := door.Overtime(ctx, due); ok {
+		if _, ok := overtime(ctx); ok {
 			t.Errorf("guarded %v: Overtime once the parent ended: ok", guarded)
 		}
 
