@@ -166,6 +166,13 @@ func TestHonoursDeadlines(t *testing.T) {
 		{"ring", redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}, ContextTimeoutEnabled: true}), true},
 		{"ring without", redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}}), false},
 		{"universal, one address", redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: true}), true},
+		// -1: no timeout of the client's own, the context's deadline
+		// stands; -2: no deadline set on the connection at all.
+		{"client, no read timeout of its own", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true, ReadTimeout: -1, WriteTimeout: -1}), true},
+		{"client, no read deadlines", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true, ReadTimeout: -2}), false},
+		{"client, no write deadlines", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true, WriteTimeout: -2}), false},
+		{"cluster, no read deadlines", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: true, ReadTimeout: -2}), false},
+		{"ring, no read deadlines", redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}, ContextTimeoutEnabled: true, ReadTimeout: -2}), false},
 	} {
 		if got := remote.HonoursDeadlines(c.client); got != c.want {
 			t.Errorf("%s: HonoursDeadlines = %v, want %v", c.name, got, c.want)

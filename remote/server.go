@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -137,17 +138,25 @@ func (s *Store) Sharded() bool {
 
 // HonoursDeadlines reports whether client cuts a call short at its
 // context's deadline. go-redis does so only when the client was made with
-// ContextTimeoutEnabled: true; otherwise a read waits for the client's own
-// ReadTimeout (seconds by default) whatever the context says. Clients of
-// other types are assumed not to.
+// ContextTimeoutEnabled: true, and sets read and write deadlines at all
+// (a ReadTimeout or WriteTimeout of -2 turns them off, -1 once the
+// options are set up); otherwise a read waits for the client's own
+// ReadTimeout (seconds by default), or for ever, whatever the context
+// says. Clients of other types are assumed not to.
 func HonoursDeadlines(client redis.UniversalClient) bool {
+	honours := func(enabled bool, read, write time.Duration) bool {
+		return enabled && read >= 0 && write >= 0
+	}
 	switch c := client.(type) {
 	case *redis.Client:
-		return c.Options().ContextTimeoutEnabled
+		o := c.Options()
+		return honours(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout)
 	case *redis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled
+		o := c.Options()
+		return honours(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout)
 	case *redis.Ring:
-		return c.Options().ContextTimeoutEnabled
+		o := c.Options()
+		return honours(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout)
 	}
 	return false
 }

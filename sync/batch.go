@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"slices"
 	stdsync "sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +24,10 @@ type call struct {
 	// abandoned: the requester stopped waiting; the batcher has the
 	// Leaser apply the grant to the entry itself.
 	abandoned atomic.Bool
+	// due is the deadline of the pipeline that carries c (ns from the
+	// batcher's base), once sent, if the batcher follows it (sendBatch);
+	// else 0.
+	due atomic.Int64
 	// owner, when not nil, is the channel of the entry's lease in flight
 	// that this call is, which its waiters wait on: a waiter holding it
 	// may join the call (Leaser.send).
@@ -88,8 +93,8 @@ type batcher struct {
 	// out is the deadline of the pipeline out, in ns from base (outDue);
 	// 0: none. behind is when (ns from base) a pipeline Redis answered was
 	// last seen an eighth of the timeout or more past its deadline: this
-	// process did not keep up (answered). Both kept by send, not by the
-	// Cluster lanes.
+	// process did not keep up (answered). Both kept by sendBatch when it
+	// follows a pipeline, not for the Cluster lanes'.
 	out, behind atomic.Int64
 	base        time.Time
 
@@ -109,22 +114,21 @@ func newBatcher(d *door.Door, o owner) *batcher {
 
 // lease queues c, waits for its answer and has the owner apply it, n units
 // of the grant the caller's (0 for a prefetch). If ctx has ended already,
-// nothing is queued: ctx's error. If ctx ends meanwhile, lease returns
-// ctx's error, and the call goes on: its grant lands in the entry, not
-// lost (applied by the batcher, as the requester left). Once Close has
-// begun, lease returns door.ErrClosed. A ctx the door bounded that ran
-// out before c was queued is renewed: Redis was not asked.
+// nothing is queued: ctx's error, as a notSent (the caller takes back
+// what c was to give back). If ctx ends meanwhile, lease returns ctx's
+// error, and the call goes on: its grant lands in the entry, not lost
+// (applied by the batcher, as the requester left). Once Close has begun,
+// lease returns door.ErrClosed. A ctx the door bounded that ran out in a
+// process that shows it does not keep up (late) is renewed, once: Redis
+// was not asked yet, and this goroutine ran late.
 func (b *batcher) lease(ctx context.Context, c *call, n int64) (remote.Decision, error) {
 	if err := ctx.Err(); err != nil {
-		parent, _, ok := door.Overtime(ctx)
-		if !ok {
+		parent, deadline, ok := door.Overtime(ctx)
+		if !ok || !b.late(deadline) {
 			// Ended already: not queued, where the batcher could take it
 			// before the abandon (and grant units nobody waits for).
-			return remote.Decision{}, err
+			return remote.Decision{}, notSent{err}
 		}
-		// The Redis timeout ran out before Redis was asked: this process
-		// ran late (its goroutine waited for a CPU). The call gets a
-		// timeout of its own, with no overtime.
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(parent, b.door.Timeout())
 		defer cancel()
@@ -150,7 +154,7 @@ func (b *batcher) await(ctx context.Context, c *call, n int64) (remote.Decision,
 	select {
 	case <-c.done:
 	case <-ctx.Done():
-		if !b.answered(ctx, c.done) && c.abandon() {
+		if came, _ := b.answered(ctx, c.done, &c.due); !came && c.abandon() {
 			return remote.Decision{}, ctx.Err()
 		}
 		<-c.done
@@ -162,6 +166,13 @@ func (b *batcher) await(ctx context.Context, c *call, n int64) (remote.Decision,
 	b.owner.apply(c, n)
 	return c.d, nil
 }
+
+// notSent is the error of a lease call that was not sent: its context had
+// ended. It unwraps to that context's error.
+type notSent struct{ err error }
+
+func (e notSent) Error() string { return e.err.Error() }
+func (e notSent) Unwrap() error { return e.err }
 
 // hold counts a lease call that goes outside the batcher (Leaser.send's
 // exact calls) until its answer is applied, as lease counts its own, so
@@ -314,20 +325,12 @@ func (b *batcher) send(calls []*call, backs []remote.Grant, follow bool) {
 		ctx = context.Background()
 	}
 	if !follow || len(calls) == 0 {
-		b.sendBatch(ctx, calls, backs)
+		b.sendBatch(ctx, calls, backs, false)
 		return
 	}
 	ctx, cancel := b.door.Bound(ctx)
 	defer cancel()
-	dl, _ := ctx.Deadline()
-	b.out.Store(max(1, int64(dl.Sub(b.base))))
-	answered := b.sendBatch(ctx, calls, backs)
-	b.out.Store(0)
-	if now := time.Now(); answered && now.Sub(dl) >= b.door.Timeout()/8 {
-		// Redis answered in time (a read past its deadline fails), and this
-		// process saw it that much later: it does not keep up (answered).
-		b.behind.Store(int64(now.Sub(b.base)))
-	}
+	b.sendBatch(ctx, calls, backs, true)
 }
 
 // lane is the queue of one Redis Cluster master: its requests go out in
@@ -394,15 +397,33 @@ func (b *batcher) startLane(ln *lane) bool {
 
 // sendBatch sends one pipeline of refunds and lease requests through the
 // door (which refunds the grants that arrive after ctx's end) and
-// completes the requests. It measures the lease round trip, and reports
-// whether Redis answered a request.
-func (b *batcher) sendBatch(ctx context.Context, calls []*call, backs []remote.Grant) (answered bool) {
+// completes the requests. It measures the lease round trip. With follow,
+// it keeps the pipeline's deadline (ctx's) while it is out (out, and each
+// call's due), and marks this process behind if Redis answered and the
+// answer was seen an eighth of the timeout or more past that deadline:
+// Redis answered in time (a read past its deadline fails), and this
+// process saw it that much later (see answered).
+func (b *batcher) sendBatch(ctx context.Context, calls []*call, backs []remote.Grant, follow bool) {
 	rs := make([]remote.Request, len(calls))
 	for i, c := range calls {
 		rs[i] = c.req
 	}
+	var due int64
+	if dl, ok := ctx.Deadline(); ok && follow {
+		due = b.since(dl)
+		for _, c := range calls {
+			c.due.Store(due)
+		}
+		b.out.Store(due)
+	}
 	start := time.Now() // the wall clock: the round trip is Redis's real latency, which an injected test clock does not see pass
 	ds, errs, gerrs := b.door.Batch(ctx, rs, backs)
+	if due != 0 {
+		b.out.Store(0)
+		if now := b.since(time.Now()); now-due >= int64(b.door.Timeout()/8) && slices.Contains(errs, nil) {
+			b.behind.Store(now)
+		}
+	}
 	if len(calls) > 0 {
 		b.measured(time.Since(start))
 	}
@@ -413,7 +434,6 @@ func (b *batcher) sendBatch(ctx context.Context, calls []*call, backs []remote.G
 	}
 	for i, c := range calls {
 		if errs[i] == nil {
-			answered = true
 			b.owner.countLease(c.req, ds[i])
 		} else {
 			// Whether the units it gave back reached Redis is not known:
@@ -422,7 +442,6 @@ func (b *batcher) sendBatch(ctx context.Context, calls []*call, backs []remote.G
 		}
 		b.finish(c, ds[i], errs[i])
 	}
-	return answered
 }
 
 // measured folds one lease round trip into the moving average.

@@ -204,14 +204,16 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 			// waits for it below as for any lease: one call, not two.)
 			e.Wanted(n)
 			d, err = l.send(ctx, l.plan(e, local.Lease{Epoch: st.Epoch}, n, now), n)
-			return d, false, err
+			return d, false, sentOrNot(err)
 		}
 		if inFlight != nil {
 			v := e.Answers()
+			late := false
 			select {
 			case <-inFlight:
 			case <-ctx.Done():
-				if !l.batcher.answered(ctx, inFlight) {
+				var came bool
+				if came, late = l.batcher.answered(ctx, inFlight, nil); !came {
 					return remote.Decision{}, false, ctx.Err()
 				}
 			}
@@ -226,11 +228,12 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 				// The lease in flight ended past this request's timeout
 				// (it ran late, or waited in overtime: see answered), and
 				// its units went to the callers before this one. If Redis
-				// answered it, this process was late, not Redis: this
-				// request leases once, with a timeout of its own and no
-				// overtime. Else the wait is over.
-				parent, _, ok := door.Overtime(ctx)
-				if !ok || again || e.Unchanged(v) {
+				// answered it, and this process shows it does not keep
+				// up, the process was late, not Redis: this request leases
+				// once more, with a timeout of its own and no overtime.
+				// Else the wait is over.
+				parent, deadline, ok := door.Overtime(ctx)
+				if !ok || again || e.Unchanged(v) || !late && !l.batcher.late(deadline) {
 					return remote.Decision{}, false, ctx.Err()
 				}
 				again = true
@@ -245,8 +248,16 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 		l.sending(e)
 		d, err = l.send(ctx, c, n)
 		l.end(e, st, err)
-		return d, false, err
+		return d, false, sentOrNot(err)
 	}
+}
+
+// sentOrNot returns err, a notSent's own error for a notSent.
+func sentOrNot(err error) error {
+	if ns, ok := err.(notSent); ok {
+		return ns.err
+	}
+	return err
 }
 
 // send makes the call c for a request of n units and has its answer
@@ -349,10 +360,11 @@ func (l *Leaser) begin() bool {
 }
 
 // end ends e's lease st, whose call ended with err. A call refused (Close
-// began) never went out: the units set aside that it took along are set
+// began) or not sent (its context had ended: notSent) never went out: the units set aside that it took along are set
 // aside again or, if e is gone, given back.
 func (l *Leaser) end(e *Entry, st local.Lease, err error) {
-	if !errors.Is(err, door.ErrClosed) {
+	var ns notSent
+	if !errors.Is(err, door.ErrClosed) && !errors.As(err, &ns) {
 		e.EndLease()
 		return
 	}

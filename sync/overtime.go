@@ -2,102 +2,124 @@ package sync
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratelease/ratelease/internal/door"
 )
 
+// overtimeCap caps, in timeouts past the deadline, a wait that goes on for
+// a call's end in a process that does not keep up (answered): a call ends
+// by its own deadline, and the cap holds should it not.
+const overtimeCap = 4
+
 // answered reports whether done, the end of a Redis call on its way, came
-// though ctx ended first. A ctx the door bounded, ended by the Redis
-// timeout (door.Overtime), may wait on while the caller's context lasts:
+// though ctx ended first, and whether this process showed meanwhile that
+// it does not keep up (late). due, if not nil, is the deadline of the
+// awaited call's own pipeline, once sent (call.due). A ctx the door
+// bounded, ended by the Redis timeout (door.Overtime), may wait on while
+// the caller's context lasts:
 //
-//   - For a pipeline out, sent by an eighth of the timeout after the wait
-//     began: until its own deadline and an eighth more. A call that Redis
-//     does not answer ends at its deadline (a timer wakes its reader, which
-//     runs at once in a process that keeps up).
-//   - For the call's end, however long, once this process shows that it
-//     does not keep up: this goroutine ran half a timeout or more after it
-//     was due to; or the pipeline out is past its deadline by an eighth of
-//     the timeout and not ended; or, within the last timeout, a pipeline
-//     that Redis answered was seen that late. In such a process the answer's reader
-//     waits for a CPU too (a goroutine the network wakes waits in the
-//     global run queue, behind every goroutine preempted meanwhile), and a
-//     timeout says nothing of Redis: an answer that came in time is used
-//     rather than taken for Redis being busy. The call ends by itself, by
-//     its own deadline.
+//   - For its own call, sent by an eighth of the timeout after the wait
+//     began: until that pipeline's deadline and an eighth more. A call
+//     that Redis does not answer ends at its deadline (a timer wakes its
+//     reader, which runs at once in a process that keeps up).
+//   - For the call's end, up to overtimeCap timeouts, once this process
+//     shows that it does not keep up (late). In such a process the
+//     answer's reader waits for a CPU too (a goroutine the network wakes
+//     waits in the global run queue, behind every goroutine preempted
+//     meanwhile), and a timeout says nothing of Redis: an answer that came
+//     in time is used rather than taken for Redis being busy.
 //
 // In a process that keeps up, a request thus waits on a Redis that does
-// not answer for the timeout and at most an eighth more.
-func (b *batcher) answered(ctx context.Context, done <-chan struct{}) bool {
+// not answer for the timeout and at most a quarter more (an eighth but
+// for its own call sent late by up to an eighth).
+func (b *batcher) answered(ctx context.Context, done <-chan struct{}, due *atomic.Int64) (came, late bool) {
 	select {
 	case <-done:
-		return true
+		return true, false
 	default:
 	}
 	parent, deadline, ok := door.Overtime(ctx)
 	if !ok {
-		return false
+		return false, false
 	}
 	timeout := b.door.Timeout()
-	grace := timeout / 8
-	due := deadline // when this goroutine was due to run
+	grace := int64(timeout / 8)
+	end := b.since(deadline)
+	wake := end // when this goroutine was due to run
 	var t *time.Timer
 	for {
-		now := time.Now()
-		until := deadline.Add(grace)
-		out := b.outDue()
-		switch {
-		case now.Sub(due) >= timeout/2,
-			!out.IsZero() && now.Sub(out) >= grace,
-			b.behindSince(now.Add(-timeout)):
-			return waitFor(done, parent) // this process does not keep up
-		case !out.IsZero() && !out.After(until) && out.Add(grace).After(until):
-			until = out.Add(grace)
+		now := b.since(time.Now())
+		if b.lateAt(wake, now) {
+			return waitFor(done, parent, b.base.Add(time.Duration(end)+overtimeCap*timeout)), true
 		}
-		wait := until.Sub(now)
-		if wait <= 0 {
-			return false
+		until := end + grace
+		if due != nil {
+			if d := due.Load(); d > end && d <= until {
+				until = d + grace
+			}
+		}
+		if until <= now {
+			return false, false
 		}
 		if t == nil {
-			t = time.NewTimer(wait)
+			t = time.NewTimer(time.Duration(until - now))
 			defer t.Stop()
 		} else {
-			t.Reset(wait)
+			t.Reset(time.Duration(until - now))
 		}
-		due = until
+		wake = until
 		select {
 		case <-done:
-			return true
+			return true, false
 		case <-parent.Done():
-			return false
+			return false, false
 		case <-t.C:
 		}
 	}
 }
 
-// waitFor waits for done or parent's end, reporting whether done came.
-func waitFor(done <-chan struct{}, parent context.Context) bool {
+// late reports whether this process shows, now, that it does not keep up,
+// for a goroutine due to run at deadline that runs now (see lateAt).
+func (b *batcher) late(deadline time.Time) bool {
+	return b.lateAt(b.since(deadline), b.since(time.Now()))
+}
+
+// lateAt reports whether this process shows, at now, that it does not
+// keep up, for a goroutine due to run at wake (both ns from base): that
+// goroutine runs half a timeout or more late; or the pipeline out is past
+// its deadline by an eighth of the timeout and not ended; or, within the
+// last timeout, a pipeline that Redis answered was seen that late
+// (behind). In a process that keeps up none holds: a timer's goroutine
+// runs at once, and so does the reader of a call that failed at its
+// deadline.
+func (b *batcher) lateAt(wake, now int64) bool {
+	timeout := int64(b.door.Timeout())
+	if now-wake >= timeout/2 {
+		return true
+	}
+	if out := b.out.Load(); out != 0 && now-out >= timeout/8 {
+		return true
+	}
+	at := b.behind.Load()
+	return at != 0 && now-at <= timeout
+}
+
+// since returns t in ns from the batcher's base, on the monotonic clock,
+// at least 1.
+func (b *batcher) since(t time.Time) int64 { return max(1, int64(t.Sub(b.base))) }
+
+// waitFor waits for done, parent's end or limit, reporting whether done
+// came.
+func waitFor(done <-chan struct{}, parent context.Context, limit time.Time) bool {
+	t := time.NewTimer(time.Until(limit))
+	defer t.Stop()
 	select {
 	case <-done:
 		return true
 	case <-parent.Done():
-		return false
+	case <-t.C:
 	}
-}
-
-// behindSince reports whether this process was seen not to keep up
-// (behind) at t or later.
-func (b *batcher) behindSince(t time.Time) bool {
-	ns := b.behind.Load()
-	return ns != 0 && !b.base.Add(time.Duration(ns)).Before(t)
-}
-
-// outDue returns the deadline of the pipeline the batcher has out, or
-// zero: none, or the calls go out in a Redis Cluster's lanes, several at a
-// time, whose deadlines are not followed.
-func (b *batcher) outDue() time.Time {
-	if ns := b.out.Load(); ns != 0 {
-		return b.base.Add(time.Duration(ns))
-	}
-	return time.Time{}
+	return false
 }

@@ -144,17 +144,30 @@ func TestLeaseAnsweredLateInThisProcess(t *testing.T) {
 	})
 
 	// A request whose Redis timeout ran out before its lease was even
-	// queued (its goroutine waited for a CPU) was not answered late by
-	// Redis: Redis was not asked. Its lease gets a timeout of its own.
-	// (A deadline of the caller's own stands: see "caller's deadline".)
+	// queued, because its goroutine ran half a timeout late, was not
+	// answered late by Redis: Redis was not asked. Its lease gets a
+	// timeout of its own. One whose timeout ran out just now, in a process
+	// that keeps up, does not: it spent its timeout waiting (on Redis, as
+	// far as it can tell). (A deadline of the caller's own stands: see
+	// "caller's deadline".)
 	t.Run("timeout spent before asking", func(t *testing.T) {
 		e := warmed("early")
 		ctx, cancel := bound()
 		defer cancel()
 		<-ctx.Done()
+		if _, _, err := l.Lease(ctx, e, 1); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Lease with its timeout spent just now: %v, want DeadlineExceeded", err)
+		}
+		if e.Leasing() != nil {
+			t.Fatal("a lease not sent is still in flight")
+		}
+		ctx, cancel = bound()
+		defer cancel()
+		<-ctx.Done()
+		time.Sleep(timeout / 2) // this goroutine runs half a timeout late
 		dd, taken, err := l.Lease(ctx, e, 1)
 		if err != nil || (dd.Granted < 1 && !taken) {
-			t.Fatalf("Lease with its timeout spent before asking: granted %d taken %v, err %v; want its units", dd.Granted, taken, err)
+			t.Fatalf("Lease whose goroutine ran half a timeout late: granted %d taken %v, err %v; want its units", dd.Granted, taken, err)
 		}
 	})
 

@@ -332,11 +332,13 @@ func (d *Door) Leave(pass Pass, err error) error {
 		now := d.nanos()
 		b.answered.Store(max(1, now))
 		b.stalled.Store(0)
-		took := b.took.Load() // (a lost update of the average is harmless)
-		// A wait past the timeout for a call's answer late in this
-		// process (Overtime) counts as the timeout: the process's lag,
-		// not Redis's.
-		b.took.Store(took + (min(now-pass.at, int64(d.timeout))-took)/8)
+		// A call that took longer than the timeout and still succeeded
+		// was seen late by this process (Overtime), or queued behind
+		// others in the combiner: its time is not Redis's, and is left
+		// out.
+		if took := b.took.Load(); now-pass.at <= int64(d.timeout) { // (a lost update of the average is harmless)
+			b.took.Store(took + (now-pass.at-took)/8)
+		}
 		b.success()
 		if !b.checked.Load() {
 			d.checkEviction(b) // once: the first time Redis answers
