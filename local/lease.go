@@ -96,8 +96,9 @@ func (e *Entry[P]) endLocked() {
 }
 
 // AbandonLease ends the lease in flight, l, which was never sent (Close
-// began): the units set aside that it took along are set aside again at
-// now or, if the entry is gone, returned for the caller to give back.
+// began, or its caller's context had ended before it went out): the units
+// set aside that it took along are set aside again at now or, if the
+// entry is gone, returned for the caller to give back.
 func (e *Entry[P]) AbandonLease(l Lease, now int64) (units, at int64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()

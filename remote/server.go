@@ -155,8 +155,11 @@ func HonoursDeadlines(client redis.UniversalClient) bool {
 		o := c.Options()
 		return honours(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout)
 	case *redis.Ring:
+		// A Ring keeps its options as given (each shard's client sets its
+		// own up): there -2 turns deadlines off, and -1 only the client's
+		// own timeout.
 		o := c.Options()
-		return honours(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout)
+		return honours(o.ContextTimeoutEnabled, o.ReadTimeout+1, o.WriteTimeout+1)
 	}
 	return false
 }

@@ -2,7 +2,6 @@ package sync
 
 import (
 	"context"
-	"slices"
 	stdsync "sync"
 	"sync/atomic"
 	"time"
@@ -25,8 +24,7 @@ type call struct {
 	// Leaser apply the grant to the entry itself.
 	abandoned atomic.Bool
 	// due is the deadline of the pipeline that carries c (ns from the
-	// batcher's base), once sent, if the batcher follows it (sendBatch);
-	// else 0.
+	// batcher's base), once sent (sendBatch); else 0.
 	due atomic.Int64
 	// owner, when not nil, is the channel of the entry's lease in flight
 	// that this call is, which its waiters wait on: a waiter holding it
@@ -90,11 +88,10 @@ type batcher struct {
 
 	// rtt is the measured lease round trip (ns, a moving average).
 	rtt atomic.Int64
-	// out is the deadline of the pipeline out, in ns from base (outDue);
-	// 0: none. behind is when (ns from base) a pipeline Redis answered was
-	// last seen an eighth of the timeout or more past its deadline: this
-	// process did not keep up (answered). Both kept by sendBatch when it
-	// follows a pipeline, not for the Cluster lanes'.
+	// out is the deadline of the pipeline out, in ns from base; 0: none.
+	// behind is when (ns from base) a pipeline Redis answered was last
+	// seen an eighth of the timeout or more past its deadline: this
+	// process did not keep up (answered). Both kept by sendBatch.
 	out, behind atomic.Int64
 	base        time.Time
 
@@ -115,23 +112,21 @@ func newBatcher(d *door.Door, o owner) *batcher {
 // lease queues c, waits for its answer and has the owner apply it, n units
 // of the grant the caller's (0 for a prefetch). If ctx has ended already,
 // nothing is queued: ctx's error, as a notSent (the caller takes back
-// what c was to give back). If ctx ends meanwhile, lease returns ctx's
-// error, and the call goes on: its grant lands in the entry, not lost
-// (applied by the batcher, as the requester left). Once Close has begun,
-// lease returns door.ErrClosed. A ctx the door bounded that ran out in a
-// process that shows it does not keep up (late) is renewed, once: Redis
-// was not asked yet, and this goroutine ran late.
+// what c was to give back), unless renew gives a fresh timeout (Redis was
+// not asked yet, and this goroutine ran late). If ctx ends meanwhile,
+// lease returns ctx's error, and the call goes on: its grant lands in the
+// entry, not lost (applied by the batcher, as the requester left). Once
+// Close has begun, lease returns door.ErrClosed.
 func (b *batcher) lease(ctx context.Context, c *call, n int64) (remote.Decision, error) {
 	if err := ctx.Err(); err != nil {
-		parent, deadline, ok := door.Overtime(ctx)
-		if !ok || !b.late(deadline) {
+		renewed, cancel, ok := b.renew(ctx, false)
+		if !ok {
 			// Ended already: not queued, where the batcher could take it
 			// before the abandon (and grant units nobody waits for).
 			return remote.Decision{}, notSent{err}
 		}
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(parent, b.door.Timeout())
 		defer cancel()
+		ctx = renewed
 	}
 	b.mu.Lock()
 	if b.closed {
@@ -293,7 +288,7 @@ func (b *batcher) flush() bool {
 		return false
 	}
 	if !b.door.Sharded() {
-		b.send(calls, backs, true)
+		b.send(calls, backs)
 		return true
 	}
 	ctx, cancel := b.door.Bound(context.Background()) // for loading the cluster's layout
@@ -315,22 +310,17 @@ func (b *batcher) flush() bool {
 }
 
 // send sends one pipeline of refunds and lease requests, within the
-// door's timeout, or once Close has begun within Close's bound. With
-// follow, the pipeline's deadline is kept while it is out (outDue).
-func (b *batcher) send(calls []*call, backs []remote.Grant, follow bool) {
+// door's timeout, or once Close has begun within Close's bound if sooner.
+func (b *batcher) send(calls []*call, backs []remote.Grant) {
 	b.mu.Lock()
 	ctx := b.closeCtx // set once closed
 	b.mu.Unlock()
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	if !follow || len(calls) == 0 {
-		b.sendBatch(ctx, calls, backs, false)
-		return
-	}
-	ctx, cancel := b.door.Bound(ctx)
+	ctx, cancel := context.WithTimeout(ctx, b.door.Timeout())
 	defer cancel()
-	b.sendBatch(ctx, calls, backs, true)
+	b.sendBatch(ctx, calls, backs)
 }
 
 // lane is the queue of one Redis Cluster master: its requests go out in
@@ -389,7 +379,7 @@ func (b *batcher) startLane(ln *lane) bool {
 				return
 			}
 			ln.mu.Unlock()
-			b.send(calls, backs, false)
+			b.send(calls, backs)
 		}
 	}()
 	return true
@@ -397,35 +387,40 @@ func (b *batcher) startLane(ln *lane) bool {
 
 // sendBatch sends one pipeline of refunds and lease requests through the
 // door (which refunds the grants that arrive after ctx's end) and
-// completes the requests. It measures the lease round trip. With follow,
-// it keeps the pipeline's deadline (ctx's) while it is out (out, and each
-// call's due), and marks this process behind if Redis answered and the
-// answer was seen an eighth of the timeout or more past that deadline:
-// Redis answered in time (a read past its deadline fails), and this
-// process saw it that much later (see answered).
-func (b *batcher) sendBatch(ctx context.Context, calls []*call, backs []remote.Grant, follow bool) {
+// completes the requests. It measures the lease round trip. It keeps the
+// pipeline's deadline (ctx's) while it is out (out, and each call's due),
+// and marks this process behind if Redis answered and the answer was seen
+// an eighth of the timeout or more past that deadline: Redis answered in
+// time (a read past its deadline fails), and this process saw it that
+// much later (see answered). Both are read as the round trip ends, before
+// a hook of the user's hears of it.
+func (b *batcher) sendBatch(ctx context.Context, calls []*call, backs []remote.Grant) {
 	rs := make([]remote.Request, len(calls))
 	for i, c := range calls {
 		rs[i] = c.req
 	}
-	var due int64
-	if dl, ok := ctx.Deadline(); ok && follow {
-		due = b.since(dl)
-		for _, c := range calls {
-			c.due.Store(due)
-		}
-		b.out.Store(due)
+	dl, _ := ctx.Deadline() // send's
+	due := b.since(dl)
+	for _, c := range calls {
+		c.due.Store(due)
 	}
+	// With a Cluster's lanes, pipelines are out side by side: out is the
+	// last one sent's, cleared by its own end only (a lane's end that
+	// clears another's leaves that one unseen: late is said less often,
+	// never wrongly).
+	b.out.Store(due)
 	start := time.Now() // the wall clock: the round trip is Redis's real latency, which an injected test clock does not see pass
-	ds, errs, gerrs := b.door.Batch(ctx, rs, backs)
-	if due != 0 {
-		b.out.Store(0)
-		if now := b.since(time.Now()); now-due >= int64(b.door.Timeout()/8) && slices.Contains(errs, nil) {
-			b.behind.Store(now)
+	var took time.Duration
+	ds, errs, gerrs := b.door.Batch(ctx, rs, backs, func(answered bool) {
+		now := time.Now()
+		took = now.Sub(start)
+		b.out.CompareAndSwap(due, 0)
+		if at := b.since(now); answered && at-due >= int64(b.door.Timeout()/8) {
+			b.behind.Store(at)
 		}
-	}
+	})
 	if len(calls) > 0 {
-		b.measured(time.Since(start))
+		b.measured(took)
 	}
 	for i, err := range gerrs {
 		// A refund that failed is not retried: its units come back by

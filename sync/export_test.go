@@ -52,3 +52,11 @@ func DueAt(l *Leaser, e *Entry, until int64) {
 	p := e.Policy()
 	l.due(e, remote.Request{Policy: p, Key: e.Key(), Member: l.id, Demand: int64(p.Rate()) + 1}, p.Rate()+1, remote.Decision{}, l.Now(), until)
 }
+
+// LateNow reports whether l's batcher shows now, by the pipelines it
+// follows alone, that this process does not keep up (lateAt for a
+// goroutine on time).
+func LateNow(l *Leaser) bool {
+	now := l.batcher.since(time.Now())
+	return l.batcher.lateAt(now, now)
+}

@@ -232,14 +232,15 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 				// up, the process was late, not Redis: this request leases
 				// once more, with a timeout of its own and no overtime.
 				// Else the wait is over.
-				parent, deadline, ok := door.Overtime(ctx)
-				if !ok || again || e.Unchanged(v) || !late && !l.batcher.late(deadline) {
+				if again || e.Unchanged(v) {
 					return remote.Decision{}, false, ctx.Err()
 				}
-				again = true
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(parent, l.door.Timeout())
-				defer cancel()
+				renewed, cancel, ok := l.batcher.renew(ctx, late)
+				if !ok {
+					return remote.Decision{}, false, ctx.Err()
+				}
+				defer cancel() // once: again
+				again, ctx = true, renewed
 			}
 			continue
 		}
@@ -254,7 +255,8 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 
 // sentOrNot returns err, a notSent's own error for a notSent.
 func sentOrNot(err error) error {
-	if ns, ok := err.(notSent); ok {
+	var ns notSent
+	if errors.As(err, &ns) {
 		return ns.err
 	}
 	return err
@@ -360,8 +362,9 @@ func (l *Leaser) begin() bool {
 }
 
 // end ends e's lease st, whose call ended with err. A call refused (Close
-// began) or not sent (its context had ended: notSent) never went out: the units set aside that it took along are set
-// aside again or, if e is gone, given back.
+// began) or not sent (its context had ended: notSent) never went out: the
+// units set aside that it took along are set aside again or, if e is
+// gone, given back.
 func (l *Leaser) end(e *Entry, st local.Lease, err error) {
 	var ns notSent
 	if !errors.Is(err, door.ErrClosed) && !errors.As(err, &ns) {

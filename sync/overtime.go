@@ -61,7 +61,7 @@ func (b *batcher) answered(ctx context.Context, done <-chan struct{}, due *atomi
 			}
 		}
 		if until <= now {
-			return false, false
+			return ended(done), false
 		}
 		if t == nil {
 			t = time.NewTimer(time.Duration(until - now))
@@ -74,10 +74,36 @@ func (b *batcher) answered(ctx context.Context, done <-chan struct{}, due *atomi
 		case <-done:
 			return true, false
 		case <-parent.Done():
-			return false, false
+			return ended(done), false
 		case <-t.C:
 		}
 	}
+}
+
+// ended reports whether done is closed: asked before a wait gives up, as
+// a select that found done and a timer ready together may have picked the
+// timer.
+func ended(done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
+}
+
+// renew returns, for ctx the door bounded that ended by the Redis timeout
+// (door.Overtime), a fresh timeout under the context ctx bounded, if this
+// process shows it does not keep up (late, or lateAt now): the time ctx
+// gave was lost to this process, not spent waiting for Redis. ok is false
+// otherwise: ctx's end stands. Release the context with cancel.
+func (b *batcher) renew(ctx context.Context, late bool) (renewed context.Context, cancel context.CancelFunc, ok bool) {
+	parent, deadline, ok := door.Overtime(ctx)
+	if !ok || !late && !b.late(deadline) {
+		return nil, nil, false
+	}
+	renewed, cancel = context.WithTimeout(parent, b.door.Timeout())
+	return renewed, cancel, true
 }
 
 // late reports whether this process shows, now, that it does not keep up,
@@ -121,5 +147,5 @@ func waitFor(done <-chan struct{}, parent context.Context, limit time.Time) bool
 	case <-parent.Done():
 	case <-t.C:
 	}
-	return false
+	return ended(done)
 }

@@ -228,5 +228,40 @@ func TestLeaseAnsweredLateInThisProcess(t *testing.T) {
 			}
 		}
 	})
+}
 
+// A hook of the user's that is slow to hear of a round trip's end does not
+// make this process look late: the batcher reads the answer's time as the
+// round trip ends, before the hook hears of it. (Were it read after, a
+// keeping-up process would wait, for a timeout, as one that is late does.)
+func TestSlowHookIsNotLateness(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	var slow atomic.Bool
+	hook := func(ctx context.Context, op door.RedisOp, keys int) (context.Context, func(door.RedisOutcome)) {
+		return ctx, func(door.RedisOutcome) {
+			if slow.Load() {
+				time.Sleep(3 * timeout)
+			}
+		}
+	}
+	c := redis.NewClient(&redis.Options{Addr: redistest.Start(t).Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	d := door.New(door.Config{Store: remote.NewStore(c, "t"), Clock: clock.System{}, Timeout: timeout, Hook: hook})
+	l := newLeaserThrough(t, d, clock.System{}, cfg())
+	tab := l.NewTable(tokenBucket(t, 1_000_000, 1_000_000), nil)
+	e := tab.GetOrCreate("k")
+	if _, _, err := l.Lease(context.Background(), e, 1); err != nil { // a cold lease: the combiner's
+		t.Fatal(err)
+	}
+	for e.Units() > 0 {
+		e.Take(e.Units(), l.Now())
+	}
+	slow.Store(true)
+	if _, _, err := l.Lease(context.Background(), e, 1); err != nil { // the batcher's
+		t.Fatal(err)
+	}
+	slow.Store(false)
+	if leasesync.LateNow(l) {
+		t.Fatal("a hook slow to hear of an answer made this process look late")
+	}
 }

@@ -3,6 +3,7 @@ package door
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/ratelease/ratelease/internal/guard"
 	"github.com/ratelease/ratelease/remote"
@@ -216,7 +217,10 @@ func (d *Door) Charge(node string, take func(on func(*remote.Policy, string) boo
 // and an error for each call that failed. With Guard, when the pipeline
 // outlives its deadline every call fails with the deadline's error, and the
 // grants that arrive later are refunded as they arrive: nobody holds them.
-func (d *Door) Batch(ctx context.Context, rs []remote.Request, gs []remote.Grant) ([]remote.Decision, []error, []error) {
+// seen, when not nil, is called as the round trip ends, before the hook
+// and the pools hear of it (either may be slow): answered is whether Redis
+// answered any call in it.
+func (d *Door) Batch(ctx context.Context, rs []remote.Request, gs []remote.Grant, seen func(answered bool)) ([]remote.Decision, []error, []error) {
 	op := RedisLease
 	if len(rs) == 0 {
 		op = RedisRefund
@@ -228,7 +232,7 @@ func (d *Door) Batch(ctx context.Context, rs []remote.Request, gs []remote.Grant
 	case len(gs) > 0:
 		node = d.node(gs[0].Policy, gs[0].Key)
 	}
-	ds, errs, gerrs := d.pipeline(ctx, op, node, rs, gs, nil)
+	ds, errs, gerrs := d.pipeline(ctx, op, node, rs, gs, nil, seen)
 	if d.pools != nil {
 		for i, r := range rs {
 			if errs[i] == nil && r.Policy.Global() != nil {
@@ -241,14 +245,18 @@ func (d *Door) Batch(ctx context.Context, rs []remote.Request, gs []remote.Grant
 
 // pipeline is Batch as op to the server named node: one round trip, told
 // to the hook and counted. classify, when not nil, gives each acquire
-// call's error as its caller sees it, before the hook and the counters do.
+// call's error as its caller sees it, before the hook and the counters do;
+// seen is Batch's.
 func (d *Door) pipeline(ctx context.Context, op RedisOp, node string, rs []remote.Request, gs []remote.Grant,
-	classify func(i int, err error) error) ([]remote.Decision, []error, []error) {
+	classify func(i int, err error) error, seen func(answered bool)) ([]remote.Decision, []error, []error) {
 	ctx, end := d.start(ctx, op, len(rs)+len(gs))
 	rctx := d.begin(ctx, node)
 	defer rctx.end()
 	d.batched.roundTrips.Add(1)
 	ds, errs, gerrs := d.batch(rctx, rs, gs)
+	if seen != nil {
+		seen(slices.Contains(errs, nil) || slices.Contains(gerrs, nil))
+	}
 	for i, err := range errs {
 		errs[i] = rctx.dialed(err)
 		if classify != nil {

@@ -166,7 +166,7 @@ func (d *Door) sendQueued(waiting []*queued, node string) {
 	// The hook sees the round trip as made for the oldest caller (its
 	// values, a trace's span, its op), never ended by it.
 	ds, errs, _ := d.pipeline(context.WithoutCancel(live[0].ctx), live[0].op, node, rs, nil,
-		func(i int, err error) error { return Classify(live[i].ctx, err) })
+		func(i int, err error) error { return Classify(live[i].ctx, err) }, nil)
 	// The grants of callers gone meanwhile go back: refundLate refunds
 	// what is left granted.
 	for i, q := range live {

@@ -47,7 +47,7 @@ func TestRefusedDialEndsTheCall(t *testing.T) {
 				},
 				"Batch": func() error {
 					_, errs, gerrs := d.Batch(ctx, []remote.Request{{Policy: p, Key: "k", Min: 1, Max: 1}},
-						[]remote.Grant{{Policy: p, Key: "g", Units: 1, At: 1}})
+						[]remote.Grant{{Policy: p, Key: "g", Units: 1, At: 1}}, nil)
 					if errs[0] == nil || gerrs[0] == nil || errs[0].Error() != gerrs[0].Error() {
 						return fmt.Errorf("acquire %v, refund %v: want both the refusal", errs[0], gerrs[0])
 					}

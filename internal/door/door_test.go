@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -233,24 +234,32 @@ func TestCounts(t *testing.T) {
 	}); n != 4 {
 		t.Fatalf("Charge granted %d, want 4", n)
 	}
+	var seen []bool // what Batch told of each round trip's end
+	saw := func(answered bool) { seen = append(seen, answered) }
 	ds, errs, gerrs := d.Batch(ctx, []remote.Request{{Policy: p, Key: "k", Min: 6, Max: 6}, {Policy: p, Key: "k", Min: 1, Max: 1}},
-		[]remote.Grant{{Policy: p, Key: "k", Units: 4, At: dec.At}})
+		[]remote.Grant{{Policy: p, Key: "k", Units: 4, At: dec.At}}, saw)
 	if errs[0] != nil || errs[1] != nil || gerrs[0] != nil || ds[0].Granted != 6 || ds[1].Granted != 1 {
 		t.Fatalf("Batch: %+v, %v, %v", ds, errs, gerrs)
+	}
+	if _, _, gerrs := d.Batch(ctx, nil, []remote.Grant{{Policy: p, Key: "k", Units: 1, At: dec.At}}, saw); gerrs[0] != nil {
+		t.Fatalf("Batch of a refund alone: %v", gerrs[0])
 	}
 	mr.Close()
 	if _, cause, err := d.Acquire(ctx, remote.Request{Policy: p, Key: "k", Min: 1, Max: 1}); err != nil || !errors.Is(cause, door.ErrUnavailable) {
 		t.Fatalf("Acquire with Redis gone: %v, %v; want a cause wrapping ErrUnavailable", cause, err)
 	}
-	_, errs, gerrs = d.Batch(ctx, []remote.Request{{Policy: p, Key: "k", Min: 1, Max: 1}}, []remote.Grant{{Policy: p, Key: "k", Units: 1, At: dec.At}})
+	_, errs, gerrs = d.Batch(ctx, []remote.Request{{Policy: p, Key: "k", Min: 1, Max: 1}}, []remote.Grant{{Policy: p, Key: "k", Units: 1, At: dec.At}}, saw)
 	if errs[0] == nil || gerrs[0] == nil {
 		t.Fatal("Batch with Redis gone did not fail")
+	}
+	if want := []bool{true, true, false}; !slices.Equal(seen, want) {
+		t.Errorf("Batch's seen: told %v, want %v (answered, answered, Redis gone)", seen, want)
 	}
 	single, batched := d.Stats()
 	if want := (door.Counts{RoundTrips: 4, Errors: 1}); single != want {
 		t.Errorf("single calls: %+v, want %+v", single, want)
 	}
-	if want := (door.Counts{RoundTrips: 2, Errors: 2}); batched != want {
+	if want := (door.Counts{RoundTrips: 3, Errors: 2}); batched != want {
 		t.Errorf("batched calls: %+v, want %+v", batched, want)
 	}
 }
@@ -282,7 +291,7 @@ func TestLateGrantsAreRefunded(t *testing.T) {
 	if took := time.Since(start); took > 250*time.Millisecond { // a bound: 300ms would mean no guard
 		t.Fatalf("Acquire took %v with a 50ms timeout", took)
 	}
-	_, errs, _ := d.Batch(context.Background(), []remote.Request{{Policy: p, Key: "k", Min: 20, Max: 20}}, nil)
+	_, errs, _ := d.Batch(context.Background(), []remote.Request{{Policy: p, Key: "k", Min: 20, Max: 20}}, nil, nil)
 	if !errors.Is(errs[0], context.DeadlineExceeded) {
 		t.Fatalf("Batch on a slow Redis: %v, want DeadlineExceeded", errs[0])
 	}
