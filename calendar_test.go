@@ -174,16 +174,30 @@ func TestCalendarWindowInLeaseMode(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			const (
-				step    = 20 * time.Millisecond
-				perStep = 2 // requests per instance per step: 100/s each
-				around  = 2 * time.Minute
+				step      = 20 * time.Millisecond
+				perStep   = 2 // requests per instance per step: 100/s each
+				instances = 3
 			)
+			// Around each boundary: as long as the flood (or a rate limit
+			// beside the quota, when slower) takes to use a whole quota,
+			// and half as long again, so that every window opening at a
+			// boundary has its quota taken, and is then denied a while.
+			flood := float64(instances*perStep) / step.Seconds() // units/s
+			for _, r := range c.limits {
+				if r.Algorithm != ratelease.CalendarWindow {
+					flood = min(flood, float64(r.Rate)/r.Period.Seconds())
+				}
+			}
+			around := time.Duration(1.5 * float64(c.quota) / flood * float64(time.Second)).Truncate(step)
 			mr := redistest.StartMini(t)
 			mr.Advance(c.boundaries[0].Add(-around).Sub(mr.Now()))
 			clk := clock.NewManual(mr.Now().Add(c.skew))
 			e := &leaseEnv{mr: mr, clk: clk}
 			p := policy(t, "q", c.limits...)
-			ls := []*ratelease.Limiter{e.limiter(t), e.limiter(t), e.limiter(t)}
+			ls := make([]*ratelease.Limiter, instances)
+			for i := range ls {
+				ls[i] = e.limiter(t)
+			}
 			ctx := context.Background()
 			admitted := map[time.Time]int{} // by the window's start
 			byInstance := make([]map[time.Time]int, len(ls))

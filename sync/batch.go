@@ -88,8 +88,8 @@ type batcher struct {
 
 	// rtt is the measured lease round trip (ns, a moving average).
 	rtt atomic.Int64
-	// out is the deadline of the pipeline out, in ns from base; 0: none.
-	// behind is when (ns from base) a pipeline Redis answered was last
+	// out is the deadline of the last pipeline sent, while it is out, in
+	// ns from base; 0: none (see sendBatch). behind is when (ns from base) a pipeline Redis answered was last
 	// seen an eighth of the timeout or more past its deadline: this
 	// process did not keep up (answered). Both kept by sendBatch.
 	out, behind atomic.Int64
@@ -387,7 +387,8 @@ func (b *batcher) startLane(ln *lane) bool {
 
 // sendBatch sends one pipeline of refunds and lease requests through the
 // door (which refunds the grants that arrive after ctx's end) and
-// completes the requests. It measures the lease round trip. It keeps the
+// completes the requests. It measures the lease round trip, of pipelines
+// Redis answered. It keeps the
 // pipeline's deadline (ctx's) while it is out (out, and each call's due),
 // and marks this process behind if Redis answered and the answer was seen
 // an eighth of the timeout or more past that deadline: Redis answered in
@@ -399,27 +400,39 @@ func (b *batcher) sendBatch(ctx context.Context, calls []*call, backs []remote.G
 	for i, c := range calls {
 		rs[i] = c.req
 	}
-	dl, _ := ctx.Deadline() // send's
-	due := b.since(dl)
-	for _, c := range calls {
-		c.due.Store(due)
+	var due int64 // 0: not followed
+	if dl, ok := ctx.Deadline(); ok && ctx.Err() == nil {
+		// (send's deadline, always there; a pipeline whose deadline has
+		// passed already, as Close's last refunds' may, fails at once.)
+		due = b.since(dl)
+		for _, c := range calls {
+			c.due.Store(due)
+		}
+		// With a Cluster's lanes, pipelines are out side by side: out is
+		// the deadline of the last one sent, while it is out. A later send
+		// hides an earlier one's: late is said less often, never wrongly.
+		b.out.Store(due)
 	}
-	// With a Cluster's lanes, pipelines are out side by side: out is the
-	// last one sent's, cleared by its own end only (a lane's end that
-	// clears another's leaves that one unseen: late is said less often,
-	// never wrongly).
-	b.out.Store(due)
-	start := time.Now() // the wall clock: the round trip is Redis's real latency, which an injected test clock does not see pass
-	var took time.Duration
+	start := time.Now()    // the wall clock: the round trip is Redis's real latency, which an injected test clock does not see pass
+	var took time.Duration // of a round trip Redis answered; 0: none
 	ds, errs, gerrs := b.door.Batch(ctx, rs, backs, func(answered bool) {
 		now := time.Now()
+		if !answered {
+			// A refused dial (about 0) or a deadline (the timeout) is not
+			// Redis's latency: after an outage, the first leases would be
+			// sized for either.
+			b.out.CompareAndSwap(due, 0)
+			return
+		}
 		took = now.Sub(start)
-		b.out.CompareAndSwap(due, 0)
-		if at := b.since(now); answered && at-due >= int64(b.door.Timeout()/8) {
-			b.behind.Store(at)
+		if due != 0 {
+			b.out.CompareAndSwap(due, 0)
+			if at := b.since(now); at-due >= int64(b.door.Timeout()/8) {
+				b.behind.Store(at)
+			}
 		}
 	})
-	if len(calls) > 0 {
+	if len(calls) > 0 && took > 0 {
 		b.measured(took)
 	}
 	for i, err := range gerrs {

@@ -112,8 +112,8 @@ func New(cfg Config) *Door {
 }
 
 // Bound returns ctx limited to the Redis timeout, unless ctx's own
-// deadline is sooner (then ctx itself, and no timer is made). Every
-// deadline for Redis is made here.
+// deadline is sooner (then ctx itself, and no timer is made): the
+// deadline of a call made for a caller, whose wait Overtime may extend.
 func (d *Door) Bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	// The wall clock, not d.clock: a context's deadline is on it.
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d.timeout {
