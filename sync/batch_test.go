@@ -151,3 +151,50 @@ func chanClosed(c chan struct{}) bool {
 		return false
 	}
 }
+
+// A pipeline that Redis did not answer (its deadline came first, or its
+// dial failed) says nothing of Redis's latency: the measured round trip,
+// which sizes leases, keeps to the pipelines Redis answered. (Folding in a
+// deadline would size the first leases after an outage for it.)
+func TestRoundTripOfAnsweredPipelinesOnly(t *testing.T) {
+	const timeout = 50 * time.Millisecond
+	proxy := redistest.NewProxy(t, redistest.Start(t).Addr)
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	d := door.New(door.Config{Store: remote.NewStore(c, "t"), Clock: clock.System{}, Timeout: timeout})
+	t.Cleanup(func() {
+		ctx, cancel := d.Bound(context.Background())
+		defer cancel()
+		d.Close(ctx)
+	})
+	b := newBatcher(d, &recorder{applied: map[*call][]int64{}})
+	defer func() {
+		b.closing(context.Background())
+		b.close()
+	}()
+	p, err := remote.NewPolicy("b", []remote.Limit{{Algorithm: remote.TokenBucket, Rate: 1000, Period: time.Hour, Burst: 1000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := func() error {
+		_, err := b.lease(context.Background(), &call{req: remote.Request{Policy: p, Key: "k", Min: 1, Max: 1, Member: "m", Demand: 1, Horizon: time.Second}}, 1)
+		return err
+	}
+	if err := lease(); err != nil {
+		t.Fatal(err)
+	}
+	measured := b.roundTrip()
+	if measured <= 0 {
+		t.Fatalf("round trip %v after a lease Redis answered, want it measured", measured)
+	}
+	proxy.SetDelay(10 * timeout)
+	for range 3 {
+		if err := lease(); err == nil {
+			t.Fatal("a lease of a Redis that does not answer in time succeeded")
+		}
+	}
+	if got := b.roundTrip(); got != measured {
+		t.Fatalf("round trip %v after pipelines Redis did not answer, want %v, as measured before them", got, measured)
+	}
+	proxy.SetDelay(0)
+}
