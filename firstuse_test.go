@@ -3,8 +3,10 @@ package ratelease_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -186,8 +188,8 @@ func TestKeysUsedLessThanTheirBurstAreAdmitted(t *testing.T) {
 // Conservation under joins and requesters that leave: many keys, each
 // asked at once by more requests than its burst, a part of them with
 // contexts that end while their calls wait in the combiner or are on
-// their way. Once the Limiter is closed, every key's units are either
-// admitted or back in Redis: admitted + left = burst.
+// their way. Soon after the Limiter is closed, every key's units are
+// either admitted or back in Redis: admitted + left = burst.
 func TestJoinsWithLeaversConserveUnits(t *testing.T) {
 	for _, honours := range []bool{true, false} {
 		name := map[bool]string{true: "ContextTimeoutEnabled", false: "guarded"}[honours]
@@ -235,23 +237,32 @@ func TestJoinsWithLeaversConserveUnits(t *testing.T) {
 			if err := l.Close(); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(100 * time.Millisecond)
+			// Every unit is admitted or back in Redis soon after Close.
+			// (Not at once: on a loaded machine, the refund of a grant
+			// whose requester left can land up to a second after Close
+			// returns; the time it took is logged.)
 			exact := newExactAt(t, srv.Addr)
-			bad := 0
-			for k := range keys {
-				res, err := exact.Peek(ctx, p, "k"+strconv.Itoa(k))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if a := admitted[k].Load(); a+int64(res.Remaining) != burst {
-					bad++
-					if bad < 5 {
-						t.Errorf("key k%d: %d admitted + %d left in Redis, want %d", k, a, res.Remaining, burst)
+			closed := time.Now()
+			for {
+				var wrong []string
+				for k := range keys {
+					res, err := exact.Peek(ctx, p, "k"+strconv.Itoa(k))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if a := admitted[k].Load(); a+int64(res.Remaining) != burst {
+						wrong = append(wrong, fmt.Sprintf("key k%d: %d admitted + %d left in Redis, want %d", k, a, res.Remaining, burst))
 					}
 				}
-			}
-			if bad > 0 {
-				t.Errorf("%d of %d keys lost or gained units", bad, keys)
+				if len(wrong) == 0 {
+					t.Logf("every key's units admitted or back in Redis %v after Close", time.Since(closed).Round(time.Millisecond))
+					break
+				}
+				if time.Since(closed) > 2*time.Second {
+					t.Errorf("%d of %d keys lost or gained units, 2s after Close: %s", len(wrong), keys, strings.Join(wrong[:min(len(wrong), 4)], "; "))
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
 			}
 		})
 	}
