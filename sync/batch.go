@@ -388,13 +388,12 @@ func (b *batcher) startLane(ln *lane) bool {
 // sendBatch sends one pipeline of refunds and lease requests through the
 // door (which refunds the grants that arrive after ctx's end) and
 // completes the requests. It measures the lease round trip, of pipelines
-// Redis answered. It keeps the
-// pipeline's deadline (ctx's) while it is out (out, and each call's due),
-// and marks this process behind if Redis answered and the answer was seen
-// an eighth of the timeout or more past that deadline: Redis answered in
-// time (a read past its deadline fails), and this process saw it that
-// much later (see answered). Both are read as the round trip ends, before
-// a hook of the user's hears of it.
+// Redis answered. It keeps the pipeline's deadline (ctx's) while it is out
+// (out, and each call's due), and marks this process behind if Redis
+// answered and the answer was seen an eighth of the timeout or more past
+// that deadline: Redis answered in time (a read past its deadline fails),
+// and this process saw it that much later (see answered). Both are read
+// as the round trip ends, before a hook of the user's hears of it.
 func (b *batcher) sendBatch(ctx context.Context, calls []*call, backs []remote.Grant) {
 	rs := make([]remote.Request, len(calls))
 	for i, c := range calls {
@@ -417,19 +416,18 @@ func (b *batcher) sendBatch(ctx context.Context, calls []*call, backs []remote.G
 	var took time.Duration // of a round trip Redis answered; 0: none
 	ds, errs, gerrs := b.door.Batch(ctx, rs, backs, func(answered bool) {
 		now := time.Now()
+		if due != 0 {
+			b.out.CompareAndSwap(due, 0) // out no more, answered or not
+		}
 		if !answered {
 			// A refused dial (about 0) or a deadline (the timeout) is not
 			// Redis's latency: after an outage, the first leases would be
 			// sized for either.
-			b.out.CompareAndSwap(due, 0)
 			return
 		}
 		took = now.Sub(start)
-		if due != 0 {
-			b.out.CompareAndSwap(due, 0)
-			if at := b.since(now); at-due >= int64(b.door.Timeout()/8) {
-				b.behind.Store(at)
-			}
+		if at := b.since(now); due != 0 && at-due >= int64(b.door.Timeout()/8) {
+			b.behind.Store(at)
 		}
 	})
 	if len(calls) > 0 && took > 0 {

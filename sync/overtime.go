@@ -35,10 +35,8 @@ const overtimeCap = 4
 // not answer for the timeout and at most a quarter more (an eighth but
 // for its own call sent late by up to an eighth).
 func (b *batcher) answered(ctx context.Context, done <-chan struct{}, due *atomic.Int64) (came, late bool) {
-	select {
-	case <-done:
+	if ended(done) {
 		return true, false
-	default:
 	}
 	parent, deadline, ok := door.Overtime(ctx)
 	if !ok {

@@ -206,11 +206,12 @@ func (e *Engine) decideFirst(ctx context.Context, p *remote.Policy, key string, 
 	defer e.leaser.End()
 	r := remote.Request{Policy: p, Key: key, Min: n, Max: n}
 	cctx := ctx
-	if !e.door.Guarded() {
+	if !e.door.Guarded() && ctx.Done() != nil {
 		// The client would cut the call at ctx's end and lose its grant:
 		// the call goes on, bounded by the Redis timeout, and Decided
 		// gives the grant back. (A guarded call returns at ctx's end, and
-		// the door refunds a grant that lands later.)
+		// the door refunds a grant that lands later. A ctx that never
+		// ends is kept: detaching it would cost an allocation a call.)
 		cctx = context.WithoutCancel(ctx)
 	}
 	d, cause, err := e.door.Acquire(cctx, r)
