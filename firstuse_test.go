@@ -188,74 +188,104 @@ func TestKeysUsedLessThanTheirBurstAreAdmitted(t *testing.T) {
 // asked at once by more requests than its burst, a part of them with
 // contexts that end while their calls wait in the combiner or are on
 // their way. Once the Limiter is closed, every key's units are either
-// admitted or back in Redis.
+// admitted or back in Redis: for a token bucket, a fixed window and a
+// sliding window counter, with a client that cuts calls at their
+// context's deadline and one the Limiter guards.
 func TestJoinsWithLeaversConserveUnits(t *testing.T) {
-	for _, honours := range []bool{true, false} {
-		name := map[bool]string{true: "ContextTimeoutEnabled", false: "guarded"}[honours]
-		t.Run(name, func(t *testing.T) {
-			srv := redistest.Start(t)
-			proxy := redistest.NewProxy(t, srv.Addr)
-			c := redis.NewClient(&redis.Options{Addr: proxy.Addr, PoolSize: 64, ContextTimeoutEnabled: honours, MaxRetries: -1})
-			t.Cleanup(func() { _ = c.Close() })
-			l, err := ratelease.New(c, ratelease.WithRedisTimeout(2*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			const burst, asks, keys = 6, 10, 48
-			p := policy(t, "cons-"+name, ratelease.PerHour(burst))
-			ctx := context.Background()
-			if _, err := l.Allow(ctx, p, "warm"); err != nil {
-				t.Fatal(err)
-			}
-			proxy.SetDelay(10 * time.Millisecond)
-			var admitted [keys]atomic.Int64
-			var wg sync.WaitGroup
-			start := make(chan struct{})
-			for k := range keys {
-				key := "k" + strconv.Itoa(k)
-				for range asks {
-					wg.Go(func() {
-						<-start
-						cctx := ctx
-						if rand.IntN(3) == 0 {
-							var cancel context.CancelFunc
-							cctx, cancel = context.WithTimeout(ctx, time.Duration(rand.IntN(30000))*time.Microsecond)
-							defer cancel()
-						}
-						res, err := l.Allow(cctx, p, key)
-						if err == nil && res.Allowed {
-							admitted[k].Add(1)
-						}
-					})
+	const burst, asks, keys = 6, 10, 48
+	algorithms := []struct {
+		name  string
+		limit ratelease.Limit
+	}{
+		{"token bucket", ratelease.PerHour(burst)},
+		{"fixed window", ratelease.Limit{Rate: burst, Period: time.Hour, Algorithm: ratelease.FixedWindow}},
+		{"sliding window counter", ratelease.Limit{Rate: burst, Period: time.Hour, Algorithm: ratelease.SlidingWindowCounter}},
+	}
+	for _, alg := range algorithms {
+		for _, honours := range []bool{true, false} {
+			name := alg.name + "/" + map[bool]string{true: "ContextTimeoutEnabled", false: "guarded"}[honours]
+			t.Run(name, func(t *testing.T) { conserveUnits(t, alg.limit, honours, burst, asks, keys) })
+		}
+	}
+}
+
+// conserveUnits is one case of TestJoinsWithLeaversConserveUnits: keys
+// keys of lim (a limit of burst units an hour), each asked asks times at
+// once.
+func conserveUnits(t *testing.T, lim ratelease.Limit, honours bool, burst, asks, keys int) {
+	// A window that ends during the run would give its units back by
+	// itself: the run starts in a window with ten seconds left at least.
+	if left := time.Hour - time.Duration(time.Now().UnixNano()%int64(time.Hour)); left < 10*time.Second {
+		time.Sleep(left + time.Second)
+	}
+	srv := redistest.Start(t)
+	proxy := redistest.NewProxy(t, srv.Addr)
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr, PoolSize: 64, ContextTimeoutEnabled: honours, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	l, err := ratelease.New(c, ratelease.WithRedisTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := policy(t, "cons", lim)
+	ctx := context.Background()
+	if _, err := l.Allow(ctx, p, "warm"); err != nil {
+		t.Fatal(err)
+	}
+	proxy.SetDelay(10 * time.Millisecond)
+	admitted := make([]atomic.Int64, keys)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for k := range keys {
+		key := "k" + strconv.Itoa(k)
+		for range asks {
+			wg.Go(func() {
+				<-start
+				cctx := ctx
+				if rand.IntN(3) == 0 {
+					var cancel context.CancelFunc
+					cctx, cancel = context.WithTimeout(ctx, time.Duration(rand.IntN(30000))*time.Microsecond)
+					defer cancel()
 				}
-			}
-			close(start)
-			wg.Wait()
-			time.Sleep(200 * time.Millisecond) // late replies land
-			proxy.SetDelay(0)
-			if err := l.Close(); err != nil {
-				t.Fatal(err)
-			}
-			// At Close, every unit is admitted or back in Redis. It is read
-			// as the bucket's debt (ResetAfter: how long until it is
-			// full), not as Remaining: a refund gives its units back less
-			// what the bucket refilled since their grant (gcra_refund_aged,
-			// docs/scripts.md), so Remaining, which floors, reads one short
-			// for as long again. The debt is exact: a unit lost or counted
-			// twice moves it by a whole unit (10 minutes here), the aging by
-			// the test's few hundred milliseconds of refill.
-			exact := newExactAt(t, srv.Addr)
-			unit := time.Hour / burst
-			for k := range keys {
-				res, err := exact.Peek(ctx, p, "k"+strconv.Itoa(k))
-				if err != nil {
-					t.Fatal(err)
+				res, err := l.Allow(cctx, p, key)
+				if err == nil && res.Allowed {
+					admitted[k].Add(1)
 				}
-				owed := float64(res.ResetAfter) / float64(unit)
-				if a := admitted[k].Load(); math.Abs(owed-float64(a)) > 0.01 {
-					t.Errorf("key k%d: %d admitted, Redis owed %.4f units at Close (%d left)", k, a, owed, res.Remaining)
-				}
+			})
+		}
+	}
+	close(start)
+	wg.Wait()
+	time.Sleep(200 * time.Millisecond) // late replies land
+	proxy.SetDelay(0)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// At Close, every unit is admitted or back in Redis. A window's
+	// is read as Remaining: a refund into the window it was
+	// granted in gives its units back whole. A bucket's is read as
+	// its debt (ResetAfter: how long until it is full), not as
+	// Remaining: a refund gives its units back less what the
+	// bucket refilled since their grant (gcra_refund_aged,
+	// docs/leasing.md), so Remaining, which floors, reads one
+	// short for as long again. The debt is exact: a unit lost or
+	// counted twice moves it by a whole unit (10 minutes here),
+	// the aging by the test's few hundred milliseconds of refill.
+	exact := newExactAt(t, srv.Addr)
+	unit := time.Hour / time.Duration(burst)
+	for k := range keys {
+		res, err := exact.Peek(ctx, p, "k"+strconv.Itoa(k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := admitted[k].Load()
+		if lim.Algorithm != ratelease.TokenBucket {
+			if a+int64(res.Remaining) != int64(burst) {
+				t.Errorf("key k%d: %d admitted + %d left in Redis at Close, want %d", k, a, res.Remaining, burst)
 			}
-		})
+			continue
+		}
+		if owed := float64(res.ResetAfter) / float64(unit); math.Abs(owed-float64(a)) > 0.01 {
+			t.Errorf("key k%d: %d admitted, Redis owed %.4f units at Close (%d left)", k, a, owed, res.Remaining)
+		}
 	}
 }
