@@ -255,21 +255,10 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 
 // sentOrNot returns err, a notSent's own error for a notSent.
 func sentOrNot(err error) error {
-	if err == nil {
-		return nil // (errors.As would cost an allocation a lease)
-	}
-	var ns notSent
-	if errors.As(err, &ns) {
+	if ns, ok := errors.AsType[notSent](err); ok {
 		return ns.err
 	}
 	return err
-}
-
-// isNotSent reports whether err is a notSent. (Its own function: the
-// variable errors.As fills moves to the heap, and is made only here.)
-func isNotSent(err error) bool {
-	var ns notSent
-	return errors.As(err, &ns)
 }
 
 // send makes the call c for a request of n units and has its answer
@@ -376,7 +365,7 @@ func (l *Leaser) begin() bool {
 // units set aside that it took along are set aside again or, if e is
 // gone, given back.
 func (l *Leaser) end(e *Entry, st local.Lease, err error) {
-	if err == nil || !errors.Is(err, door.ErrClosed) && !isNotSent(err) {
+	if _, ns := errors.AsType[notSent](err); !errors.Is(err, door.ErrClosed) && !ns {
 		e.EndLease()
 		return
 	}

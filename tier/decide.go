@@ -206,12 +206,13 @@ func (e *Engine) decideFirst(ctx context.Context, p *remote.Policy, key string, 
 	defer e.leaser.End()
 	r := remote.Request{Policy: p, Key: key, Min: n, Max: n}
 	cctx := ctx
-	if !e.door.Guarded() && ctx.Done() != nil {
+	if !e.door.Guarded() {
 		// The client would cut the call at ctx's end and lose its grant:
 		// the call goes on, bounded by the Redis timeout, and Decided
 		// gives the grant back. (A guarded call returns at ctx's end, and
-		// the door refunds a grant that lands later. A ctx that never
-		// ends is kept: detaching it would cost an allocation a call.)
+		// the door refunds a grant that lands later.) Always detached:
+		// asking first whether ctx can end (Done) would make a fresh
+		// context's channel, an allocation as dear as the detaching.
 		cctx = context.WithoutCancel(ctx)
 	}
 	d, cause, err := e.door.Acquire(cctx, r)
