@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,7 +77,22 @@ func newWorld(t testing.TB, perRegion []int, rtt []time.Duration, opts ...ratele
 type worldLoad struct {
 	s                   span
 	admitted, decisions []int64
-	latencies           []time.Duration
+	// steady: what the decisions made from a quarter of the run on
+	// admitted, once the fleet's pools and leases are stocked.
+	steady []int64
+	// latencies of every decision, and of steady's (lateLatencies).
+	latencies, lateLatencies []time.Duration
+}
+
+func newWorldLoad(regions int) worldLoad {
+	return worldLoad{admitted: make([]int64, regions), decisions: make([]int64, regions), steady: make([]int64, regions)}
+}
+
+func (l worldLoad) steadyTotal() (units int64) {
+	for _, a := range l.steady {
+		units += a
+	}
+	return units
 }
 
 func (l worldLoad) total() (units int64) {
@@ -99,36 +115,62 @@ func (l worldLoad) worst(demand []float64) float64 {
 	return worst
 }
 
-// run makes decide's decisions in every region of fleet: region r's
-// goroutines (pace's g) each decide through instance g of the region, in
-// turn; decide reports the units admitted. now reads the clock the span is
-// measured on.
+// runRegions makes decide's decisions in every region of fleet, open
+// loop: region r's i-th decision is due at start + i/rate (its demand over
+// d) and runs in a goroutine of its own, through instance i of the region
+// in turn, however long the decisions before it take, as a service's
+// requests arrive. (A closed loop, a few goroutines taking turns, makes
+// fewer decisions where decisions are slow, a Wait or a worldwide key's
+// first use, and would compare runs of different lengths.) decide reports
+// the units admitted; now reads the clock the span is measured on. What
+// decisions due from d/4 on admitted counts in steady as well.
 func runRegions(t testing.TB, fleet [][]*instance, now func() int64, demand []float64, d time.Duration,
 	decide func(in *instance, r, g int) int64) worldLoad {
 	t.Helper()
 	var mu sync.Mutex
-	l := worldLoad{admitted: make([]int64, len(fleet)), decisions: make([]int64, len(fleet))}
+	l := newWorldLoad(len(fleet))
 	l.s.start = now()
 	start := time.Now()
+	end, warm := start.Add(d), start.Add(d/4)
 	var wg sync.WaitGroup
 	for r, ins := range fleet {
+		rate := demand[r] / d.Seconds()
+		if rate <= 0 {
+			continue
+		}
+		due := func(i int) time.Time { return start.Add(time.Duration(float64(i) / rate * float64(time.Second))) }
 		wg.Go(func() {
-			var lat []time.Duration
-			var units, decisions int64
+			var units, steady, decisions atomic.Int64
 			var lmu sync.Mutex
-			pace(start, demand[r]/d.Seconds(), d, max(len(ins), goroutinesFor(demand[r]/d.Seconds())), func(g int) {
-				t0 := time.Now()
-				n := decide(ins[g%len(ins)], r, g)
-				el := time.Since(t0)
-				lmu.Lock()
-				lat = append(lat, el)
-				units += n
-				decisions++
-				lmu.Unlock()
-			})
+			var lat, late []time.Duration
+			var calls sync.WaitGroup
+			for i := 0; due(i).Before(end); {
+				if w := time.Until(due(i)); w > 0 {
+					time.Sleep(max(w, paceTick))
+				}
+				for at := time.Now(); !due(i).After(at) && due(i).Before(end); i++ {
+					warmed := !due(i).Before(warm)
+					calls.Go(func() {
+						t0 := time.Now()
+						n := decide(ins[i%len(ins)], r, i)
+						el := time.Since(t0)
+						units.Add(n)
+						decisions.Add(1)
+						lmu.Lock()
+						lat = append(lat, el)
+						if warmed {
+							steady.Add(n)
+							late = append(late, el)
+						}
+						lmu.Unlock()
+					})
+				}
+			}
+			calls.Wait()
 			mu.Lock()
 			l.latencies = append(l.latencies, lat...)
-			l.admitted[r], l.decisions[r] = units, decisions
+			l.lateLatencies = append(l.lateLatencies, late...)
+			l.admitted[r], l.steady[r], l.decisions[r] = units.Load(), steady.Load(), decisions.Load()
 			mu.Unlock()
 		})
 	}
