@@ -4,10 +4,11 @@ import "math"
 
 // demand estimates how fast units are used, in units per second: for its
 // first tau the average since the first observation (over at least
-// firstWindow), then a moving average with time constant tau, tau/4 while
-// it rises. The zero value knows nothing (0). Requires the entry's lock.
+// firstWindow), then the greater of two moving averages, one with time
+// constant tau and one with tau/4: a rise is followed four times as fast
+// as a fall. The zero value knows nothing (0). Requires the entry's lock.
 type demand struct {
-	rate        float64
+	rate, fast  float64 // the moving averages: tau's, tau/4's
 	last, first int64   // ns of the last and first observe
 	total       float64 // units used since first, during the first tau
 	started     bool
@@ -35,6 +36,7 @@ func (d *demand) observe(used, now int64) {
 		if now > d.last {
 			d.last = now
 			d.rate, d.known = d.total*1e9/float64(max(since, firstWindow)), true
+			d.fast = d.rate
 		}
 		return
 	}
@@ -46,18 +48,23 @@ func (d *demand) observe(used, now int64) {
 	if !d.known {
 		// The average since the first (and a seed's units).
 		d.rate, d.known = (d.total+float64(used))*1e9/float64(now-d.first), true
+		d.fast = d.rate
 		return
 	}
+	// Followed four times as fast rising as falling (a lease too small
+	// makes its key wait on Redis, and, shared, counts its fair share too
+	// low; one too large only holds a few units until they lapse), by two
+	// averages rather than one that moves faster up than down: that one
+	// would follow each lone unit of a key used sparsely and observed
+	// often (a lease every few ms) four times as fast as each empty
+	// interval, and run at 1.5 to 3 times the demand (and claim a fair
+	// share as much too large); the greater of two averages, each
+	// unbiased, runs a few percent above it (a model of Poisson arrivals,
+	// 5 to 200 a second observed every 10 to 500 ms: 1.1 to 3.5 times the
+	// demand, against 1.02 to 1.17).
 	r := float64(used) * 1e9 / float64(dt)
-	tau := float64(tau)
-	if r > d.rate {
-		// Followed four times as fast rising as falling: a lease too small
-		// makes its key wait on Redis (and, shared, counts its fair share
-		// too low), one too large only holds a few units until they lapse.
-		tau /= 4
-	}
-	alpha := 1 - math.Exp(-float64(dt)/tau)
-	d.rate += alpha * (r - d.rate)
+	d.rate += (1 - math.Exp(-float64(dt)/tau)) * (r - d.rate)
+	d.fast += (1 - math.Exp(-4*float64(dt)/tau)) * (r - d.fast)
 }
 
 // seed starts the clock at first (ns), as if used units had been observed
@@ -70,4 +77,4 @@ func (d *demand) seed(first, used, now int64) {
 }
 
 // estimate returns the estimated units per second.
-func (d *demand) estimate() float64 { return d.rate }
+func (d *demand) estimate() float64 { return max(d.rate, d.fast) }

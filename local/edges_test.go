@@ -197,3 +197,52 @@ func TestGoneEntryStartsNoPrefetch(t *testing.T) {
 	}
 	e.EndLease()
 }
+
+// A waiter's units count into the key's demand once, however often it
+// retries (Entry.Retried): a caller denied every millisecond for a second
+// is one request's units, not a thousand. A lease in between, which counts
+// a retry's n itself, never measures below none.
+func TestWaiterRetriesCountOnce(t *testing.T) {
+	measure := func(retry bool) float64 {
+		e := NewBound[string](10, nil).NewTable("p", nil).GetOrCreate("k")
+		e.StartLease(0, 1, 0)
+		e.EndLease()
+		now := int64(0)
+		for s := range 10 { // each 100ms: 5 callers arrive; each retries 100 times
+			for range 5 {
+				e.Wanted(2) // first try, denied
+				for range 100 {
+					if retry {
+						e.Retried(2)
+					}
+					e.Wanted(2) // a retry, denied again
+				}
+			}
+			now = int64(s+1) * 1e8
+			if s%3 == 2 {
+				// A retry that leases counts its n in the lease.
+				if retry {
+					e.Retried(2)
+				}
+				st, wait := e.StartLease(2, 1, now)
+				if wait != nil || st.Rate < 0 {
+					t.Fatalf("lease: rate %v, in flight %v", st.Rate, wait != nil)
+				}
+				e.EndLease()
+				continue
+			}
+			e.StartLease(0, 1, now)
+			e.EndLease()
+		}
+		return e.demand.estimate()
+	}
+	// 50 callers a second of 2 units: 100 units a second.
+	r := measure(true)
+	t.Logf("demand %.1f units/s", r)
+	if r < 80 || r > 110 {
+		t.Fatalf("demand %.0f units/s with retries taken back, want about 100", r)
+	}
+	if r := measure(false); r < 5000 {
+		t.Fatalf("demand %.0f units/s with retries counted, want thousands (the test measures nothing)", r)
+	}
+}

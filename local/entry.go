@@ -40,7 +40,7 @@ type Entry[P any] struct {
 	epoch uint64
 	hits  uint64 // the most Hits has reported
 
-	asked   atomic.Int64 // units denied locally: wanted, not taken
+	asked   atomic.Int64 // units denied locally: wanted, not taken; less waiters' retries (Retried)
 	waiting atomic.Int64 // callers waiting for units (see Waiting)
 
 	// answers counts answers put in, twice each: odd while one is being
@@ -114,6 +114,13 @@ func (e *Entry[P]) Taken() int64 { return e.allowance.taken() }
 // Wanted counts n units wanted but not taken (a cached denial, or a
 // request leasing its own units beside a cold lease) into the demand.
 func (e *Entry[P]) Wanted(n int64) { e.asked.Add(n) }
+
+// Retried takes n units back out of the demand: a waiter asks again for
+// units its first, denied, try counted already, and its retry counts them
+// once more (taken, wanted or leasing). A waiter that retries each
+// millisecond would otherwise say it wants a thousand times its units a
+// second.
+func (e *Entry[P]) Retried(n int64) { e.asked.Add(-n) }
 
 // Seed has the demand start at first (ns), as if used units had been
 // taken since: the key's uses before the entry. Not once it has leased.

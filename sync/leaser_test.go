@@ -468,7 +468,8 @@ func TestGuardedLeaser(t *testing.T) {
 // A caller waiting for a key's units (Entry.Waiting) wants them all: the
 // leases made while it waits tell Redis the key's whole rate as this
 // member's demand, whatever the demand measured, so that the fair share
-// holds it to its part rather than to what it got while asleep.
+// holds it to its part rather than to what it got while asleep; but not
+// from a region's pool.
 func TestWaitersWantTheKeysRate(t *testing.T) {
 	mr := redistest.StartMini(t)
 	clk := clock.NewManual(mr.Now())
@@ -512,6 +513,17 @@ func TestWaitersWantTheKeysRate(t *testing.T) {
 	e.Waiting(-1)
 	if d := demand(); d >= 500 {
 		t.Fatalf("demand %d once nobody waits, want the measured one", d)
+	}
+	// Not from a region's pool: there the members' demands add up to the
+	// region's claim on the worldwide limit, and every instance whose pool
+	// ran dry would claim the whole rate for it.
+	pe := l.NewTable(p.Pooled(), nil).GetOrCreate("k")
+	st := local.Lease{Rate: 7, Waiting: true}
+	if req := leasesync.PlanOf(l, pe, st, 1, l.Now()); req.Demand != 7 {
+		t.Fatalf("a waiter's lease from a pool claims %d units/s, want its measured 7", req.Demand)
+	}
+	if req := leasesync.PlanOf(l, e, st, 1, l.Now()); req.Demand != 500 {
+		t.Fatalf("a waiter's lease claims %d units/s, want the key's rate 500", req.Demand)
 	}
 }
 

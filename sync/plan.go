@@ -18,10 +18,14 @@ import (
 func (l *Leaser) plan(e *Entry, st local.Lease, n, now int64) *call {
 	p := e.Policy()
 	rate := st.Rate
-	if st.Waiting {
-		// A waiter asks once per retry and sleeps, so the measured demand
-		// is what the key got: it wants the key's whole rate, and the fair
-		// share holds it to its part.
+	if st.Waiting && p.Global() == nil {
+		// A waiter asks once and sleeps until its retry, so the measured
+		// demand is what the key got: it wants the key's whole rate, and
+		// the fair share holds it to its part. Not from a region's pool,
+		// which its instances take from as they come: there a member's
+		// demand only adds up to its region's, which claims a share of the
+		// worldwide limit, and every instance of a region whose pool ran
+		// dry would claim the whole rate for it.
 		rate = max(rate, p.Rate())
 	}
 	h := max(l.cfg.horizon(), min(4*l.batcher.roundTrip(), l.cfg.TTL/2))

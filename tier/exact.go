@@ -152,6 +152,8 @@ func decision(d remote.Decision) Decision {
 // denial's RetryAfter. From its first denial until it returns, the caller
 // is counted on the key's entry (Entry.Waiting): asleep, it asks nothing,
 // and the key's leases say for it that it wants more than the key got.
+// Its units count into the key's demand once, at its first try: its
+// retries take them back out (Entry.Retried).
 func (e *Engine) waitLeased(ctx context.Context, p *remote.Policy, key string, n int64) error {
 	var waiting *leasesync.Entry
 	defer func() {
@@ -162,6 +164,10 @@ func (e *Engine) waitLeased(ctx context.Context, p *remote.Policy, key string, n
 	for {
 		if e.closed.Load() {
 			return door.ErrClosed
+		}
+		if waiting != nil {
+			// The first try counted this caller's units into the demand.
+			waiting.Retried(n)
 		}
 		d, err := e.allow(ctx, p, key, n)
 		if err != nil || d.Allowed {

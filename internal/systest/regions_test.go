@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -22,6 +23,8 @@ import (
 // cross-region round trip.
 type world struct {
 	globalNow func() int64
+	global    *redis.Client   // to the global Redis, not through a proxy
+	regional  []*redis.Client // to each region's Redis
 	regions   [][]*instance
 	// cross counts each region's round trips to the global Redis.
 	cross   []*redistest.Trips
@@ -43,9 +46,11 @@ var (
 func newWorld(t testing.TB, perRegion []int, rtt []time.Duration, opts ...ratelease.Option) *world {
 	t.Helper()
 	global := redistest.Start(t)
-	w := &world{globalNow: redisClock(t, dial(t, global.Addr))}
+	gc := dial(t, global.Addr)
+	w := &world{globalNow: redisClock(t, gc), global: gc}
 	for r, n := range perRegion {
 		regional := redistest.Start(t)
+		w.regional = append(w.regional, dial(t, regional.Addr))
 		px := redistest.NewProxy(t, global.Addr)
 		px.SetDelay(rtt[r])
 		trips := &redistest.Trips{}
@@ -365,5 +370,86 @@ func TestWorldwidePolicyNeedsAGlobalRedis(t *testing.T) {
 	}
 	if admitted != 5 {
 		t.Errorf("5 an hour, one Redis for both tiers: admitted %d", admitted)
+	}
+}
+
+// TestWorldwideWaitersClaimWhatTheyAsk: regions whose callers Wait claim
+// a share of the worldwide limit by what their callers ask for, not by
+// how often they retry nor by the whole rate for every instance whose
+// pool ran dry. Two regions that ask less than an equal share claim at
+// most 2.5 times their demand at the global key (the median of its
+// members hash read while the load runs; 1.4 to 1.9 times in runs on a
+// 2-core machine, and 6 to 40 times when each instance of a dry pool
+// claimed the whole rate and retries counted), so the region that asks
+// most gets the rest.
+func TestWorldwideWaitersClaimWhatTheyAsk(t *testing.T) {
+	const rate = 200
+	d := loadLength(5 * time.Second)
+	perSec := []float64{5 * rate / 3.0, 0.6 * rate / 3, 0.8 * rate / 3}
+	demand := make([]float64, len(perSec))
+	for r, x := range perSec {
+		demand[r] = x * d.Seconds()
+	}
+	p := policy(t, "world-wait", ratelease.Limit{Algorithm: ratelease.TokenBucket, Rate: rate, Period: time.Second}).Worldwide()
+	w := newWorld(t, worldInstances, worldRTT)
+	claims := make([][]float64, len(perSec))
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		ctx := context.Background()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			keys, err := w.global.Keys(ctx, "*world-wait*").Result()
+			if err != nil {
+				continue
+			}
+			for _, k := range keys {
+				if typ, _ := w.global.Type(ctx, k).Result(); typ != "hash" {
+					continue
+				}
+				for r := range perSec {
+					v, err := w.global.HGet(ctx, k, "region"+strconv.Itoa(r)).Result()
+					if err != nil {
+						continue
+					}
+					var gen, claim float64
+					if _, err := fmt.Sscanf(v, "%f %f", &gen, &claim); err == nil {
+						claims[r] = append(claims[r], claim)
+					}
+				}
+			}
+		}
+	}()
+	l := runRegions(t, w.regions, w.globalNow, demand, d, func(in *instance, _, _ int) int64 {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		if in.l.Wait(ctx, p, "k") == nil {
+			in.count(ratelease.Result{Allowed: true}, 1)
+			return 1
+		}
+		in.count(ratelease.Result{}, 1)
+		return 0
+	})
+	close(stop)
+	<-sampled
+	w.check(t)
+	t.Logf("admitted %v; claims seen %d, %d, %d", l.admitted, len(claims[0]), len(claims[1]), len(claims[2]))
+	for r := 1; r < len(perSec); r++ {
+		if len(claims[r]) < 5 {
+			t.Fatalf("region %d: %d claims seen at the global key, want a few a second", r, len(claims[r]))
+		}
+		slices.Sort(claims[r])
+		med := claims[r][len(claims[r])/2]
+		t.Logf("region %d asks %.0f/s: median claim %.0f/s (lowest %.0f, highest %.0f)", r, perSec[r], med, claims[r][0], claims[r][len(claims[r])-1])
+		if med > 2.5*perSec[r] {
+			t.Errorf("region %d asks %.0f units/s and claims %.0f (median) at the global key, want at most 2.5 times it", r, perSec[r], med)
+		}
 	}
 }
