@@ -154,10 +154,10 @@ func runRegions(t testing.TB, fleet [][]*instance, now func() int64, demand []fl
 					time.Sleep(max(w, paceTick))
 				}
 				for at := time.Now(); !due(i).After(at) && due(i).Before(end); i++ {
-					warmed := !due(i).Before(warm)
+					g, warmed := i, !due(i).Before(warm)
 					calls.Go(func() {
 						t0 := time.Now()
-						n := decide(ins[i%len(ins)], r, i)
+						n := decide(ins[g%len(ins)], r, g)
 						el := time.Since(t0)
 						units.Add(n)
 						decisions.Add(1)
