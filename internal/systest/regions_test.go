@@ -229,6 +229,7 @@ func TestWorldwideLimit(t *testing.T) {
 	demand := []float64{5 * rate / 3.0 * d.Seconds(), 0.6 * rate / 3 * d.Seconds(), 0.8 * rate / 3 * d.Seconds()}
 	// One world for the three: each runs on a key of its own.
 	w := newWorld(t, worldInstances, worldRTT)
+	t.Run("waiters", func(t *testing.T) { waitersClaimWhatTheyAsk(t, w, rate, d) })
 	for _, c := range []struct {
 		alg   ratelease.Algorithm
 		bound bound
@@ -373,25 +374,24 @@ func TestWorldwidePolicyNeedsAGlobalRedis(t *testing.T) {
 	}
 }
 
-// TestWorldwideWaitersClaimWhatTheyAsk: regions whose callers Wait claim
-// a share of the worldwide limit by what their callers ask for, not by
-// how often they retry nor by the whole rate for every instance whose
-// pool ran dry. Two regions that ask less than an equal share claim at
-// most 2.5 times their demand at the global key (the median of its
-// members hash read while the load runs; 1.4 to 1.9 times in runs on a
-// 2-core machine, and 6 to 40 times when each instance of a dry pool
-// claimed the whole rate and retries counted), so the region that asks
-// most gets the rest.
-func TestWorldwideWaitersClaimWhatTheyAsk(t *testing.T) {
-	const rate = 200
-	d := loadLength(5 * time.Second)
-	perSec := []float64{5 * rate / 3.0, 0.6 * rate / 3, 0.8 * rate / 3}
+// waitersClaimWhatTheyAsk (TestWorldwideLimit/waiters): regions whose
+// callers Wait claim a share of the worldwide limit by what their callers
+// ask for, not by how often they retry nor by the whole rate for every
+// instance whose pool ran dry. Two regions that ask less than an equal
+// share claim at most 3 times their demand at the global key (the median
+// of its members hash read from a quarter of the run on; 1.4 to 2.2 times
+// in runs on a 2-core machine, and 5 to 13 times when each instance of a
+// dry pool claimed the whole rate and retries counted), so the region
+// that asks most gets the rest.
+//
+// It runs in TestWorldwideLimit's world (one world costs seconds to start).
+func waitersClaimWhatTheyAsk(t *testing.T, w *world, rate int, d time.Duration) {
+	perSec := []float64{5 * float64(rate) / 3, 0.6 * float64(rate) / 3, 0.8 * float64(rate) / 3}
 	demand := make([]float64, len(perSec))
 	for r, x := range perSec {
 		demand[r] = x * d.Seconds()
 	}
 	p := policy(t, "world-wait", ratelease.Limit{Algorithm: ratelease.TokenBucket, Rate: rate, Period: time.Second}).Worldwide()
-	w := newWorld(t, worldInstances, worldRTT)
 	claims := make([][]float64, len(perSec))
 	stop := make(chan struct{})
 	sampled := make(chan struct{})
@@ -400,11 +400,17 @@ func TestWorldwideWaitersClaimWhatTheyAsk(t *testing.T) {
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
 		ctx := context.Background()
+		// (From a quarter of the run on: a key's first refills claim the
+		// whole rate, before its instances have said what they want.)
+		from := time.Now().Add(d / 4)
 		for {
 			select {
 			case <-stop:
 				return
-			case <-tick.C:
+			case now := <-tick.C:
+				if now.Before(from) {
+					continue
+				}
 			}
 			keys, err := w.global.Keys(ctx, "*world-wait*").Result()
 			if err != nil {
@@ -448,8 +454,8 @@ func TestWorldwideWaitersClaimWhatTheyAsk(t *testing.T) {
 		slices.Sort(claims[r])
 		med := claims[r][len(claims[r])/2]
 		t.Logf("region %d asks %.0f/s: median claim %.0f/s (lowest %.0f, highest %.0f)", r, perSec[r], med, claims[r][0], claims[r][len(claims[r])-1])
-		if med > 2.5*perSec[r] {
-			t.Errorf("region %d asks %.0f units/s and claims %.0f (median) at the global key, want at most 2.5 times it", r, perSec[r], med)
+		if med > 3*perSec[r] {
+			t.Errorf("region %d asks %.0f units/s and claims %.0f (median) at the global key, want at most 3 times it", r, perSec[r], med)
 		}
 	}
 }
