@@ -4,11 +4,11 @@ import "math"
 
 // demand estimates how fast units are used, in units per second: for its
 // first tau the average since the first observation (over at least
-// firstWindow), then the greater of two moving averages, one with time
-// constant tau and one with tau/4: a rise is followed four times as fast
+// firstWindow), then the greater of two moving averages, rate and fast,
+// of time constant tau and tau/4: a rise is followed four times as fast
 // as a fall. The zero value knows nothing (0). Requires the entry's lock.
 type demand struct {
-	rate, fast  float64 // the moving averages: tau's, tau/4's
+	rate, fast  float64
 	last, first int64   // ns of the last and first observe
 	total       float64 // units used since first, during the first tau
 	started     bool
@@ -51,17 +51,7 @@ func (d *demand) observe(used, now int64) {
 		d.fast = d.rate
 		return
 	}
-	// Followed four times as fast rising as falling (a lease too small
-	// makes its key wait on Redis, and, shared, counts its fair share too
-	// low; one too large only holds a few units until they lapse), by two
-	// averages rather than one that moves faster up than down: that one
-	// would follow each lone unit of a key used sparsely and observed
-	// often (a lease every few ms) four times as fast as each empty
-	// interval, and run at 1.5 to 3 times the demand (and claim a fair
-	// share as much too large); the greater of two averages, each
-	// unbiased, runs a few percent above it (a model of Poisson arrivals,
-	// 5 to 200 a second observed every 10 to 500 ms: 1.1 to 3.5 times the
-	// demand, against 1.02 to 1.17).
+	// (Not one average faster up than down: docs/leasing.md, item 3.)
 	r := float64(used) * 1e9 / float64(dt)
 	d.rate += (1 - math.Exp(-float64(dt)/tau)) * (r - d.rate)
 	d.fast += (1 - math.Exp(-4*float64(dt)/tau)) * (r - d.fast)

@@ -115,11 +115,7 @@ func (e *Entry[P]) Taken() int64 { return e.allowance.taken() }
 // request leasing its own units beside a cold lease) into the demand.
 func (e *Entry[P]) Wanted(n int64) { e.asked.Add(n) }
 
-// Retried takes n units back out of the demand: a waiter asks again for
-// units its first, denied, try counted already, and its retry counts them
-// once more (taken, wanted or leasing). A waiter that retries each
-// millisecond would otherwise say it wants a thousand times its units a
-// second.
+// Retried takes back n units a waiter's first try counted, for its retry.
 func (e *Entry[P]) Retried(n int64) { e.asked.Add(-n) }
 
 // Seed has the demand start at first (ns), as if used units had been

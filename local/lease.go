@@ -72,8 +72,6 @@ func (e *Entry[P]) TryStartLease(now func() int64, ready func() bool) (Lease, bo
 func (e *Entry[P]) startLocked(n, now int64) Lease {
 	e.leasing = make(chan struct{})
 	taken, asked := e.allowance.taken(), e.asked.Load()
-	// (Below 0 only while a waiter's retry is taken back before it is
-	// counted: Retried.)
 	e.demand.observe(max(0, taken-e.seen+asked-e.askedSeen+n), now)
 	e.seen, e.askedSeen = taken, asked
 	if n > 0 {
