@@ -246,3 +246,26 @@ func TestWaiterRetriesCountOnce(t *testing.T) {
 		t.Fatalf("demand %.0f units/s with retries counted, want thousands (the test measures nothing)", r)
 	}
 }
+
+// A retry taken back (Retried) with nothing counted since the last lease
+// leaves the demand where an empty interval would, never below none: the
+// lease's observation stops at 0.
+func TestRetriedNeverMeasuresBelowNone(t *testing.T) {
+	e := NewBound[string](10, nil).NewTable("p", nil).GetOrCreate("k")
+	e.StartLease(0, 1, 0)
+	e.EndLease()
+	now := int64(0)
+	for s := range 20 { // 10 units each 100ms: 100/s, past the first tau
+		e.Wanted(10)
+		now = int64(s+1) * 1e8
+		e.StartLease(0, 1, now)
+		e.EndLease()
+	}
+	e.Retried(1000)
+	now += 1e8
+	st, _ := e.StartLease(0, 1, now)
+	e.EndLease()
+	if st.Rate < 50 {
+		t.Fatalf("demand %.1f after 100/s and a retry taken back, want what an empty 100ms leaves (about 90)", st.Rate)
+	}
+}

@@ -115,7 +115,7 @@ func (e *Entry[P]) Taken() int64 { return e.allowance.taken() }
 // request leasing its own units beside a cold lease) into the demand.
 func (e *Entry[P]) Wanted(n int64) { e.asked.Add(n) }
 
-// Retried takes back n units a waiter's first try counted, for its retry.
+// Retried takes back n units for a waiter's retry (its first try counted them).
 func (e *Entry[P]) Retried(n int64) { e.asked.Add(-n) }
 
 // Seed has the demand start at first (ns), as if used units had been

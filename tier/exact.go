@@ -151,9 +151,11 @@ func decision(d remote.Decision) Decision {
 // waitLeased is Wait for a policy that leases: allow, and sleep for each
 // denial's RetryAfter. From its first denial until it returns, the caller
 // is counted on the key's entry (Entry.Waiting): asleep, it asks nothing,
-// and the key's leases say for it that it wants more than the key got.
-// Its units count into the key's demand once, at its first try: its
-// retries take them back out (Entry.Retried).
+// and the key's leases (but a region's pool's) say for it that it wants
+// more than the key got. Its retries take their units back out of the
+// demand (Entry.Retried), which its first try counted where it counts
+// anything (not a first use decided exactly, nor the failure mode's:
+// there a retry undercounts by n, once; see docs/leasing.md).
 func (e *Engine) waitLeased(ctx context.Context, p *remote.Policy, key string, n int64) error {
 	var waiting *leasesync.Entry
 	defer func() {
