@@ -23,8 +23,7 @@ import (
 // cross-region round trip.
 type world struct {
 	globalNow func() int64
-	global    *redis.Client   // to the global Redis, not through a proxy
-	regional  []*redis.Client // to each region's Redis
+	global    *redis.Client // to the global Redis, not through a proxy
 	regions   [][]*instance
 	// cross counts each region's round trips to the global Redis.
 	cross   []*redistest.Trips
@@ -50,7 +49,6 @@ func newWorld(t testing.TB, perRegion []int, rtt []time.Duration, opts ...ratele
 	w := &world{globalNow: redisClock(t, gc), global: gc}
 	for r, n := range perRegion {
 		regional := redistest.Start(t)
-		w.regional = append(w.regional, dial(t, regional.Addr))
 		px := redistest.NewProxy(t, global.Addr)
 		px.SetDelay(rtt[r])
 		trips := &redistest.Trips{}
