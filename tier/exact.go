@@ -155,7 +155,8 @@ func decision(d remote.Decision) Decision {
 // more than the key got. Its retries take their units back out of the
 // demand (Entry.Retried), which its first try counted where it counts
 // anything (not a first use decided exactly, nor the failure mode's:
-// there a retry undercounts by n, once; see docs/leasing.md).
+// there a retry undercounts by n, once; see docs/leasing.md). An entry
+// evicted meanwhile is let go: the key's next one counts the caller anew.
 func (e *Engine) waitLeased(ctx context.Context, p *remote.Policy, key string, n int64) error {
 	var waiting *leasesync.Entry
 	defer func() {
@@ -166,6 +167,13 @@ func (e *Engine) waitLeased(ctx context.Context, p *remote.Policy, key string, n
 	for {
 		if e.closed.Load() {
 			return door.ErrClosed
+		}
+		if waiting != nil && waiting.Gone() {
+			// Evicted while its caller slept: the key's next entry has not
+			// counted this caller's units, nor that it waits (the next
+			// denial counts it there).
+			waiting.Waiting(-1)
+			waiting = nil
 		}
 		if waiting != nil {
 			// The first try counted this caller's units into the demand.

@@ -168,3 +168,96 @@ func TestAnEntryMadeAgainLaterIsNotSeeded(t *testing.T) {
 		t.Errorf("k's entry made again an hour later: exact %v, known %v (first use %v ago); want neither", exact, known, time.Duration(e.leaser.Now()-first))
 	}
 }
+
+// Callers that Wait on a key whose entry an eviction dropped let that
+// entry go at their next try: the one still denied then waits on the
+// key's next entry, whose leases say so (Lease.Waiting).
+func TestAWaiterFollowsItsKeyToItsNextEntry(t *testing.T) {
+	// (No deadline for the callers: one sooner than a denial's retry ends
+	// their Wait at once.)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	deadline := time.Now().Add(20 * time.Second)
+	mr := redistest.StartMini(t)
+	clk := clock.NewManual(mr.Now())
+	e, err := New(Config{Store: remote.NewStore(mr.Client(t), "t"), Clock: clk, Timeout: 300 * time.Millisecond, Guard: true,
+		Lease: &leasesync.Config{Min: 1, Refresh: time.Second, TTL: time.Hour, LowWater: 0.01, MaxKeys: 1}, FailureMode: FailClosed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	p, err := remote.NewPolicy("wf", []remote.Limit{{Algorithm: remote.FixedWindow, Rate: 1, Period: time.Minute, Burst: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := e.Allow(ctx, p, "k", 1); err != nil || !d.Allowed {
+		t.Fatalf("first use: %+v %v", d, err)
+	}
+	// waits reports whether k's entry now says that callers wait on it.
+	waits := func() (*leasesync.Entry, bool) {
+		st := e.tables.find(p)
+		if st == nil {
+			return nil, false
+		}
+		ent, ok := st.table.Get("k")
+		if !ok {
+			return nil, false
+		}
+		now := e.leaser.Now()
+		l, busy := ent.StartLease(0, 1, now)
+		if busy != nil {
+			return ent, false
+		}
+		ent.AbandonLease(l, now)
+		return ent, l.Waiting
+	}
+	var wg sync.WaitGroup
+	admitted := make(chan struct{}, 2)
+	for range 2 {
+		wg.Go(func() {
+			if e.Wait(ctx, p, "k", 1) == nil {
+				admitted <- struct{}{}
+			}
+		})
+	}
+	first := func() *leasesync.Entry {
+		for time.Now().Before(deadline) {
+			if ent, ok := waits(); ok {
+				return ent
+			}
+			time.Sleep(time.Millisecond)
+		}
+		t.Fatal("no caller waits on k's entry")
+		return nil
+	}()
+	for range 3 {
+		_, _ = e.Allow(ctx, p, "other", 1) // evicts k (MaxKeys 1)
+	}
+	if !first.Gone() {
+		t.Fatal("k not evicted")
+	}
+	// The window turns: one caller is admitted, the other waits again, on
+	// the key's next entry.
+	for {
+		mr.Advance(time.Minute)
+		clk.Advance(time.Minute)
+		select {
+		case <-admitted:
+		case <-time.After(10 * time.Millisecond):
+			if time.Now().After(deadline) {
+				t.Fatal("neither caller was admitted")
+			}
+			continue
+		}
+		break
+	}
+	defer wg.Wait()
+	defer cancel()
+	for time.Now().Before(deadline) {
+		if ent, ok := waits(); ok && ent != first {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Error("the caller still denied does not wait on k's next entry")
+}
