@@ -101,6 +101,7 @@ type known struct {
 	taken, size, members int64
 	share                float64
 	at                   int64
+	end                  int64 // ns: the global window's end, as the last grant said (see doomed)
 }
 
 // Answered refills the pool in the background when the decision d left it
@@ -167,6 +168,11 @@ func (r *regions) run(ctx context.Context, pl pool, f *refill, need int64) bool 
 	rtt := time.Duration(r.rtt.Load())
 	k, _ := r.known.Get(pl)
 	if ctx.Err() != nil {
+		return false
+	}
+	if wait, ok := r.doomed(pl.p.Global(), k, rtt); ok {
+		// Its units would lapse as they land: the next window's instead.
+		r.later(pl, wait)
 		return false
 	}
 	// The claim goes on if the caller leaves: one cut off on its way
@@ -240,6 +246,9 @@ func (r *regions) run(ctx context.Context, pl pool, f *refill, need int64) bool 
 		k.share += (rate - k.share) / 4
 	}
 	k.at = now.UnixNano()
+	if dec.Granted > 0 && dec.ValidFor >= 0 { // the window's end (see doomed)
+		k.end = start.Add(now.Sub(start)/2 + dec.ValidFor).UnixNano()
+	}
 	r.known.Add(pl, k)
 	// The global key's waits count from its decision, about half a round
 	// trip after this call set out: a refill set out that long after the
@@ -278,6 +287,37 @@ func (r *regions) run(ctx context.Context, pl pool, f *refill, need int64) bool 
 	r.units.Add(uint64(dec.Granted))
 	r.later(pl, wake)
 	return dec.Granted > 0
+}
+
+// doomed reports whether a refill of a pool whose global key g shares a
+// fixed window or a sliding window counter between regions (k: what this
+// process knows of the pool) would come too late in the window to be of
+// use, and how long to wait for the next window instead. A grant's units
+// lapse in the pool with the window, by the pool's clock a round trip and
+// a half after the refill set out less than the window's end (their life
+// counts from the claim; the call lands half a round trip after the
+// global Redis decided it): a refill that sets out less than two round
+// trips before the end brings units that lapse within a round trip of
+// landing, charged to the global key all the same (a sliding window
+// counter's in the next window's weight too). The window's end is what
+// the last grant this process got said, half its round trip after it set
+// out (to within half a round trip), a whole number of periods on; not
+// for windows shorter than four round trips, whose refills would all be
+// late.
+func (r *regions) doomed(g *remote.Policy, k known, rtt time.Duration) (time.Duration, bool) {
+	l := g.Limits()[g.Tightest()]
+	if k.end == 0 || l.Algorithm != remote.FixedWindow && l.Algorithm != remote.SlidingWindowCounter || 4*rtt > l.Period {
+		return 0, false
+	}
+	now, end := r.clock.Now().UnixNano(), k.end
+	if p := int64(l.Period); end <= now {
+		end += ((now-end)/p + 1) * p
+	}
+	left := time.Duration(end - now)
+	if left > 2*rtt {
+		return 0, false
+	}
+	return max(time.Millisecond, left-rtt/2+aim), true
 }
 
 // fullRefill is what a refill req gets when neither the region's share
