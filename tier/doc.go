@@ -42,9 +42,10 @@
 // Unblock, and the count of shadow mode's would-be denials, which the root
 // admits), ping.go (Ping), region.go (the regional tier: the pools of
 // worldwide policies in this region's Redis, refilled from the global
-// Redis through a door of its own, Config.Global), partition.go (a
-// region cut off from the global Redis: its failure-mode share and what
-// it owes).
+// Redis through a door of its own, Config.Global), regionwindow.go (the
+// global key's windows as a region sees them: a refill too late in one
+// waits for the next), partition.go (a region cut off from the global
+// Redis: its failure-mode share and what it owes).
 //
 // It does not validate input (the root package does, once), build Redis
 // keys or scripts (remote does), make, size or hold leases (sync does),

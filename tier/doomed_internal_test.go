@@ -9,81 +9,89 @@ import (
 )
 
 // A refill of a windowed worldwide key is put off to the next window when
-// it would set out less than two round trips before the window's end (its
-// units would lapse as they land), by a wait that has it reach the global
-// Redis as the next window opens; the end is carried a whole number of
-// periods on; nothing is put off for a bucket, a calendar, a window of
-// under four round trips, or a window not known.
+// it would set out too late in the window for its units to be of use (two
+// round trips before its end ahead of need, a round trip and a half for a
+// decision waiting), but not when set out now it would reach the global
+// Redis after the window turned anyway; the wait has it reach the global
+// Redis as the next window opens, where it is not put off again. The end
+// is carried a whole number of periods on. Nothing is put off for a
+// bucket, a calendar, windows of two lengths, a window of under four
+// round trips, or a window whose end is not known.
 func TestRefillLateInAWindowWaitsForTheNext(t *testing.T) {
 	t0 := time.Unix(1_800_000_000, 0)
-	var clk *clock.Manual // (a Manual clock runs forward only: one per algorithm)
-	r := &regions{}
 	const rtt = 100 * time.Millisecond
-	mk := func(a remote.Algorithm, period time.Duration) *remote.Policy {
-		p, err := remote.NewPolicy("d", []remote.Limit{{Algorithm: a, Rate: 100, Period: period, Burst: 100}})
+	mk := func(ls ...remote.Limit) *remote.Policy {
+		p, err := remote.NewPolicy("d", ls)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return p
 	}
-	end := t0.Add(500 * time.Millisecond).UnixNano()
-	for _, a := range []remote.Algorithm{remote.FixedWindow, remote.SlidingWindowCounter} {
-		g := mk(a, time.Second)
-		clk = clock.NewManual(t0)
-		r.clock = clk
+	lim := func(a remote.Algorithm, period time.Duration) remote.Limit {
+		return remote.Limit{Algorithm: a, Rate: 100, Period: period, Burst: 100}
+	}
+	at := func(d time.Duration) *regions { return &regions{clock: clock.NewManual(t0.Add(d))} }
+	// The window ends 500ms after t0, and every second on.
+	end := known{end: t0.Add(500 * time.Millisecond).UnixNano()}
+	for _, g := range []*remote.Policy{
+		mk(lim(remote.FixedWindow, time.Second)),
+		mk(lim(remote.SlidingWindowCounter, time.Second)),
+		mk(lim(remote.TokenBucket, 100*time.Millisecond), lim(remote.FixedWindow, time.Second)),
+		mk(lim(remote.FixedWindow, time.Second), lim(remote.SlidingWindowCounter, time.Second)),
+	} {
 		for _, c := range []struct {
-			at     time.Duration // after t0
-			doomed bool
+			at      time.Duration // after t0
+			need    int64
+			doomed  bool
+			comment string
 		}{
-			{0, false}, {299 * time.Millisecond, false}, {301 * time.Millisecond, true}, {499 * time.Millisecond, true},
-			{600 * time.Millisecond, false}, {1299 * time.Millisecond, false}, {1350 * time.Millisecond, true},
-			{5400 * time.Millisecond, true}, {5600 * time.Millisecond, false},
+			{0, 0, false, "early in the window"},
+			{299 * time.Millisecond, 0, false, "201ms left"},
+			{301 * time.Millisecond, 0, true, "199ms left"},
+			{301 * time.Millisecond, 1, false, "199ms left, for a decision"},
+			{380 * time.Millisecond, 1, true, "120ms left, for a decision"},
+			{455 * time.Millisecond, 0, true, "45ms left"},
+			{460 * time.Millisecond, 0, false, "40ms left: set out now, it reaches the global Redis as the window turns"},
+			{499 * time.Millisecond, 0, false, "1ms left"},
+			{600 * time.Millisecond, 0, false, "the window turned"},
+			{1299 * time.Millisecond, 0, false, "a window on, 201ms left"},
+			{1350 * time.Millisecond, 0, true, "a window on, 150ms left"},
+			{5400 * time.Millisecond, 0, true, "five windows on, 100ms left"},
 		} {
-			clk.Set(t0.Add(c.at))
-			wait, doomed := r.doomed(g, known{end: end}, rtt)
+			wait, doomed := at(c.at).doomed(g, end, rtt, c.need)
 			if doomed != c.doomed {
-				t.Errorf("%v, %v after t0 (window ends at 500ms, a period on): doomed %v, want %v", a, c.at, doomed, c.doomed)
+				t.Errorf("%v, %v after t0 (%s): doomed %v, want %v", g.Limits(), c.at, c.comment, doomed, c.doomed)
 				continue
 			}
 			if !doomed {
 				continue
 			}
 			// Set out after wait, the call reaches the global Redis half a
-			// round trip later: as the next window opens, and aim after (or
-			// at once, when even that is late).
-			arrives := c.at + wait + rtt/2
-			next := (c.at/time.Second)*time.Second + 500*time.Millisecond
-			if c.at%time.Second > 500*time.Millisecond {
-				next += time.Second
+			// round trip later: as the next window opens, and aim after;
+			// and it is not put off again then.
+			next := c.at.Truncate(time.Second) + 500*time.Millisecond
+			if d := c.at + wait + rtt/2 - next; d < 0 || d > aim {
+				t.Errorf("%v, %v after t0: waits %v, reaches the global Redis %v after the window's end, want within [0, %v]", g.Limits(), c.at, wait, d, aim)
 			}
-			late := next-c.at < rtt/2-aim
-			if d := arrives - next; !late && (d < 0 || d > aim+time.Millisecond) || late && wait != time.Millisecond {
-				t.Errorf("%v, %v after t0: waits %v, reaches the global Redis %v after the window's end, want within [0, %v]", a, c.at, wait, d, aim)
+			if _, again := at(c.at+wait).doomed(g, end, rtt, c.need); again {
+				t.Errorf("%v, %v after t0: put off again after its wait of %v", g.Limits(), c.at, wait)
 			}
 		}
 	}
-	r.clock = clock.NewManual(t0.Add(450 * time.Millisecond))
+	cal := remote.Calendar{Unit: remote.CalendarMonth, Location: time.UTC}
 	for name, g := range map[string]*remote.Policy{
-		"a token bucket":   mk(remote.TokenBucket, time.Second),
-		"a short window":   mk(remote.FixedWindow, 300*time.Millisecond),
-		"a short counter":  mk(remote.SlidingWindowCounter, 399*time.Millisecond),
-		"a calendar month": calendarPolicy(t),
+		"a token bucket":             mk(lim(remote.TokenBucket, time.Second)),
+		"a short window":             mk(lim(remote.FixedWindow, 300*time.Millisecond)),
+		"a short counter":            mk(lim(remote.SlidingWindowCounter, 399*time.Millisecond)),
+		"a calendar month":           mk(remote.Limit{Algorithm: remote.CalendarWindow, Rate: 100, Period: cal.Nominal(), Burst: 100, Calendar: cal}),
+		"windows of two lengths":     mk(lim(remote.FixedWindow, time.Second), lim(remote.FixedWindow, time.Minute)),
+		"a window beside a calendar": mk(lim(remote.FixedWindow, time.Second), remote.Limit{Algorithm: remote.CalendarWindow, Rate: 100, Period: cal.Nominal(), Burst: 100, Calendar: cal}),
 	} {
-		if _, doomed := r.doomed(g, known{end: end}, rtt); doomed {
+		if _, doomed := at(450*time.Millisecond).doomed(g, end, rtt, 0); doomed {
 			t.Errorf("%s: refill put off", name)
 		}
 	}
-	if _, doomed := r.doomed(mk(remote.FixedWindow, time.Second), known{}, rtt); doomed {
+	if _, doomed := at(450*time.Millisecond).doomed(mk(lim(remote.FixedWindow, time.Second)), known{}, rtt, 0); doomed {
 		t.Error("a window whose end is not known: refill put off")
 	}
-}
-
-func calendarPolicy(t *testing.T) *remote.Policy {
-	t.Helper()
-	cal := remote.Calendar{Unit: remote.CalendarMonth, Location: time.UTC}
-	p, err := remote.NewPolicy("c", []remote.Limit{{Algorithm: remote.CalendarWindow, Rate: 100, Period: cal.Nominal(), Burst: 100, Calendar: cal}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
 }

@@ -156,7 +156,9 @@ func decision(d remote.Decision) Decision {
 // demand (Entry.Retried), which its first try counted where it counts
 // anything (not a first use decided exactly, nor the failure mode's:
 // there a retry undercounts by n, once; see docs/leasing.md). An entry
-// evicted meanwhile is let go: the key's next one counts the caller anew.
+// evicted meanwhile is let go: the key's next one counts the caller anew
+// (when the eviction came during a try, which counted on the next entry
+// already, that try counts twice there, once).
 func (e *Engine) waitLeased(ctx context.Context, p *remote.Policy, key string, n int64) error {
 	var waiting *leasesync.Entry
 	defer func() {

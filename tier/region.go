@@ -60,6 +60,8 @@ type pool struct {
 type refill struct {
 	done  chan struct{}
 	claim atomic.Int64
+	// late: put off to the next window (doomed), so nothing comes now.
+	late atomic.Bool
 }
 
 // RegionTTL is the longest a regional pool keeps the units it is given.
@@ -151,7 +153,7 @@ func (r *regions) Refill(ctx context.Context, p *remote.Policy, key string, n in
 	defer t.Stop()
 	select {
 	case <-f.done:
-		return true
+		return !f.late.Load()
 	case <-t.C:
 	case <-ctx.Done():
 	}
@@ -170,8 +172,9 @@ func (r *regions) run(ctx context.Context, pl pool, f *refill, need int64) bool 
 	if ctx.Err() != nil {
 		return false
 	}
-	if wait, ok := r.doomed(pl.p.Global(), k, rtt); ok {
+	if wait, ok := r.doomed(pl.p.Global(), k, rtt, need); ok {
 		// Its units would lapse as they land: the next window's instead.
+		f.late.Store(true)
 		r.later(pl, wait)
 		return false
 	}
@@ -246,8 +249,10 @@ func (r *regions) run(ctx context.Context, pl pool, f *refill, need int64) bool 
 		k.share += (rate - k.share) / 4
 	}
 	k.at = now.UnixNano()
-	if dec.Granted > 0 && dec.ValidFor >= 0 { // the window's end (see doomed)
-		k.end = start.Add(now.Sub(start)/2 + dec.ValidFor).UnixNano()
+	if d := now.Sub(start); dec.Granted > 0 && dec.ValidFor >= 0 && (rtt == 0 || d <= 2*rtt) {
+		// The window's end (see doomed), to within half this call's round
+		// trip: not from a reply that came slowly.
+		k.end = start.Add(d/2 + dec.ValidFor).UnixNano()
 	}
 	r.known.Add(pl, k)
 	// The global key's waits count from its decision, about half a round
@@ -287,37 +292,6 @@ func (r *regions) run(ctx context.Context, pl pool, f *refill, need int64) bool 
 	r.units.Add(uint64(dec.Granted))
 	r.later(pl, wake)
 	return dec.Granted > 0
-}
-
-// doomed reports whether a refill of a pool whose global key g shares a
-// fixed window or a sliding window counter between regions (k: what this
-// process knows of the pool) would come too late in the window to be of
-// use, and how long to wait for the next window instead. A grant's units
-// lapse in the pool with the window, by the pool's clock a round trip and
-// a half after the refill set out less than the window's end (their life
-// counts from the claim; the call lands half a round trip after the
-// global Redis decided it): a refill that sets out less than two round
-// trips before the end brings units that lapse within a round trip of
-// landing, charged to the global key all the same (a sliding window
-// counter's in the next window's weight too). The window's end is what
-// the last grant this process got said, half its round trip after it set
-// out (to within half a round trip), a whole number of periods on; not
-// for windows shorter than four round trips, whose refills would all be
-// late.
-func (r *regions) doomed(g *remote.Policy, k known, rtt time.Duration) (time.Duration, bool) {
-	l := g.Limits()[g.Tightest()]
-	if k.end == 0 || l.Algorithm != remote.FixedWindow && l.Algorithm != remote.SlidingWindowCounter || 4*rtt > l.Period {
-		return 0, false
-	}
-	now, end := r.clock.Now().UnixNano(), k.end
-	if p := int64(l.Period); end <= now {
-		end += ((now-end)/p + 1) * p
-	}
-	left := time.Duration(end - now)
-	if left > 2*rtt {
-		return 0, false
-	}
-	return max(time.Millisecond, left-rtt/2+aim), true
 }
 
 // fullRefill is what a refill req gets when neither the region's share
