@@ -136,18 +136,7 @@ func TestCloseWaitsForAFirstUseInTheCombiner(t *testing.T) {
 // use: that rate is long gone.
 func TestAnEntryMadeAgainLaterIsNotSeeded(t *testing.T) {
 	ctx := context.Background()
-	mr := redistest.StartMini(t)
-	clk := clock.NewManual(mr.Now())
-	e, err := New(Config{Store: remote.NewStore(mr.Client(t), "t"), Clock: clk, Timeout: 300 * time.Millisecond, Guard: true,
-		Lease: &leasesync.Config{Min: 1, Refresh: time.Second, TTL: time.Hour, LowWater: 0.01, MaxKeys: 1}, FailureMode: FailClosed})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Close() })
-	p, err := remote.NewPolicy("rv", []remote.Limit{{Algorithm: remote.FixedWindow, Rate: 1, Period: 24 * time.Hour, Burst: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, clk, e, p := oneKeyEngine(t, 24*time.Hour)
 	if d, err := e.Allow(ctx, p, "k", 1); err != nil || !d.Allowed {
 		t.Fatalf("first use: %+v %v", d, err)
 	}
@@ -178,18 +167,7 @@ func TestAWaiterFollowsItsKeyToItsNextEntry(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	deadline := time.Now().Add(20 * time.Second)
-	mr := redistest.StartMini(t)
-	clk := clock.NewManual(mr.Now())
-	e, err := New(Config{Store: remote.NewStore(mr.Client(t), "t"), Clock: clk, Timeout: 300 * time.Millisecond, Guard: true,
-		Lease: &leasesync.Config{Min: 1, Refresh: time.Second, TTL: time.Hour, LowWater: 0.01, MaxKeys: 1}, FailureMode: FailClosed})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Close() })
-	p, err := remote.NewPolicy("wf", []remote.Limit{{Algorithm: remote.FixedWindow, Rate: 1, Period: time.Minute, Burst: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mr, clk, e, p := oneKeyEngine(t, time.Minute)
 	if d, err := e.Allow(ctx, p, "k", 1); err != nil || !d.Allowed {
 		t.Fatalf("first use: %+v %v", d, err)
 	}
@@ -260,4 +238,24 @@ func TestAWaiterFollowsItsKeyToItsNextEntry(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	t.Error("the caller still denied does not wait on k's next entry")
+}
+
+// oneKeyEngine is a lease-mode engine on a miniredis and a manual clock
+// that keeps one key (MaxKeys 1: a second key evicts the first), and a
+// policy of one unit a period.
+func oneKeyEngine(t *testing.T, period time.Duration) (*redistest.Mini, *clock.Manual, *Engine, *remote.Policy) {
+	t.Helper()
+	mr := redistest.StartMini(t)
+	clk := clock.NewManual(mr.Now())
+	e, err := New(Config{Store: remote.NewStore(mr.Client(t), "t"), Clock: clk, Timeout: 300 * time.Millisecond, Guard: true,
+		Lease: &leasesync.Config{Min: 1, Refresh: time.Second, TTL: time.Hour, LowWater: 0.01, MaxKeys: 1}, FailureMode: FailClosed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	p, err := remote.NewPolicy("one", []remote.Limit{{Algorithm: remote.FixedWindow, Rate: 1, Period: period, Burst: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mr, clk, e, p
 }
