@@ -25,6 +25,8 @@ type Entry[P any] struct {
 	// leasing is non-nil while a lease is in flight, and closed when it
 	// ends: concurrent misses wait on it instead of asking Redis again.
 	leasing chan struct{}
+	// tag is the leaser's word on the lease in flight (Tag); nil: none.
+	tag any
 	// seen and askedSeen are allowance.taken() and asked at the last lease.
 	seen, askedSeen int64
 	// back units lapsed unused (granted at Redis time backAt, µs) and go

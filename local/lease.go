@@ -60,6 +60,19 @@ func (e *Entry[P]) TryStartLease(now func() int64, ready func() bool) (Lease, bo
 		return Lease{}, false
 	}
 	defer e.mu.Unlock()
+	return e.startAheadLocked(now, ready)
+}
+
+// StartLeaseAhead is TryStartLease for a caller off the hit path (a due
+// lease's timer), which waits for the entry's lock rather than give up.
+func (e *Entry[P]) StartLeaseAhead(now func() int64, ready func() bool) (Lease, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.startAheadLocked(now, ready)
+}
+
+// startAheadLocked is TryStartLease under mu.
+func (e *Entry[P]) startAheadLocked(now func() int64, ready func() bool) (Lease, bool) {
 	if e.gone.Load() || e.leasing != nil || !ready() {
 		return Lease{}, false
 	}
@@ -92,7 +105,29 @@ func (e *Entry[P]) EndLease() {
 
 func (e *Entry[P]) endLocked() {
 	close(e.leasing)
-	e.leasing = nil
+	e.leasing, e.tag = nil, nil
+}
+
+// Tag records v, the leaser's word on the lease in flight (what it sent),
+// for the callers that wait for that lease (Tagged). It does nothing when
+// no lease is in flight.
+func (e *Entry[P]) Tag(v any) {
+	e.mu.Lock()
+	if e.leasing != nil {
+		e.tag = v
+	}
+	e.mu.Unlock()
+}
+
+// Tagged returns the tag of the lease in flight whose channel is ch (as
+// StartLease returned it): nil if that lease is not tagged yet, or ended.
+func (e *Entry[P]) Tagged(ch <-chan struct{}) any {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.leasing == nil || (<-chan struct{})(e.leasing) != ch {
+		return nil
+	}
+	return e.tag
 }
 
 // AbandonLease ends the lease in flight, l, which was never sent (Close

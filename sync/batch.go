@@ -20,11 +20,15 @@ type call struct {
 	done  chan struct{} // made as the batcher queues it
 	d     remote.Decision
 	err   error
-	// abandoned: the requester stopped waiting; the batcher has the
-	// Leaser apply the grant to the entry itself.
+	// abandoned: the requester stopped waiting, or none waits (posted);
+	// the batcher has the Leaser apply the grant to the entry itself.
 	abandoned atomic.Bool
+	// posted: queued by post, for no requester (a prefetch); the batcher
+	// tells the owner as it sends it and as it ends.
+	posted bool
 	// due is the deadline of the pipeline that carries c (ns from the
-	// batcher's base), once sent (sendBatch); else 0.
+	// batcher's base), once sent (sendBatch); -1 once handed to the
+	// batcher or the door, until then; 0 before.
 	due atomic.Int64
 	// owner, when not nil, is the channel of the entry's lease in flight
 	// that this call is, which its waiters wait on: a waiter holding it
@@ -53,6 +57,10 @@ type owner interface {
 	// themselves when their key's state expires).
 	countLease(r remote.Request, d remote.Decision)
 	countRefund(units int64, ok bool)
+	// sending is told of a posted call's entry as the call is sent, and
+	// ended of the call once it ended, its grant applied if it came.
+	sending(e *Entry)
+	ended(c *call)
 }
 
 var _ owner = (*Leaser)(nil)
@@ -89,11 +97,15 @@ type batcher struct {
 	// rtt is the measured lease round trip (ns, a moving average).
 	rtt atomic.Int64
 	// out is the deadline of the last pipeline sent, while it is out, in
-	// ns from base; 0: none (see sendBatch). behind is when (ns from base) a pipeline Redis answered was last
-	// seen an eighth of the timeout or more past its deadline: this
-	// process did not keep up (answered). Both kept by sendBatch.
-	out, behind atomic.Int64
-	base        time.Time
+	// ns from base; 0: none (see sendBatch). behind is when (ns from
+	// base) this process last showed it did not keep up (answered): an
+	// answer seen, or a queue looked at (flush), an eighth of the timeout
+	// or more late. queued: when something was queued for a batcher not
+	// sending (under mu: it took something at its last look), until it
+	// looks; 0: none.
+	out, behind, queued atomic.Int64
+	sending             bool
+	base                time.Time
 
 	stop chan struct{}
 	wg   stdsync.WaitGroup // the batcher's goroutine and its lanes'
@@ -128,18 +140,40 @@ func (b *batcher) lease(ctx context.Context, c *call, n int64) (remote.Decision,
 		defer cancel()
 		ctx = renewed
 	}
+	if !b.enqueue(c) {
+		return remote.Decision{}, door.ErrClosed
+	}
+	return b.await(ctx, c, n)
+}
+
+// post queues c, a call nobody waits for (a prefetch): the batcher
+// applies its grant and tells the owner (sending, ended), so that no
+// goroutine of its own waits for a CPU (tens of milliseconds or more in a
+// process whose cores are all busy) while requests wait for the lease.
+// It reports false, queueing nothing, once Close has begun.
+func (b *batcher) post(c *call) bool {
+	c.posted = true
+	c.abandoned.Store(true)
+	return b.enqueue(c)
+}
+
+// enqueue queues c, counted in pending, and wakes the batcher. It reports
+// false, queueing nothing, once Close has begun.
+func (b *batcher) enqueue(c *call) bool {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		return remote.Decision{}, door.ErrClosed
+		return false
 	}
 	c.done = make(chan struct{})
+	c.due.Store(-1)
 	b.pending.Add(1)
 	b.calls = append(b.calls, c)
+	b.waiting()
 	b.mu.Unlock()
 	b.owner.returning(c.req.Back)
 	b.wake()
-	return b.await(ctx, c, n)
+	return true
 }
 
 // await waits for c, counted in pending, to be finished, and applies its
@@ -149,7 +183,7 @@ func (b *batcher) await(ctx context.Context, c *call, n int64) (remote.Decision,
 	select {
 	case <-c.done:
 	case <-ctx.Done():
-		if came, _ := b.answered(ctx, c.done, &c.due); !came && c.abandon() {
+		if came, _ := b.answered(ctx, c.done, c); !came && c.abandon() {
 			return remote.Decision{}, ctx.Err()
 		}
 		<-c.done
@@ -193,8 +227,17 @@ func (b *batcher) queueBack(g remote.Grant) {
 	b.owner.returning(g.Units)
 	b.mu.Lock()
 	b.backs = append(b.backs, g)
+	b.waiting()
 	b.mu.Unlock()
 	b.wake()
+}
+
+// waiting notes, as something is queued, when the batcher began to owe a
+// look at its queue (queued). Requires mu held.
+func (b *batcher) waiting() {
+	if !b.sending && b.queued.Load() == 0 {
+		b.queued.Store(b.since(time.Now()))
+	}
 }
 
 // wake tells the batcher that something is queued.
@@ -226,13 +269,17 @@ func (b *batcher) close() {
 }
 
 // finish completes c: it hands the result to its requester or, if the
-// requester left, has the owner apply it to the entry (all of the grant
-// goes into the allowance).
+// requester left or none waits (posted), has the owner apply it to the
+// entry (all of the grant goes into the allowance), and tells the owner
+// that a posted call ended.
 func (b *batcher) finish(c *call, d remote.Decision, err error) {
 	c.d, c.err = d, err
-	if !c.abandoned.CompareAndSwap(false, true) { // the requester left
+	if !c.abandoned.CompareAndSwap(false, true) { // the requester left, or none waits
 		if err == nil {
 			b.owner.apply(c, 0)
+		}
+		if c.posted {
+			b.owner.ended(c)
 		}
 		b.pending.Done()
 	}
@@ -283,6 +330,14 @@ func (b *batcher) run() {
 func (b *batcher) flush() bool {
 	b.mu.Lock()
 	calls, backs := b.take()
+	b.sending = len(calls)+len(backs) > 0
+	if at := b.queued.Swap(0); at != 0 {
+		// In a process that keeps up, the goroutine a channel send wakes
+		// runs at once.
+		if now := b.since(time.Now()); now-at >= int64(b.door.Timeout()/8) {
+			b.behind.Store(now)
+		}
+	}
 	b.mu.Unlock()
 	if len(calls) == 0 && len(backs) == 0 {
 		return false
@@ -323,68 +378,6 @@ func (b *batcher) send(calls []*call, backs []remote.Grant) {
 	b.sendBatch(ctx, calls, backs)
 }
 
-// lane is the queue of one Redis Cluster master: its requests go out in
-// pipelines of their own, one at a time, so that a master that is down or
-// slow holds up only its own keys' requests (one go-redis pipeline across
-// masters waits for every one of them).
-type lane struct {
-	mu    stdsync.Mutex
-	busy  bool // a goroutine is sending the lane's queue
-	queue      // requires mu held
-}
-
-// lane returns the lane of node, making it. Batcher only.
-func (b *batcher) lane(node string) *lane {
-	ln := b.lanes[node]
-	if ln == nil {
-		ln = &lane{}
-		b.lanes[node] = ln
-	}
-	return ln
-}
-
-// push queues c or g (either may be nil) in ln.
-func (ln *lane) push(c *call, g *remote.Grant) {
-	ln.mu.Lock()
-	if c != nil {
-		ln.calls = append(ln.calls, c)
-	}
-	if g != nil {
-		ln.backs = append(ln.backs, *g)
-	}
-	ln.mu.Unlock()
-}
-
-// startLane starts a goroutine that sends ln's queue until it is empty,
-// unless one is at it. It reports whether ln is busy now: false means it
-// is idle and empty. Batcher only: close waits for the goroutine (wg).
-func (b *batcher) startLane(ln *lane) bool {
-	ln.mu.Lock()
-	if ln.busy || len(ln.calls)+len(ln.backs) == 0 {
-		busy := ln.busy
-		ln.mu.Unlock()
-		return busy
-	}
-	ln.busy = true
-	ln.mu.Unlock()
-	b.wg.Add(1) // the batcher's own count is held: no race with close's Wait
-	go func() {
-		defer b.wg.Done()
-		for {
-			ln.mu.Lock()
-			calls, backs := ln.take()
-			if len(calls)+len(backs) == 0 {
-				ln.busy = false
-				ln.mu.Unlock()
-				return
-			}
-			ln.mu.Unlock()
-			b.send(calls, backs)
-		}
-	}()
-	return true
-}
-
 // sendBatch sends one pipeline of refunds and lease requests through the
 // door (which refunds the grants that arrive after ctx's end) and
 // completes the requests. It measures the lease round trip, of pipelines
@@ -398,6 +391,9 @@ func (b *batcher) sendBatch(ctx context.Context, calls []*call, backs []remote.G
 	rs := make([]remote.Request, len(calls))
 	for i, c := range calls {
 		rs[i] = c.req
+		if c.posted {
+			b.owner.sending(c.entry)
+		}
 	}
 	var due int64 // 0: not followed
 	if dl, ok := ctx.Deadline(); ok && ctx.Err() == nil {

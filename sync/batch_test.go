@@ -44,6 +44,8 @@ func (r *recorder) countRefund(units int64, ok bool) {
 }
 
 func (r *recorder) returning(int64) {}
+func (r *recorder) sending(*Entry)  {}
+func (r *recorder) ended(*call)     {}
 
 // appliedTo returns the n of each apply of c so far.
 func (r *recorder) appliedTo(c *call) []int64 {

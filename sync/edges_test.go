@@ -14,12 +14,14 @@ import (
 )
 
 // A lease takes along the units its entry set aside to go back. When
-// Close begins between the lease's start and its call to the batcher,
-// which then refuses it, those units must still go back: the lease puts
-// them back in its entry, and Close waits for it before it clears the
-// entries and stops the batcher. Forced with a hook, for a request's
-// lease and for a prefetch.
-func TestCloseGivesBackWhatARefusedLeaseTookAlong(t *testing.T) {
+// Close begins between a request's lease's start and its call to the
+// batcher, which then refuses it, those units must still go back: the
+// lease puts them back in its entry, and Close waits for it before it
+// clears the entries and stops the batcher. A prefetch is queued for the
+// batcher as it starts: Close, begun while the batcher holds it unsent,
+// waits for it, and its units go back with its call, its grant with the
+// entries'. Forced with a hook.
+func TestCloseGivesBackWhatALeaseUnderWayTookAlong(t *testing.T) {
 	for _, prefetch := range []bool{false, true} {
 		name := "request"
 		if prefetch {
@@ -71,8 +73,13 @@ func TestCloseGivesBackWhatARefusedLeaseTookAlong(t *testing.T) {
 				}
 			}
 			s := l.Stats()
-			if s.UnitsRefunded != uint64(units) || s.UnitsHeld != 0 {
-				t.Fatalf("after Close: %d refunded, %d held; want the %d set aside refunded, none held", s.UnitsRefunded, s.UnitsHeld, units)
+			want := uint64(units) // the request's lease, refused
+			if prefetch {
+				want = s.UnitsLeased - s.UnitsUsed // sent: its grant too
+			}
+			if s.UnitsRefunded != want || s.UnitsHeld != 0 || s.UnitsDropped != 0 {
+				t.Fatalf("after Close: %d refunded, %d held, %d dropped; want %d refunded (the %d set aside among them), none held or dropped",
+					s.UnitsRefunded, s.UnitsHeld, s.UnitsDropped, want, units)
 			}
 			if s.UnitsLeased != s.UnitsUsed+s.UnitsRefunded+s.UnitsDropped {
 				t.Fatalf("units do not add up after Close: leased %d, used %d + refunded %d + dropped %d", s.UnitsLeased, s.UnitsUsed, s.UnitsRefunded, s.UnitsDropped)

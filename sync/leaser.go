@@ -213,7 +213,8 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 			case <-inFlight:
 			case <-ctx.Done():
 				var came bool
-				if came, late = l.batcher.answered(ctx, inFlight, nil); !came {
+				c, _ := e.Tagged(inFlight).(*call)
+				if came, late = l.batcher.answered(ctx, inFlight, c); !came {
 					return remote.Decision{}, false, ctx.Err()
 				}
 			}
@@ -246,6 +247,7 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 		}
 		c := l.plan(e, st, n, now)
 		c.owner = e.Leasing() // this lease's: what its waiters wait on
+		e.Tag(c)              // for them too (answered)
 		l.sending(e)
 		d, err = l.send(ctx, c, n)
 		l.end(e, st, err)
@@ -277,6 +279,7 @@ func (l *Leaser) send(ctx context.Context, c *call, n int64) (remote.Decision, e
 	if !l.batcher.hold() { // close waits for the call: a refund it queues is sent
 		return remote.Decision{}, door.ErrClosed
 	}
+	c.due.Store(-1) // handed to the door
 	if l.door.Guarded() || ctx.Done() == nil {
 		// A guarded call returns at ctx's end, and the door refunds a
 		// grant that lands later.
@@ -342,6 +345,9 @@ func (l *Leaser) Decided(r remote.Request, d remote.Decision, used bool) {
 	}
 }
 
+// sending calls a test's hook (SetBeforeSend) with e, whose lease is
+// about to be sent: on the requester's goroutine, or the batcher's for a
+// prefetch.
 func (l *Leaser) sending(e *Entry) {
 	if l.beforeSend != nil {
 		l.beforeSend(e)
@@ -378,7 +384,13 @@ func (l *Leaser) end(e *Entry, st local.Lease, err error) {
 // breaker is closed (door.Ready). It never blocks. The breaker is asked
 // last: with a Cluster, naming the key's master costs a lookup and
 // allocations, too much for every hit below low water.
-func (l *Leaser) Prefetch(e *Entry) {
+func (l *Leaser) Prefetch(e *Entry) { l.prefetch(e, false) }
+
+// prefetch is Prefetch, which with wait waits for the entry's lock
+// (StartLeaseAhead, for a due lease: its timer would come to nothing when
+// the lock is held for a moment) rather than give up (TryStartLease, on
+// the hit path).
+func (l *Leaser) prefetch(e *Entry, wait bool) {
 	if l.stopped.Load() {
 		return
 	}
@@ -389,18 +401,30 @@ func (l *Leaser) Prefetch(e *Entry) {
 	}
 	// The breaker is asked, and the lease counted (begin), under the
 	// entry's lock, before the lease takes along the units set aside.
-	st, ok := e.TryStartLease(l.Now, func() bool { return l.door.Ready(e.Policy(), e.Key()) && l.begin() })
+	ready := func() bool { return l.door.Ready(e.Policy(), e.Key()) && l.begin() }
+	var st local.Lease
+	var ok bool
+	if wait {
+		st, ok = e.StartLeaseAhead(l.Now, ready)
+	} else {
+		st, ok = e.TryStartLease(l.Now, ready)
+	}
 	if !ok {
 		return
 	}
+	// The batcher applies the grant and ends the lease (ended). A failed
+	// prefetch changes nothing: the next miss leases itself.
 	c := l.plan(e, st, 0, l.Now())
-	go func() {
-		defer l.leasing.Add(-1)
-		ctx, cancel := l.door.Bound(context.Background())
-		defer cancel()
-		// A failed prefetch changes nothing: the next miss leases itself.
-		l.sending(e)
-		_, err := l.batcher.lease(ctx, c, 0)
-		l.end(e, st, err)
-	}()
+	e.Tag(c) // for the requests that wait for it (answered)
+	if !l.batcher.post(c) {
+		l.end(e, st, door.ErrClosed)
+		l.leasing.Add(-1)
+	}
+}
+
+// ended ends the lease of c, a prefetch's call (post) the batcher sent,
+// its grant applied if it came, and its count (begin).
+func (l *Leaser) ended(c *call) {
+	c.entry.EndLease()
+	l.leasing.Add(-1)
 }

@@ -2,39 +2,38 @@ package sync
 
 import (
 	"context"
-	"sync/atomic"
 	"time"
 
 	"github.com/ratelease/ratelease/internal/door"
 )
 
-// overtimeCap caps, in timeouts past the deadline, a wait that goes on for
-// a call's end in a process that does not keep up (answered): a call ends
-// by its own deadline, and the cap holds should it not.
+// overtimeCap caps, in timeouts past the last time the process showed it
+// does not keep up, a wait that goes on for a call's end in such a process
+// (waitLate): a call ends by its own deadline once its reader runs, and
+// the cap holds should it not.
 const overtimeCap = 4
 
-// answered reports whether done, the end of a Redis call on its way, came
+// answered reports whether done, the end of c, a Redis call on its way
+// (nil: a lease in flight not tagged with its call yet, Entry.Tag), came
 // though ctx ended first, and whether this process showed meanwhile that
-// it does not keep up (late). due, if not nil, is the deadline of the
-// awaited call's own pipeline, once sent (call.due). A ctx the door
-// bounded, ended by the Redis timeout (door.Overtime), may wait on while
-// the caller's context lasts:
+// it does not keep up (late). A ctx the door bounded, ended by the Redis
+// timeout (door.Overtime), may wait on while the caller's context lasts:
 //
-//   - For its own call, sent by an eighth of the timeout after the wait
-//     began: until that pipeline's deadline and an eighth more. A call
-//     that Redis does not answer ends at its deadline (a timer wakes its
-//     reader, which runs at once in a process that keeps up).
-//   - For the call's end, up to overtimeCap timeouts, once this process
-//     shows that it does not keep up (late). In such a process the
-//     answer's reader waits for a CPU too (a goroutine the network wakes
-//     waits in the global run queue, behind every goroutine preempted
-//     meanwhile), and a timeout says nothing of Redis: an answer that came
-//     in time is used rather than taken for Redis being busy.
+//   - For the call, sent by an eighth of the timeout after the wait
+//     began: until its pipeline's deadline (call.due) and an eighth more.
+//     A call that Redis does not answer ends at its deadline (a timer
+//     wakes its reader, which runs at once in a process that keeps up).
+//   - For the call's end, once this process shows that it does not keep
+//     up (lateFor), while it goes on showing it and overtimeCap timeouts
+//     more (waitLate). In such a process the answer's reader waits for a
+//     CPU too (a goroutine the network wakes waits in the global run
+//     queue, behind every goroutine preempted meanwhile): an answer that
+//     came in time is used rather than taken for Redis being busy.
 //
 // In a process that keeps up, a request thus waits on a Redis that does
 // not answer for the timeout and at most a quarter more (an eighth but
 // for its own call sent late by up to an eighth).
-func (b *batcher) answered(ctx context.Context, done <-chan struct{}, due *atomic.Int64) (came, late bool) {
+func (b *batcher) answered(ctx context.Context, done <-chan struct{}, c *call) (came, late bool) {
 	if ended(done) {
 		return true, false
 	}
@@ -49,12 +48,12 @@ func (b *batcher) answered(ctx context.Context, done <-chan struct{}, due *atomi
 	var t *time.Timer
 	for {
 		now := b.since(time.Now())
-		if b.lateAt(wake, now) {
-			return waitFor(done, parent, b.base.Add(time.Duration(end)+overtimeCap*timeout)), true
+		if b.lateFor(c, wake, now) {
+			return b.waitLate(done, parent, now, c), true
 		}
 		until := end + grace
-		if due != nil {
-			if d := due.Load(); d > end && d <= until {
+		if c != nil {
+			if d := c.due.Load(); d > end && d <= until {
 				until = d + grace
 			}
 		}
@@ -113,11 +112,13 @@ func (b *batcher) late(deadline time.Time) bool {
 // lateAt reports whether this process shows, at now, that it does not
 // keep up, for a goroutine due to run at wake (both ns from base): that
 // goroutine runs half a timeout or more late; or the pipeline out is past
-// its deadline by an eighth of the timeout and not ended; or, within the
-// last timeout, a pipeline that Redis answered was seen that late
-// (behind). In a process that keeps up none holds: a timer's goroutine
-// runs at once, and so does the reader of a call that failed at its
-// deadline.
+// its deadline by an eighth of the timeout and not ended; or what was
+// queued while the batcher was not sending has waited that long for it
+// to look (queued); or, within the last timeout, a pipeline that Redis
+// answered was seen that late, or the batcher looked that late (behind).
+// In a process that keeps up none holds: a timer's goroutine runs at
+// once, and so do the reader of a call that failed at its deadline and
+// the batcher woken by what is queued.
 func (b *batcher) lateAt(wake, now int64) bool {
 	timeout := int64(b.door.Timeout())
 	if now-wake >= timeout/2 {
@@ -126,24 +127,52 @@ func (b *batcher) lateAt(wake, now int64) bool {
 	if out := b.out.Load(); out != 0 && now-out >= timeout/8 {
 		return true
 	}
+	if at := b.queued.Load(); at != 0 && now-at >= timeout/8 {
+		return true
+	}
 	at := b.behind.Load()
 	return at != 0 && now-at <= timeout
+}
+
+// lateFor is lateAt, or c, the call waited for, not yet handed to the
+// batcher or the door (nil: the lease in flight not tagged with its call
+// yet): the goroutine that is to hand it over has not run since it
+// started the lease, and Redis was not asked.
+func (b *batcher) lateFor(c *call, wake, now int64) bool {
+	return b.lateAt(wake, now) || c == nil || c.due.Load() == 0
 }
 
 // since returns t in ns from the batcher's base, on the monotonic clock,
 // at least 1.
 func (b *batcher) since(t time.Time) int64 { return max(1, int64(t.Sub(b.base))) }
 
-// waitFor waits for done, parent's end or limit, reporting whether done
-// came.
-func waitFor(done <-chan struct{}, parent context.Context, limit time.Time) bool {
-	t := time.NewTimer(time.Until(limit))
+// waitLate waits for done, the end of c (nil: not known), or parent's end
+// in a process that showed at now (ns from base) that it does not keep
+// up: while it goes on showing it (lateFor, looked at every half timeout),
+// and overtimeCap timeouts more, reporting whether done came. The call's
+// reader ends the call once it gets a CPU: a cap counted from the call's
+// deadline would take an answer that came in time for Redis being busy.
+func (b *batcher) waitLate(done <-chan struct{}, parent context.Context, now int64, c *call) bool {
+	timeout := int64(b.door.Timeout())
+	step := timeout / 2
+	seen := now // when this process last showed it does not keep up
+	t := time.NewTimer(time.Duration(step))
 	defer t.Stop()
-	select {
-	case <-done:
-		return true
-	case <-parent.Done():
-	case <-t.C:
+	for wake := now + step; ; wake = now + step {
+		select {
+		case <-done:
+			return true
+		case <-parent.Done():
+			return ended(done)
+		case <-t.C:
+		}
+		now = b.since(time.Now())
+		if b.lateFor(c, wake, now) {
+			seen = now
+		}
+		if now-seen >= overtimeCap*timeout {
+			return ended(done)
+		}
+		t.Reset(time.Duration(step))
 	}
-	return ended(done)
 }

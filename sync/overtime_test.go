@@ -3,6 +3,7 @@ package sync_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	stdsync "sync"
 	"sync/atomic"
@@ -207,6 +208,66 @@ func TestLeaseAnsweredLateInThisProcess(t *testing.T) {
 		dd, taken, err := l.Lease(ctx, e, 1)
 		if err != nil || (dd.Granted < 1 && !taken) {
 			t.Fatalf("a wait for a lease answered late: granted %d taken %v, err %v; want its units", dd.Granted, taken, err)
+		}
+	})
+
+	// A process short of CPU for longer than the cap (four timeouts past
+	// the deadline): the reader of the answer runs only then, and the
+	// pipeline it reads stays out past its deadline meanwhile. The wait
+	// goes on for as long as the process shows it is late, both ways.
+	t.Run("late past the cap", func(t *testing.T) {
+		hook.late = 7 * timeout
+		defer func() { hook.late = 3 * timeout }()
+		for _, inFlight := range []bool{false, true} {
+			e := warmed(fmt.Sprint("past the cap ", inFlight))
+			hook.on.Store(true)
+			var wg stdsync.WaitGroup
+			if inFlight {
+				wg.Go(func() { // the lease in flight, with no deadline of its own
+					if _, _, err := l.Lease(context.Background(), e, 1); err != nil {
+						t.Error(err)
+					}
+				})
+				for e.Leasing() == nil {
+					time.Sleep(time.Millisecond)
+				}
+			}
+			ctx, cancel := bound()
+			dd, taken, err := l.Lease(ctx, e, 1)
+			cancel()
+			wg.Wait()
+			hook.on.Store(false)
+			if err != nil || (dd.Granted < 1 && !taken) {
+				t.Fatalf("in flight %v: a lease answered %v late: granted %d taken %v, err %v; want its units", inFlight, hook.late, dd.Granted, taken, err)
+			}
+		}
+	})
+
+	// A request that waits for a lease in flight whose goroutine has not
+	// handed it to the batcher by the request's deadline (it waits for a
+	// CPU, held here by a hook): Redis was not asked, and the request
+	// waits for the lease rather than take Redis for busy.
+	t.Run("in flight not sent", func(t *testing.T) {
+		e := warmed("unsent")
+		started := make(chan struct{})
+		leasesync.SetBeforeSend(l, func(*leasesync.Entry) {
+			close(started)
+			time.Sleep(3 * timeout)
+		})
+		var wg stdsync.WaitGroup
+		wg.Go(func() {
+			if _, _, err := l.Lease(context.Background(), e, 1); err != nil {
+				t.Error(err)
+			}
+		})
+		<-started
+		leasesync.SetBeforeSend(l, nil)
+		ctx, cancel := bound()
+		dd, taken, err := l.Lease(ctx, e, 1)
+		cancel()
+		wg.Wait()
+		if err != nil || (dd.Granted < 1 && !taken) {
+			t.Fatalf("a wait for a lease in flight not yet sent: granted %d taken %v, err %v; want its units", dd.Granted, taken, err)
 		}
 	})
 

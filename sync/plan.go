@@ -263,6 +263,6 @@ func (l *Leaser) waitDue(e *Entry, pd *pendingDue) {
 		break
 	}
 	if e.Units() == 0 {
-		l.Prefetch(e)
+		l.prefetch(e, true)
 	}
 }
