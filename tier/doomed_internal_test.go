@@ -1,10 +1,13 @@
 package tier
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/ratelease/ratelease/clock"
+	"github.com/ratelease/ratelease/internal/door"
+	"github.com/ratelease/ratelease/internal/redistest"
 	"github.com/ratelease/ratelease/remote"
 )
 
@@ -93,5 +96,37 @@ func TestRefillLateInAWindowWaitsForTheNext(t *testing.T) {
 	}
 	if _, doomed := at(450*time.Millisecond).doomed(mk(lim(remote.FixedWindow, time.Second)), known{}, rtt, 0); doomed {
 		t.Error("a window whose end is not known: refill put off")
+	}
+}
+
+// A decision whose pool ran dry late in a window, and whose refill is put
+// off to the next (doomed), is not made again, and is told when the
+// refill's units may land: when the refill sets out and a global round
+// trip more, not a millisecond (its callers would poll the region's Redis
+// until then).
+func TestRefillPutOffSaysWhenItLands(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	const rtt = 100 * time.Millisecond
+	g, err := remote.NewPolicy("d", []remote.Limit{{Algorithm: remote.FixedWindow, Rate: 100, Period: time.Second, Burst: 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := g.Pooled()
+	for _, at := range []time.Duration{380 * time.Millisecond, 450 * time.Millisecond} { // after t0: 120ms and 50ms left
+		clk := clock.NewManual(t0.Add(at))
+		m := redistest.StartMini(t)
+		mk := func(prefix string) *door.Door {
+			return door.New(door.Config{Store: remote.NewStore(m.Client(t), prefix), Clock: clk, Timeout: time.Second})
+		}
+		r := newRegions("t", mk("g"), clk, false)
+		r.local = mk("l")
+		r.rtt.Store(int64(rtt))
+		r.known.Add(pool{p, "k"}, known{end: t0.Add(500 * time.Millisecond).UnixNano()})
+		wait, doomed := r.doomed(g, known{end: t0.Add(500 * time.Millisecond).UnixNano()}, rtt, 1)
+		again, retry := r.Refill(context.Background(), p, "k", 1)
+		r.close(context.Background())
+		if !doomed || again || retry != wait+rtt {
+			t.Errorf("%v after t0: doomed %v (wait %v); Refill again %v, retry %v; want no second try, retry %v", at, doomed, wait, again, retry, wait+rtt)
+		}
 	}
 }

@@ -60,8 +60,9 @@ type pool struct {
 type refill struct {
 	done  chan struct{}
 	claim atomic.Int64
-	// late: put off to the next window (doomed), so nothing comes now.
-	late atomic.Bool
+	// putOff: how long it was put off, to the next window (doomed), so
+	// that nothing comes now (ns; 0: not).
+	putOff atomic.Int64
 }
 
 // RegionTTL is the longest a regional pool keeps the units it is given.
@@ -147,17 +148,23 @@ func (r *regions) start(pl pool, need int64) *refill {
 // (this one, or one in flight already) ended within a couple of global
 // round trips. A refill that takes longer goes on in the background, and
 // the decision stands: no decision waits on the global Redis for long.
-func (r *regions) Refill(ctx context.Context, p *remote.Policy, key string, n int64) bool {
+// One put off to the next window (doomed) says when its units land
+// (retry): the decision's denial holds until then.
+func (r *regions) Refill(ctx context.Context, p *remote.Policy, key string, n int64) (again bool, retry time.Duration) {
 	f := r.start(pool{p, key}, n)
-	t := time.NewTimer(2*time.Duration(r.rtt.Load()) + 10*time.Millisecond)
+	rtt := time.Duration(r.rtt.Load())
+	t := time.NewTimer(2*rtt + 10*time.Millisecond)
 	defer t.Stop()
 	select {
 	case <-f.done:
-		return !f.late.Load()
+		if w := f.putOff.Load(); w > 0 {
+			return false, time.Duration(w) + rtt
+		}
+		return true, 0
 	case <-t.C:
 	case <-ctx.Done():
 	}
-	return false
+	return false, 0
 }
 
 // run makes the refill f of pl and ends it, for a decision of need units
@@ -174,7 +181,7 @@ func (r *regions) run(ctx context.Context, pl pool, f *refill, need int64) bool 
 	}
 	if wait, ok := r.doomed(pl.p.Global(), k, rtt, need); ok {
 		// Its units would lapse as they land: the next window's instead.
-		f.late.Store(true)
+		f.putOff.Store(int64(wait))
 		r.later(pl, wait)
 		return false
 	}

@@ -20,25 +20,12 @@ import (
 // the same (a sliding window counter's in the next window's weight too).
 // Not when a refill set out now would reach the global Redis after the
 // window turned anyway.
+//
+// The window's end is what k (what this process knows of the pool) says
+// the last grant said, half its round trip after it set out (to within
+// half a round trip), a whole number of periods on; only for windows at
+// least four round trips long.
 func (r *regions) doomed(g *remote.Policy, k known, rtt time.Duration, need int64) (time.Duration, bool) {
-	left, ok := r.windowLeft(g, k, rtt)
-	late := 2 * rtt
-	if need > 0 {
-		late = 3 * rtt / 2
-	}
-	wait := left - rtt/2 + aim
-	if !ok || left > late || wait <= time.Millisecond {
-		return 0, false
-	}
-	return wait, true
-}
-
-// windowLeft returns the time until the end of the window of the global
-// key g (windowOf), at least four round trips long, when k (what this
-// process knows of the pool) knows a window's end: what the last grant
-// said, half its round trip after it set out (to within half a round
-// trip), a whole number of periods on.
-func (r *regions) windowLeft(g *remote.Policy, k known, rtt time.Duration) (time.Duration, bool) {
 	period, ok := windowOf(g)
 	if !ok || k.end == 0 || 4*rtt > period {
 		return 0, false
@@ -47,7 +34,16 @@ func (r *regions) windowLeft(g *remote.Policy, k known, rtt time.Duration) (time
 	if p := int64(period); end <= now {
 		end += ((now-end)/p + 1) * p
 	}
-	return time.Duration(end - now), true
+	left := time.Duration(end - now)
+	late := 2 * rtt
+	if need > 0 {
+		late = 3 * rtt / 2
+	}
+	wait := left - rtt/2 + aim
+	if left > late || wait <= time.Millisecond {
+		return 0, false
+	}
+	return wait, true
 }
 
 // windowOf returns the period of g's windows (fixed windows and sliding

@@ -16,15 +16,18 @@ import (
 // ErrClosed. With Guard, a grant that arrives after the deadline is
 // refunded where it arrives. Of a pooled policy, a denial by a pool
 // short of r.Min (remote.Policy.EmptyPool) waits for a refill and is made
-// again, once (the first answer stands if the second call fails), and
-// the pools are told of the decision.
+// again, once (the first answer stands if the second call fails), or
+// holds until the refill's units may land, and the pools are told of the
+// decision.
 func (d *Door) Acquire(ctx context.Context, r remote.Request) (dec remote.Decision, cause, err error) {
 	dec, cause, err = d.acquireOnce(ctx, r)
 	if cause != nil || err != nil || d.pools == nil || r.Policy.Global() == nil {
 		return dec, cause, err
 	}
-	if r.Policy.EmptyPool(dec) && d.pools.Refill(ctx, r.Policy, r.Key, r.Min) {
-		if again, cause, err := d.acquireOnce(ctx, r); cause == nil && err == nil {
+	if r.Policy.EmptyPool(dec) {
+		if again, retry := d.pools.Refill(ctx, r.Policy, r.Key, r.Min); !again {
+			dec.RetryAfter = max(dec.RetryAfter, retry)
+		} else if again, cause, err := d.acquireOnce(ctx, r); cause == nil && err == nil {
 			dec = again
 		}
 	}

@@ -64,8 +64,8 @@ type Pools interface {
 	// Refill refills the pool of key under p now, within ctx, after a
 	// pool that held fewer than n units denied a decision of n that the
 	// worldwide limit may admit: it reports whether the decision is worth
-	// making again.
-	Refill(ctx context.Context, p *remote.Policy, key string, n int64) bool
+	// making again, and if not, when it may be (retry; 0: not known).
+	Refill(ctx context.Context, p *remote.Policy, key string, n int64) (again bool, retry time.Duration)
 }
 
 // Door makes every Redis call of one Limiter. Create it with New; it is
