@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"errors"
 	stdsync "sync"
 	"sync/atomic"
 	"time"
@@ -34,6 +35,9 @@ type call struct {
 	// that this call is, which its waiters wait on: a waiter holding it
 	// may join the call (Leaser.send).
 	owner any
+	// tagged is when (ns from the batcher's base) a request's lease put c
+	// on its entry for its waiters (Entry.Tag); 0: not (a prefetch).
+	tagged int64
 }
 
 // abandon marks c as no longer awaited, so that the batcher has its grant
@@ -103,9 +107,11 @@ type batcher struct {
 	// or more late. queued: when something was queued for a batcher not
 	// sending (under mu: it took something at its last look), until it
 	// looks; 0: none.
-	out, behind, queued atomic.Int64
-	sending             bool
-	base                time.Time
+	// laneQueued is queued's for a Cluster lane's goroutine, from its
+	// start to its first look (one lane's at a time).
+	out, behind, queued, laneQueued atomic.Int64
+	sending                         bool
+	base                            time.Time
 
 	stop chan struct{}
 	wg   stdsync.WaitGroup // the batcher's goroutine and its lanes'
@@ -150,17 +156,35 @@ func (b *batcher) lease(ctx context.Context, c *call, n int64) (remote.Decision,
 // applies its grant and tells the owner (sending, ended), so that no
 // goroutine of its own waits for a CPU (tens of milliseconds or more in a
 // process whose cores are all busy) while requests wait for the lease.
-// It reports false, queueing nothing, once Close has begun.
-func (b *batcher) post(c *call) bool {
+// It returns door.ErrClosed, queueing nothing, once Close has begun; with
+// try, errBusy when the batcher's lock is held (it does not wait).
+func (b *batcher) post(c *call, try bool) error {
 	c.posted = true
 	c.abandoned.Store(true)
-	return b.enqueue(c)
+	if try && !b.mu.TryLock() {
+		return errBusy
+	}
+	if !try {
+		b.mu.Lock()
+	}
+	if !b.enqueueLocked(c) {
+		return door.ErrClosed
+	}
+	return nil
 }
+
+// errBusy: post found the batcher's lock held.
+var errBusy = errors.New("sync: the batcher's lock is held")
 
 // enqueue queues c, counted in pending, and wakes the batcher. It reports
 // false, queueing nothing, once Close has begun.
 func (b *batcher) enqueue(c *call) bool {
 	b.mu.Lock()
+	return b.enqueueLocked(c)
+}
+
+// enqueueLocked is enqueue with mu held, which it releases.
+func (b *batcher) enqueueLocked(c *call) bool {
 	if b.closed {
 		b.mu.Unlock()
 		return false
@@ -235,7 +259,7 @@ func (b *batcher) queueBack(g remote.Grant) {
 // waiting notes, as something is queued, when the batcher began to owe a
 // look at its queue (queued). Requires mu held.
 func (b *batcher) waiting() {
-	if !b.sending && b.queued.Load() == 0 {
+	if !b.sending && !b.closed && b.queued.Load() == 0 {
 		b.queued.Store(b.since(time.Now()))
 	}
 }
@@ -414,6 +438,12 @@ func (b *batcher) sendBatch(ctx context.Context, calls []*call, backs []remote.G
 		now := time.Now()
 		if due != 0 {
 			b.out.CompareAndSwap(due, 0) // out no more, answered or not
+		}
+		if !b.door.Sharded() {
+			// What comes while the answers are put in owes a look too.
+			b.mu.Lock()
+			b.sending = false
+			b.mu.Unlock()
 		}
 		if !answered {
 			// A refused dial (about 0) or a deadline (the timeout) is not

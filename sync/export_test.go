@@ -8,7 +8,10 @@ import (
 )
 
 // SetBeforeSend sets a hook called with each lease's entry before it is
-// handed to the batcher (nil: none). Set it before the Leaser is used.
+// sent (nil: none): a request's lease's, on its goroutine before it is
+// handed to the batcher; a prefetch's, on the batcher's goroutine as it
+// sends it (a hook that blocks holds every send). Set it before the
+// Leaser is used.
 func SetBeforeSend(l *Leaser, f func(*Entry)) { l.beforeSend = f }
 
 // Refusing reports whether l's batcher refuses lease calls (Close began).

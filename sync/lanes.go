@@ -2,6 +2,7 @@ package sync
 
 import (
 	stdsync "sync"
+	"time"
 
 	"github.com/ratelease/ratelease/remote"
 )
@@ -51,8 +52,15 @@ func (b *batcher) startLane(ln *lane) bool {
 	ln.busy = true
 	ln.mu.Unlock()
 	b.wg.Add(1) // the batcher's own count is held: no race with close's Wait
+	at := b.since(time.Now())
+	mine := b.laneQueued.CompareAndSwap(0, at)
 	go func() {
 		defer b.wg.Done()
+		if mine && b.laneQueued.CompareAndSwap(at, 0) {
+			if now := b.since(time.Now()); now-at >= int64(b.door.Timeout()/8) {
+				b.behind.Store(now) // (see flush)
+			}
+		}
 		for {
 			ln.mu.Lock()
 			calls, backs := ln.take()

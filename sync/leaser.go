@@ -247,7 +247,8 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 		}
 		c := l.plan(e, st, n, now)
 		c.owner = e.Leasing() // this lease's: what its waiters wait on
-		e.Tag(c)              // for them too (answered)
+		c.tagged = l.batcher.since(time.Now())
+		e.Tag(c) // for them too (answered)
 		l.sending(e)
 		d, err = l.send(ctx, c, n)
 		l.end(e, st, err)
@@ -279,8 +280,8 @@ func (l *Leaser) send(ctx context.Context, c *call, n int64) (remote.Decision, e
 	if !l.batcher.hold() { // close waits for the call: a refund it queues is sent
 		return remote.Decision{}, door.ErrClosed
 	}
-	c.due.Store(-1) // handed to the door
 	if l.door.Guarded() || ctx.Done() == nil {
+		c.due.Store(-1) // handed to the door
 		// A guarded call returns at ctx's end, and the door refunds a
 		// grant that lands later.
 		defer l.batcher.release()
@@ -299,6 +300,7 @@ func (l *Leaser) send(ctx context.Context, c *call, n int64) (remote.Decision, e
 	// calls (applied to the entry if the requester left).
 	c.done = make(chan struct{})
 	go func() {
+		c.due.Store(-1) // handed to the door
 		d, err := l.door.Decide(context.WithoutCancel(ctx), c.req, c.owner)
 		if err == nil {
 			l.countLease(c.req, d)
@@ -413,11 +415,23 @@ func (l *Leaser) prefetch(e *Entry, wait bool) {
 		return
 	}
 	// The batcher applies the grant and ends the lease (ended). A failed
-	// prefetch changes nothing: the next miss leases itself.
+	// prefetch changes nothing: the next miss leases itself. (Not tagged:
+	// Entry.Tag waits for the entry's lock, and a hit never does.)
 	c := l.plan(e, st, 0, l.Now())
-	e.Tag(c) // for the requests that wait for it (answered)
-	if !l.batcher.post(c) {
-		l.end(e, st, door.ErrClosed)
+	switch err := l.batcher.post(c, !wait); {
+	case errors.Is(err, errBusy):
+		go l.postLater(e, st, c) // the batcher's lock is held: a hit never waits for it
+	case err != nil:
+		l.end(e, st, err)
+		l.leasing.Add(-1)
+	}
+}
+
+// postLater posts the prefetch c of e's lease st, waiting for the
+// batcher's lock, or ends the lease if Close has begun.
+func (l *Leaser) postLater(e *Entry, st local.Lease, c *call) {
+	if err := l.batcher.post(c, false); err != nil {
+		l.end(e, st, err)
 		l.leasing.Add(-1)
 	}
 }

@@ -14,7 +14,7 @@ import (
 const overtimeCap = 4
 
 // answered reports whether done, the end of c, a Redis call on its way
-// (nil: a lease in flight not tagged with its call yet, Entry.Tag), came
+// (nil: a lease in flight not tagged with its call, Entry.Tag), came
 // though ctx ended first, and whether this process showed meanwhile that
 // it does not keep up (late). A ctx the door bounded, ended by the Redis
 // timeout (door.Overtime), may wait on while the caller's context lasts:
@@ -114,11 +114,11 @@ func (b *batcher) late(deadline time.Time) bool {
 // goroutine runs half a timeout or more late; or the pipeline out is past
 // its deadline by an eighth of the timeout and not ended; or what was
 // queued while the batcher was not sending has waited that long for it
-// to look (queued); or, within the last timeout, a pipeline that Redis
-// answered was seen that late, or the batcher looked that late (behind).
-// In a process that keeps up none holds: a timer's goroutine runs at
-// once, and so do the reader of a call that failed at its deadline and
-// the batcher woken by what is queued.
+// (or a Cluster lane's new goroutine) to look (queued, laneQueued); or,
+// within the last timeout, a pipeline that Redis answered was seen that
+// late, or a look came that late (behind). In a process that keeps up
+// none holds: a timer's goroutine runs at once, and so do the reader of
+// a call that failed at its deadline and the goroutines woken to send.
 func (b *batcher) lateAt(wake, now int64) bool {
 	timeout := int64(b.door.Timeout())
 	if now-wake >= timeout/2 {
@@ -127,19 +127,21 @@ func (b *batcher) lateAt(wake, now int64) bool {
 	if out := b.out.Load(); out != 0 && now-out >= timeout/8 {
 		return true
 	}
-	if at := b.queued.Load(); at != 0 && now-at >= timeout/8 {
-		return true
+	for _, at := range [...]int64{b.queued.Load(), b.laneQueued.Load()} {
+		if at != 0 && now-at >= timeout/8 {
+			return true
+		}
 	}
 	at := b.behind.Load()
 	return at != 0 && now-at <= timeout
 }
 
-// lateFor is lateAt, or c, the call waited for, not yet handed to the
-// batcher or the door (nil: the lease in flight not tagged with its call
-// yet): the goroutine that is to hand it over has not run since it
-// started the lease, and Redis was not asked.
+// lateFor is lateAt, or c, the request's lease waited for, not handed to
+// the batcher or the door an eighth of the timeout after its goroutine
+// tagged it (call.tagged): that goroutine has not run since, and Redis
+// was not asked. (nil, or a prefetch: not known.)
 func (b *batcher) lateFor(c *call, wake, now int64) bool {
-	return b.lateAt(wake, now) || c == nil || c.due.Load() == 0
+	return b.lateAt(wake, now) || c != nil && c.tagged != 0 && c.due.Load() == 0 && now-c.tagged >= int64(b.door.Timeout()/8)
 }
 
 // since returns t in ns from the batcher's base, on the monotonic clock,

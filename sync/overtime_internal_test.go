@@ -30,9 +30,9 @@ func TestWaitLateSeesAnEndThatCameWithItsLimit(t *testing.T) {
 }
 
 // What is queued for a batcher that is not sending owes a look at once: a
-// batcher that takes an eighth of the timeout or more to look (it waits
-// for a CPU) shows that this process does not keep up, while it has not
-// looked and for a timeout after. What is queued while it sends waits for
+// batcher (or a Cluster lane's new goroutine) that takes an eighth of the
+// timeout or more to look (it waits for a CPU) shows that this process
+// does not keep up, while it has not looked and for a timeout after. What is queued while it sends waits for
 // that pipeline, which is Redis's time, not this process's.
 func TestBatcherLateToLookIsLateness(t *testing.T) {
 	m := redistest.StartMini(t)
@@ -71,5 +71,57 @@ func TestBatcherLateToLookIsLateness(t *testing.T) {
 	}
 	if later := now + int64(timeout) + 1; b.lateAt(later, later) {
 		t.Fatal("still late a timeout after the late look")
+	}
+	// A Cluster lane's goroutine, started and not yet looking.
+	b.behind.Store(0)
+	now = b.since(time.Now())
+	b.laneQueued.Store(now - int64(timeout/8))
+	if !b.lateAt(now, now) {
+		t.Fatal("a lane's goroutine that has not looked for an eighth of the timeout is not lateness")
+	}
+}
+
+// A prefetch never waits for the batcher's lock (a hit below low water
+// makes it): while the lock is held, it is posted by a goroutine of its
+// own once the lock is free, and its lease lands and ends.
+func TestPrefetchDoesNotWaitForTheBatchersLock(t *testing.T) {
+	m := redistest.StartMini(t)
+	d := door.New(door.Config{Store: remote.NewStore(m.Client(t), "t"), Clock: clock.System{}, Timeout: time.Second})
+	l, err := New(d, clock.System{}, Config{Min: 1, Max: 100, Refresh: time.Second, TTL: time.Second, LowWater: 0.25, MaxKeys: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		l.Close()
+		ctx, cancel := d.Bound(context.Background())
+		defer cancel()
+		d.Close(ctx)
+	}()
+	p, err := remote.NewPolicy("p", []remote.Limit{{Algorithm: remote.TokenBucket, Rate: 100, Period: time.Second, Burst: 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := l.NewTable(p, nil).GetOrCreate("k")
+	l.batcher.mu.Lock()
+	returned := make(chan struct{})
+	go func() {
+		l.Prefetch(e)
+		close(returned)
+	}()
+	select {
+	case <-returned:
+	case <-time.After(5 * time.Second):
+		l.batcher.mu.Unlock()
+		t.Fatal("Prefetch waited for the batcher's lock")
+	}
+	if e.Leasing() == nil {
+		l.batcher.mu.Unlock()
+		t.Fatal("no lease in flight after the prefetch")
+	}
+	l.batcher.mu.Unlock()
+	for end := time.Now().Add(5 * time.Second); e.Leasing() != nil || e.Units() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("the prefetch posted later did not land: in flight %v, %d units", e.Leasing() != nil, e.Units())
+		}
 	}
 }
