@@ -37,7 +37,9 @@ type call struct {
 	owner any
 	// tagged is when (ns from the batcher's base) a request's lease put c
 	// on its entry for its waiters (Entry.Tag); 0: not (a prefetch).
+	// ended, when finish handed c's answer back; 0: not yet.
 	tagged int64
+	ended  atomic.Int64
 }
 
 // abandon marks c as no longer awaited, so that the batcher has its grant
@@ -107,11 +109,10 @@ type batcher struct {
 	// or more late. queued: when something was queued for a batcher not
 	// sending (under mu: it took something at its last look), until it
 	// looks; 0: none.
-	// laneQueued is queued's for a Cluster lane's goroutine, from its
-	// start to its first look (one lane's at a time).
-	out, behind, queued, laneQueued atomic.Int64
-	sending                         bool
-	base                            time.Time
+	// spawned is queued's for a goroutine started to send (spawning).
+	out, behind, queued, spawned atomic.Int64
+	sending                      bool
+	base                         time.Time
 
 	stop chan struct{}
 	wg   stdsync.WaitGroup // the batcher's goroutine and its lanes'
@@ -264,6 +265,27 @@ func (b *batcher) waiting() {
 	}
 }
 
+// spawning notes that a goroutine is started to send (a Cluster lane's,
+// a prefetch's that found the lock held), which owes a look as the
+// batcher does (queued): one at a time. It returns its mark, for running.
+func (b *batcher) spawning() int64 {
+	if at := b.since(time.Now()); b.spawned.CompareAndSwap(0, at) {
+		return at
+	}
+	return 0
+}
+
+// running is told by a goroutine that spawning marked at at, as it runs:
+// it marks this process behind if it waited an eighth of the timeout or
+// more for a CPU.
+func (b *batcher) running(at int64) {
+	if at != 0 && b.spawned.CompareAndSwap(at, 0) {
+		if now := b.since(time.Now()); now-at >= int64(b.door.Timeout()/8) {
+			b.behind.Store(now)
+		}
+	}
+}
+
 // wake tells the batcher that something is queued.
 func (b *batcher) wake() {
 	select {
@@ -298,6 +320,7 @@ func (b *batcher) close() {
 // that a posted call ended.
 func (b *batcher) finish(c *call, d remote.Decision, err error) {
 	c.d, c.err = d, err
+	c.ended.Store(b.since(time.Now()))
 	if !c.abandoned.CompareAndSwap(false, true) { // the requester left, or none waits
 		if err == nil {
 			b.owner.apply(c, 0)

@@ -2,7 +2,6 @@ package sync
 
 import (
 	stdsync "sync"
-	"time"
 
 	"github.com/ratelease/ratelease/remote"
 )
@@ -52,15 +51,10 @@ func (b *batcher) startLane(ln *lane) bool {
 	ln.busy = true
 	ln.mu.Unlock()
 	b.wg.Add(1) // the batcher's own count is held: no race with close's Wait
-	at := b.since(time.Now())
-	mine := b.laneQueued.CompareAndSwap(0, at)
+	at := b.spawning()
 	go func() {
 		defer b.wg.Done()
-		if mine && b.laneQueued.CompareAndSwap(at, 0) {
-			if now := b.since(time.Now()); now-at >= int64(b.door.Timeout()/8) {
-				b.behind.Store(now) // (see flush)
-			}
-		}
+		b.running(at)
 		for {
 			ln.mu.Lock()
 			calls, backs := ln.take()

@@ -231,7 +231,7 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 				// its units went to the callers before this one. If Redis
 				// answered it, and this process shows it does not keep
 				// up, the process was late, not Redis: this request leases
-				// once more, with a timeout of its own and no overtime.
+				// once more, with a timeout of its own.
 				// Else the wait is over.
 				if again || e.Unchanged(v) {
 					return remote.Decision{}, false, ctx.Err()
@@ -420,7 +420,12 @@ func (l *Leaser) prefetch(e *Entry, wait bool) {
 	c := l.plan(e, st, 0, l.Now())
 	switch err := l.batcher.post(c, !wait); {
 	case errors.Is(err, errBusy):
-		go l.postLater(e, st, c) // the batcher's lock is held: a hit never waits for it
+		// The batcher's lock is held: a hit never waits for it.
+		at := l.batcher.spawning()
+		go func() {
+			l.batcher.running(at)
+			l.postLater(e, st, c)
+		}()
 	case err != nil:
 		l.end(e, st, err)
 		l.leasing.Add(-1)

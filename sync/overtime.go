@@ -90,16 +90,17 @@ func ended(done <-chan struct{}) bool {
 }
 
 // renew returns, for ctx the door bounded that ended by the Redis timeout
-// (door.Overtime), a fresh timeout under the context ctx bounded, if this
-// process shows it does not keep up (late, or lateAt now): the time ctx
-// gave was lost to this process, not spent waiting for Redis. ok is false
+// (door.Overtime), a fresh timeout under the context ctx bounded (bounded
+// by the door again: its wait may go on in overtime too), if this process
+// shows it does not keep up (late, or lateAt now): the time ctx gave was
+// lost to this process, not spent waiting for Redis. ok is false
 // otherwise: ctx's end stands. Release the context with cancel.
 func (b *batcher) renew(ctx context.Context, late bool) (renewed context.Context, cancel context.CancelFunc, ok bool) {
 	parent, deadline, ok := door.Overtime(ctx)
 	if !ok || !late && !b.late(deadline) {
 		return nil, nil, false
 	}
-	renewed, cancel = context.WithTimeout(parent, b.door.Timeout())
+	renewed, cancel = b.door.Bound(parent)
 	return renewed, cancel, true
 }
 
@@ -114,7 +115,7 @@ func (b *batcher) late(deadline time.Time) bool {
 // goroutine runs half a timeout or more late; or the pipeline out is past
 // its deadline by an eighth of the timeout and not ended; or what was
 // queued while the batcher was not sending has waited that long for it
-// (or a Cluster lane's new goroutine) to look (queued, laneQueued); or,
+// (or a goroutine started to send) to look (queued, spawned); or,
 // within the last timeout, a pipeline that Redis answered was seen that
 // late, or a look came that late (behind). In a process that keeps up
 // none holds: a timer's goroutine runs at once, and so do the reader of
@@ -127,7 +128,7 @@ func (b *batcher) lateAt(wake, now int64) bool {
 	if out := b.out.Load(); out != 0 && now-out >= timeout/8 {
 		return true
 	}
-	for _, at := range [...]int64{b.queued.Load(), b.laneQueued.Load()} {
+	for _, at := range [...]int64{b.queued.Load(), b.spawned.Load()} {
 		if at != 0 && now-at >= timeout/8 {
 			return true
 		}
@@ -136,12 +137,20 @@ func (b *batcher) lateAt(wake, now int64) bool {
 	return at != 0 && now-at <= timeout
 }
 
-// lateFor is lateAt, or c, the request's lease waited for, not handed to
-// the batcher or the door an eighth of the timeout after its goroutine
-// tagged it (call.tagged): that goroutine has not run since, and Redis
-// was not asked. (nil, or a prefetch: not known.)
+// lateFor is lateAt, or c, the lease waited for, not handed to the
+// batcher or the door an eighth of the timeout after its goroutine tagged
+// it (call.tagged: that goroutine has not run since, and Redis was not
+// asked), or ended that long ago with its requester not yet back to put
+// its answer in (call.ended). (c nil: not known.)
 func (b *batcher) lateFor(c *call, wake, now int64) bool {
-	return b.lateAt(wake, now) || c != nil && c.tagged != 0 && c.due.Load() == 0 && now-c.tagged >= int64(b.door.Timeout()/8)
+	if b.lateAt(wake, now) || c == nil {
+		return b.lateAt(wake, now)
+	}
+	grace := int64(b.door.Timeout() / 8)
+	if at := c.ended.Load(); at != 0 && now-at >= grace {
+		return true
+	}
+	return c.tagged != 0 && c.due.Load() == 0 && now-c.tagged >= grace
 }
 
 // since returns t in ns from the batcher's base, on the monotonic clock,

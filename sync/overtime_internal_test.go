@@ -72,12 +72,12 @@ func TestBatcherLateToLookIsLateness(t *testing.T) {
 	if later := now + int64(timeout) + 1; b.lateAt(later, later) {
 		t.Fatal("still late a timeout after the late look")
 	}
-	// A Cluster lane's goroutine, started and not yet looking.
+	// A goroutine started to send (a Cluster lane's), not yet running.
 	b.behind.Store(0)
 	now = b.since(time.Now())
-	b.laneQueued.Store(now - int64(timeout/8))
+	b.spawned.Store(now - int64(timeout/8))
 	if !b.lateAt(now, now) {
-		t.Fatal("a lane's goroutine that has not looked for an eighth of the timeout is not lateness")
+		t.Fatal("a goroutine started to send that has not run for an eighth of the timeout is not lateness")
 	}
 }
 
