@@ -257,35 +257,6 @@ func (b *batcher) queueBack(g remote.Grant) {
 	b.wake()
 }
 
-// waiting notes, as something is queued, when the batcher began to owe a
-// look at its queue (queued). Requires mu held.
-func (b *batcher) waiting() {
-	if !b.sending && !b.closed && b.queued.Load() == 0 {
-		b.queued.Store(b.since(time.Now()))
-	}
-}
-
-// spawning notes that a goroutine is started to send (a Cluster lane's,
-// a prefetch's that found the lock held), which owes a look as the
-// batcher does (queued): one at a time. It returns its mark, for running.
-func (b *batcher) spawning() int64 {
-	if at := b.since(time.Now()); b.spawned.CompareAndSwap(0, at) {
-		return at
-	}
-	return 0
-}
-
-// running is told by a goroutine that spawning marked at at, as it runs:
-// it marks this process behind if it waited an eighth of the timeout or
-// more for a CPU.
-func (b *batcher) running(at int64) {
-	if at != 0 && b.spawned.CompareAndSwap(at, 0) {
-		if now := b.since(time.Now()); now-at >= int64(b.door.Timeout()/8) {
-			b.behind.Store(now)
-		}
-	}
-}
-
 // wake tells the batcher that something is queued.
 func (b *batcher) wake() {
 	select {

@@ -32,8 +32,9 @@ func TestWaitLateSeesAnEndThatCameWithItsLimit(t *testing.T) {
 // What is queued for a batcher that is not sending owes a look at once: a
 // batcher (or a Cluster lane's new goroutine) that takes an eighth of the
 // timeout or more to look (it waits for a CPU) shows that this process
-// does not keep up, while it has not looked and for a timeout after. What is queued while it sends waits for
-// that pipeline, which is Redis's time, not this process's.
+// does not keep up, while it has not looked and for a timeout after.
+// What is queued while it sends waits for that pipeline, which is
+// Redis's time, not this process's.
 func TestBatcherLateToLookIsLateness(t *testing.T) {
 	m := redistest.StartMini(t)
 	const timeout = time.Second
