@@ -62,7 +62,7 @@ func TestSentinelFailover(t *testing.T) {
 	// died (replication is asynchronous: like a restart, at worst).
 	total := before.admitted + during.admitted + after.admitted
 	bound := bucket(rate, burst)(run) + 2*burst*float64(st.BreakerOpens) + burst
-	t.Logf("admitted %d over %.3fs of Redis time, bound %.0f", total, run.seconds(), bound)
+	t.Logf("admitted %d over %.3fs of Redis time, bound %.0f (before %d in %.2fs, during %d in %.2fs, after %d in %.2fs; charged %d)", total, run.seconds(), bound, before.admitted, phases[0].seconds(), during.admitted, phases[1].seconds(), after.admitted, phases[2].seconds(), st.UnitsCharged)
 	atMost(t, "through the failover", float64(total), bound)
 	// The old primary is dead: a decision from Redis now came from the replica.
 	if after.sources[ratelease.SourceLocal]+after.sources[ratelease.SourceRemote] == 0 {
