@@ -38,20 +38,8 @@ type applied struct {
 // fair share (Next) its retry time and a denial of one unit; everything
 // else as it was).
 func TestApplyPutsInWhatItDid(t *testing.T) {
-	m := redistest.StartMini(t)
 	clk := clock.NewManual(time.Unix(1_700_000_000, 0))
-	d := door.New(door.Config{Store: remote.NewStore(m.Client(t), "t"), Clock: clk, Timeout: 5 * time.Second})
-	conf := Config{Min: 1, Max: 100, Refresh: time.Second, TTL: time.Second, LowWater: 0.25, MaxKeys: 100}
-	l, err := New(d, clk, conf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		l.Close()
-		ctx, cancel := d.Bound(context.Background())
-		defer cancel()
-		d.Close(ctx)
-	}()
+	l, conf := internalLeaser(t, clk, 5*time.Second)
 	p, err := remote.NewPolicy("p", []remote.Limit{{Algorithm: remote.TokenBucket, Rate: 100, Period: time.Second, Burst: 100}})
 	if err != nil {
 		t.Fatal(err)
@@ -59,6 +47,26 @@ func TestApplyPutsInWhatItDid(t *testing.T) {
 	for seed := range int64(20) {
 		applyRandomly(t, l, clk, conf, p, seed)
 	}
+}
+
+// internalLeaser returns a Leaser on a miniredis of its own, through a
+// door of the given timeout, and its Config; both closed at the test's end.
+func internalLeaser(t *testing.T, clk clock.Clock, timeout time.Duration) (*Leaser, Config) {
+	t.Helper()
+	m := redistest.StartMini(t)
+	d := door.New(door.Config{Store: remote.NewStore(m.Client(t), "t"), Clock: clk, Timeout: timeout})
+	conf := Config{Min: 1, Max: 100, Refresh: time.Second, TTL: time.Second, LowWater: 0.25, MaxKeys: 100}
+	l, err := New(d, clk, conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		l.Close()
+		ctx, cancel := d.Bound(context.Background())
+		defer cancel()
+		d.Close(ctx)
+	})
+	return l, conf
 }
 
 func applyRandomly(t *testing.T, l *Leaser, clk *clock.Manual, conf Config, p *remote.Policy, seed int64) {

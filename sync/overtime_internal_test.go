@@ -86,18 +86,7 @@ func TestBatcherLateToLookIsLateness(t *testing.T) {
 // makes it): while the lock is held, it is posted by a goroutine of its
 // own once the lock is free, and its lease lands and ends.
 func TestPrefetchDoesNotWaitForTheBatchersLock(t *testing.T) {
-	m := redistest.StartMini(t)
-	d := door.New(door.Config{Store: remote.NewStore(m.Client(t), "t"), Clock: clock.System{}, Timeout: time.Second})
-	l, err := New(d, clock.System{}, Config{Min: 1, Max: 100, Refresh: time.Second, TTL: time.Second, LowWater: 0.25, MaxKeys: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		l.Close()
-		ctx, cancel := d.Bound(context.Background())
-		defer cancel()
-		d.Close(ctx)
-	}()
+	l, _ := internalLeaser(t, clock.System{}, time.Second)
 	p, err := remote.NewPolicy("p", []remote.Limit{{Algorithm: remote.TokenBucket, Rate: 100, Period: time.Second, Burst: 100}})
 	if err != nil {
 		t.Fatal(err)

@@ -90,6 +90,18 @@ func TestLeaseAnsweredLateInThisProcess(t *testing.T) {
 		return e
 	}
 	bound := func() (context.Context, context.CancelFunc) { return d.Bound(context.Background()) }
+	// inFlight starts a lease of e with no deadline of its own, counted in
+	// wg, and returns once it is in flight.
+	inFlight := func(wg *stdsync.WaitGroup, e *leasesync.Entry) {
+		wg.Go(func() {
+			if _, _, err := l.Lease(context.Background(), e, 1); err != nil {
+				t.Error(err)
+			}
+		})
+		for e.Leasing() == nil {
+			time.Sleep(time.Millisecond)
+		}
+	}
 
 	// A lease queued behind another pipeline (the batcher sends one at a
 	// time) goes out later than its caller's deadline allows for: its
@@ -195,14 +207,7 @@ func TestLeaseAnsweredLateInThisProcess(t *testing.T) {
 		defer hook.on.Store(false)
 		var wg stdsync.WaitGroup
 		defer wg.Wait()
-		wg.Go(func() { // the lease in flight, with no deadline of its own
-			if _, _, err := l.Lease(context.Background(), e, 1); err != nil {
-				t.Error(err)
-			}
-		})
-		for e.Leasing() == nil {
-			time.Sleep(time.Millisecond)
-		}
+		inFlight(&wg, e)
 		ctx, cancel := bound()
 		defer cancel()
 		dd, taken, err := l.Lease(ctx, e, 1)
@@ -218,19 +223,12 @@ func TestLeaseAnsweredLateInThisProcess(t *testing.T) {
 	t.Run("late past the cap", func(t *testing.T) {
 		hook.late = 7 * timeout
 		defer func() { hook.late = 3 * timeout }()
-		for _, inFlight := range []bool{false, true} {
-			e := warmed(fmt.Sprint("past the cap ", inFlight))
+		for _, another := range []bool{false, true} {
+			e := warmed(fmt.Sprint("past the cap ", another))
 			hook.on.Store(true)
 			var wg stdsync.WaitGroup
-			if inFlight {
-				wg.Go(func() { // the lease in flight, with no deadline of its own
-					if _, _, err := l.Lease(context.Background(), e, 1); err != nil {
-						t.Error(err)
-					}
-				})
-				for e.Leasing() == nil {
-					time.Sleep(time.Millisecond)
-				}
+			if another {
+				inFlight(&wg, e)
 			}
 			ctx, cancel := bound()
 			dd, taken, err := l.Lease(ctx, e, 1)
@@ -238,7 +236,7 @@ func TestLeaseAnsweredLateInThisProcess(t *testing.T) {
 			wg.Wait()
 			hook.on.Store(false)
 			if err != nil || (dd.Granted < 1 && !taken) {
-				t.Fatalf("in flight %v: a lease answered %v late: granted %d taken %v, err %v; want its units", inFlight, hook.late, dd.Granted, taken, err)
+				t.Fatalf("in flight %v: a lease answered %v late: granted %d taken %v, err %v; want its units", another, hook.late, dd.Granted, taken, err)
 			}
 		}
 	})
