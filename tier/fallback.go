@@ -57,6 +57,11 @@ type fallback struct {
 	instances func(p *remote.Policy, key string) int64
 	mu        sync.Mutex
 	keys      *simplelru.LRU[fallbackKey, *fallbackEntry] // requires mu held
+	// latest is the latest time a limit was given (requires mu held). A
+	// caller's now, read before it took mu, may be older: x/time/rate takes
+	// an older time for its last and then counts the time since again, so
+	// concurrent callers would mint the same interval's tokens twice.
+	latest time.Time
 }
 
 type fallbackKey struct {
@@ -90,6 +95,7 @@ func (f *fallback) decide(p *remote.Policy, key string, n int64, now time.Time, 
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	now = f.monotone(now)
 	e := f.entryLocked(p, key)
 	// All limits or none: reserve on each, cancel all if one would wait.
 	var wait time.Duration
@@ -121,6 +127,16 @@ func (f *fallback) decide(p *remote.Policy, key string, n int64, now time.Time, 
 		}
 	}
 	return Decision{Allowed: true, Source: SourceFallback, Remaining: max(0, least)}, nil
+}
+
+// monotone returns now, or the latest time given to a limit when now is
+// before it. Requires mu held.
+func (f *fallback) monotone(now time.Time) time.Time {
+	if now.Before(f.latest) {
+		return f.latest
+	}
+	f.latest = now
+	return now
 }
 
 // entry returns key's entry, making it if needed.
