@@ -162,11 +162,11 @@ func (b *batcher) lease(ctx context.Context, c *call, n int64) (remote.Decision,
 func (b *batcher) post(c *call, try bool) error {
 	c.posted = true
 	c.abandoned.Store(true)
-	if try && !b.mu.TryLock() {
-		return errBusy
-	}
-	if !try {
+	switch {
+	case !try:
 		b.mu.Lock()
+	case !b.mu.TryLock():
+		return errBusy
 	}
 	if !b.enqueueLocked(c) {
 		return door.ErrClosed
@@ -352,9 +352,7 @@ func (b *batcher) flush() bool {
 	if at := b.queued.Swap(0); at != 0 {
 		// In a process that keeps up, the goroutine a channel send wakes
 		// runs at once.
-		if now := b.since(time.Now()); now-at >= int64(b.door.Timeout()/8) {
-			b.behind.Store(now)
-		}
+		b.lateSince(at, b.since(time.Now()))
 	}
 	b.mu.Unlock()
 	if len(calls) == 0 && len(backs) == 0 {
@@ -446,9 +444,7 @@ func (b *batcher) sendBatch(ctx context.Context, calls []*call, backs []remote.G
 			return
 		}
 		took = now.Sub(start)
-		if at := b.since(now); due != 0 && at-due >= int64(b.door.Timeout()/8) {
-			b.behind.Store(at)
-		}
+		b.lateSince(due, b.since(now))
 	})
 	if len(calls) > 0 && took > 0 {
 		b.measured(took)

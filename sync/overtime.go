@@ -41,8 +41,7 @@ func (b *batcher) answered(ctx context.Context, done <-chan struct{}, c *call) (
 	if !ok {
 		return false, false
 	}
-	timeout := b.door.Timeout()
-	grace := int64(timeout / 8)
+	grace := b.grace()
 	end := b.since(deadline)
 	wake := end // when this goroutine was due to run
 	var t *time.Timer
@@ -121,20 +120,30 @@ func (b *batcher) late(deadline time.Time) bool {
 // none holds: a timer's goroutine runs at once, and so do the reader of
 // a call that failed at its deadline and the goroutines woken to send.
 func (b *batcher) lateAt(wake, now int64) bool {
-	timeout := int64(b.door.Timeout())
+	timeout, grace := int64(b.door.Timeout()), b.grace()
 	if now-wake >= timeout/2 {
 		return true
 	}
-	if out := b.out.Load(); out != 0 && now-out >= timeout/8 {
-		return true
-	}
-	for _, at := range [...]int64{b.queued.Load(), b.spawned.Load()} {
-		if at != 0 && now-at >= timeout/8 {
+	for _, at := range [...]int64{b.out.Load(), b.queued.Load(), b.spawned.Load()} {
+		if at != 0 && now-at >= grace {
 			return true
 		}
 	}
 	at := b.behind.Load()
 	return at != 0 && now-at <= timeout
+}
+
+// grace is an eighth of the timeout (ns): how late a step that runs at
+// once in a process that keeps up may be before it shows the process
+// does not.
+func (b *batcher) grace() int64 { return int64(b.door.Timeout() / 8) }
+
+// lateSince marks this process behind at now (ns from base) when a step
+// due at at (0: none) ran a grace or more late.
+func (b *batcher) lateSince(at, now int64) {
+	if at != 0 && now-at >= b.grace() {
+		b.behind.Store(now)
+	}
 }
 
 // lateFor is lateAt, or c, the lease waited for, not handed to the
@@ -143,10 +152,10 @@ func (b *batcher) lateAt(wake, now int64) bool {
 // asked), or ended that long ago with its requester not yet back to put
 // its answer in (call.ended). (c nil: not known.)
 func (b *batcher) lateFor(c *call, wake, now int64) bool {
-	if b.lateAt(wake, now) || c == nil {
-		return b.lateAt(wake, now)
+	if late := b.lateAt(wake, now); late || c == nil {
+		return late
 	}
-	grace := int64(b.door.Timeout() / 8)
+	grace := b.grace()
 	if at := c.ended.Load(); at != 0 && now-at >= grace {
 		return true
 	}
@@ -176,9 +185,7 @@ func (b *batcher) spawning() int64 {
 // more for a CPU.
 func (b *batcher) running(at int64) {
 	if at != 0 && b.spawned.CompareAndSwap(at, 0) {
-		if now := b.since(time.Now()); now-at >= int64(b.door.Timeout()/8) {
-			b.behind.Store(now)
-		}
+		b.lateSince(at, b.since(time.Now()))
 	}
 }
 
