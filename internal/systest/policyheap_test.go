@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ratelease/ratelease"
@@ -38,6 +39,7 @@ func TestPoliciesMadeAtRunTimeDoNotLeak(t *testing.T) {
 			}
 			defer l.Close()
 			ctx := context.Background()
+			var busy atomic.Int64
 			// decide makes policies from to to, one decision each, on
 			// goroutines of their own (a service's requests come side by
 			// side; one after the other, the run took 19s under -race).
@@ -52,7 +54,15 @@ func TestPoliciesMadeAtRunTimeDoNotLeak(t *testing.T) {
 								t.Error(err)
 								return
 							}
-							if res, err := l.Allow(ctx, p, "k"); err != nil || !res.Allowed {
+							// Each policy's first decision is admitted, but
+							// for a call that timed out on a Redis answering
+							// others (SourceBusy: the -race run of a loaded
+							// machine): the heap, not the verdicts, is what
+							// this test measures.
+							res, err := l.Allow(ctx, p, "k")
+							if res.Source == ratelease.SourceBusy && err == nil {
+								busy.Add(1)
+							} else if err != nil || !res.Allowed {
 								t.Errorf("policy %d: %+v, %v", i, res, err)
 								return
 							}
@@ -79,7 +89,7 @@ func TestPoliciesMadeAtRunTimeDoNotLeak(t *testing.T) {
 			if d := s.DroppedPolicies.Allowed; d < uint64(c.n)/2 {
 				t.Errorf("%d policies' decisions dropped, %d policies held", d, len(s.Policies))
 			}
-			t.Logf("%d policies held; decisions of dropped ones: %d", len(s.Policies), s.DroppedPolicies.Allowed)
+			t.Logf("%d policies held; decisions of dropped ones: %d; denied busy: %d", len(s.Policies), s.DroppedPolicies.Allowed, busy.Load())
 		})
 	}
 }
