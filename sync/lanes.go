@@ -51,10 +51,8 @@ func (b *batcher) startLane(ln *lane) bool {
 	ln.busy = true
 	ln.mu.Unlock()
 	b.wg.Add(1) // the batcher's own count is held: no race with close's Wait
-	at := b.spawning()
-	go func() {
+	b.spawn(func() {
 		defer b.wg.Done()
-		b.running(at)
 		for {
 			ln.mu.Lock()
 			calls, backs := ln.take()
@@ -66,6 +64,6 @@ func (b *batcher) startLane(ln *lane) bool {
 			ln.mu.Unlock()
 			b.send(calls, backs)
 		}
-	}()
+	})
 	return true
 }

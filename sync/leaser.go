@@ -421,11 +421,7 @@ func (l *Leaser) prefetch(e *Entry, wait bool) {
 	switch err := l.batcher.post(c, !wait); {
 	case errors.Is(err, errBusy):
 		// The batcher's lock is held: a hit never waits for it.
-		at := l.batcher.spawning()
-		go func() {
-			l.batcher.running(at)
-			l.postLater(e, st, c)
-		}()
+		l.batcher.spawn(func() { l.postLater(e, st, c) })
 	case err != nil:
 		l.end(e, st, err)
 		l.leasing.Add(-1)

@@ -170,9 +170,20 @@ func (b *batcher) waiting() {
 	}
 }
 
-// spawning notes that a goroutine is started to send (a Cluster lane's,
-// a prefetch's that found the lock held), which owes a look as the
-// batcher does (queued): one at a time. It returns its mark, for running.
+// spawn runs f on a goroutine started to send (a Cluster lane's, a
+// prefetch's that found the lock held), followed as spawning and running
+// say.
+func (b *batcher) spawn(f func()) {
+	at := b.spawning()
+	go func() {
+		b.running(at)
+		f()
+	}()
+}
+
+// spawning notes that a goroutine is started to send, which owes a look
+// as the batcher does (queued): one at a time. It returns its mark, for
+// running.
 func (b *batcher) spawning() int64 {
 	if at := b.since(time.Now()); b.spawned.CompareAndSwap(0, at) {
 		return at
