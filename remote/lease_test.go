@@ -132,7 +132,11 @@ func TestNoCapWithoutScarcity(t *testing.T) {
 // bucket, and its part of the room no member's bucket holds (the spare)
 // besides, by fair rate: left in the key's bucket the spare would overflow
 // the capacity while the members wait for their batches, and taken whole
-// by whoever asks first it would go by who is quickest. Short of room, it
+// by whoever asks first it would go by who is quickest. What the key's
+// bucket holds past half its capacity is the first asker's, up to the
+// spare: it is what the members' batches leave when every one is due at
+// once, and left there (the others quiet, or late) it would overflow
+// rather than be taken. Short of room, it
 // is not back before its share or the room beyond the others' buckets has
 // made a batch, whichever comes first: the denial says when.
 func TestFairShareWaitsForABatch(t *testing.T) {
@@ -154,13 +158,15 @@ func TestFairShareWaitsForABatch(t *testing.T) {
 	}
 	// 99 left after a's unit, of which a's bucket keeps 5: the room
 	// beyond it is 94, b's bucket 5 of it, the spare 89. b takes two
-	// batches and half the spare (a's share is as much as b's): 10 + 44;
-	// then, its bucket empty, two batches and half of the spare's 40 left;
-	// then the last 10. a's bucket is full, so the room beyond it grows at
+	// batches and what the key's bucket holds past its half (49, more
+	// than half the spare: a's share is as much as b's): 10 + 49; then,
+	// its bucket empty, two batches and half of the spare's 35 left (the
+	// key's bucket is under its half); then the last 8. a's bucket is
+	// full, so the room beyond it grows at
 	// the limit's 1000/s and makes b's batch in 5ms (b's own share, at
 	// 500/s, in 10ms).
-	if fmt.Sprint(grants) != "[54 30 10]" || d.RetryAfter != 5*ms {
-		t.Fatalf("grants %v, then %+v; want two batches and half the spare a time until the room beyond a's bucket (94) is spent, then a wait until the room beyond a's bucket makes a batch (5 more units at 1000/s)", grants, d)
+	if fmt.Sprint(grants) != "[59 27 8]" || d.RetryAfter != 5*ms {
+		t.Fatalf("grants %v, then %+v; want two batches and what is past the key's half, then half the spare, until the room beyond a's bucket (94) is spent, then a wait until the room beyond a's bucket makes a batch (5 more units at 1000/s)", grants, d)
 	}
 	f.Advance(5 * ms)
 	// Room 5 + 5, less a's 5: b's batch.

@@ -45,5 +45,11 @@ func TestFallbackHoldsWhenCallersComeWithOlderTimes(t *testing.T) {
 			t.Fatalf("round %d: rate %d/s burst %d, times late by up to %v: admitted %d over %v, bound %.0f",
 				round, rate, burst, maxLag, admitted, now.Sub(start), bound)
 		}
+		// What AllowAtMost reads (avail) is read at the latest time too: a
+		// caller with an older time is told what the limits hold now.
+		later := f.avail(p, "k", now.Add(20*time.Millisecond))
+		if got := f.avail(p, "k", now); later < burst && got != later {
+			t.Fatalf("round %d: rate %d/s: %d units at a time 20ms older than one that read %d", round, rate, got, later)
+		}
 	}
 }

@@ -136,6 +136,7 @@ func (f *fallback) avail(p *remote.Policy, key string, now time.Time) int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	least := int64(math.MaxInt64)
+	now = f.monotone(now) // (as decide gives its limits: see monotone)
 	for _, l := range f.entryLocked(p, key).limits {
 		least = min(least, int64(l.TokensAt(now)))
 	}

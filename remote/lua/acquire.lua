@@ -99,6 +99,7 @@ local tokens -- this member's bucket, while the demand exceeds the rate
 local spare = 0 -- room no member's bucket claims
 local room, room_rate = 0, 0 -- room beyond the others' buckets, and its growth (units/s)
 local spare_part = 0 -- this member's part of the spare: its fair rate's of those not lapsed
+local over = 0 -- what the key's bucket holds past half its capacity (PART)
 local paced, pace_len, ahead -- a paced window's room made so far, its pace's length (us), and how far its grants ran ahead
 local debt = false -- a grant is charged to the bucket in full, into debt
 local M -- the key's members (members.lua), when the call names one
@@ -157,6 +158,7 @@ if mkey then
     room_rate = max(f, R - growth)
     spare = max(0, room - max(0, tokens))
     spare_part = f / (f + live)
+    over = avail - part * C
     -- The shares hold only while the room is short of what the members
     -- want over a horizon (from a window shared by parts, over what is
     -- left of it); else a grant beyond the bucket is a debt.
@@ -248,11 +250,14 @@ if refill > 0 and not (windowed and released) and reserve ~= 2 then
   -- buckets did not lapse: left in the key's bucket, the spare would
   -- overflow it while the members wait for their batches (a window's
   -- room does not overflow: it ends), and taken whole by whoever asks
-  -- first, it would go by who is quickest. (A released window's rest is
-  -- anybody's, whole; a region's refill takes its share's bucket and the
-  -- spare room.)
+  -- first, it would go by who is quickest. But what the key's bucket
+  -- holds past its half is anybody's, as far as the spare holds it: the
+  -- batches all due at once leave it half full, so past its half the
+  -- members are quiet or late, and it would overflow waiting for them.
+  -- (A released window's rest is anybody's, whole; a region's refill
+  -- takes its share's bucket and the spare room.)
   local beyond = 0
-  if valid < 0 then beyond = floor(spare * spare_part) end
+  if valid < 0 then beyond = floor(max(spare * spare_part, min(spare, over))) end
   grant = min(grant, max(2 * need, floor(tokens)) + beyond)
 end
 if member ~= '' and minimum > 1 and grant - grant % minimum >= need then
