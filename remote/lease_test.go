@@ -134,9 +134,9 @@ func TestNoCapWithoutScarcity(t *testing.T) {
 // the capacity while the members wait for their batches, and taken whole
 // by whoever asks first it would go by who is quickest. What the key's
 // bucket holds past half its capacity is the first asker's, up to the
-// spare: it is what the members' batches leave when every one is due at
-// once, and left there (the others quiet, or late) it would overflow
-// rather than be taken. Short of room, it
+// spare: members asking on time keep the bucket under its half (a batch
+// is at most a member's part of it), and left there (the others quiet, or
+// late) it would overflow rather than be taken. Short of room, it
 // is not back before its share or the room beyond the others' buckets has
 // made a batch, whichever comes first: the denial says when.
 func TestFairShareWaitsForABatch(t *testing.T) {

@@ -251,9 +251,10 @@ if refill > 0 and not (windowed and released) and reserve ~= 2 then
   -- overflow it while the members wait for their batches (a window's
   -- room does not overflow: it ends), and taken whole by whoever asks
   -- first, it would go by who is quickest. But what the key's bucket
-  -- holds past its half is anybody's, as far as the spare holds it: the
-  -- batches all due at once leave it half full, so past its half the
-  -- members are quiet or late, and it would overflow waiting for them.
+  -- holds past its half is anybody's, as far as the spare holds it: a
+  -- batch is at most a member's part of half the capacity (PART), so
+  -- members asking on time keep the bucket under its half; past it they
+  -- are quiet or late, and it would overflow waiting for them.
   -- (A released window's rest is anybody's, whole; a region's refill
   -- takes its share's bucket and the spare room.)
   local beyond = 0
