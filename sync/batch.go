@@ -109,7 +109,7 @@ type batcher struct {
 	// or more late. queued: when something was queued for a batcher not
 	// sending (under mu: it took something at its last look), until it
 	// looks; 0: none.
-	// spawned is queued's for a goroutine started to send (spawning).
+	// spawned is queued's for a goroutine started to send (spawn).
 	out, behind, queued, spawned atomic.Int64
 	sending                      bool
 	base                         time.Time

@@ -417,21 +417,18 @@ func (l *Leaser) prefetch(e *Entry, wait bool) {
 	// The batcher applies the grant and ends the lease (ended). A failed
 	// prefetch changes nothing: the next miss leases itself. (Not tagged:
 	// Entry.Tag waits for the entry's lock, and a hit never does.)
-	c := l.plan(e, st, 0, l.Now())
-	switch err := l.batcher.post(c, !wait); {
-	case errors.Is(err, errBusy):
-		// The batcher's lock is held: a hit never waits for it.
-		l.batcher.spawn(func() { l.postLater(e, st, c) })
-	case err != nil:
-		l.end(e, st, err)
-		l.leasing.Add(-1)
-	}
+	l.post(e, st, l.plan(e, st, 0, l.Now()), !wait)
 }
 
-// postLater posts the prefetch c of e's lease st, waiting for the
-// batcher's lock, or ends the lease if Close has begun.
-func (l *Leaser) postLater(e *Entry, st local.Lease, c *call) {
-	if err := l.batcher.post(c, false); err != nil {
+// post posts the prefetch c of e's lease st to the batcher, without
+// waiting for its lock (try) or waiting, or ends the lease if it cannot
+// go (Close has begun). A hit never waits for the lock: when it is held,
+// a goroutine of its own waits.
+func (l *Leaser) post(e *Entry, st local.Lease, c *call, try bool) {
+	switch err := l.batcher.post(c, try); {
+	case errors.Is(err, errBusy):
+		l.batcher.spawn(func() { l.post(e, st, c, false) })
+	case err != nil:
 		l.end(e, st, err)
 		l.leasing.Add(-1)
 	}

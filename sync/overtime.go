@@ -171,33 +171,21 @@ func (b *batcher) waiting() {
 }
 
 // spawn runs f on a goroutine started to send (a Cluster lane's, a
-// prefetch's that found the lock held), followed as spawning and running
-// say.
-func (b *batcher) spawn(f func()) {
-	at := b.spawning()
-	go func() {
-		b.running(at)
-		f()
-	}()
-}
-
-// spawning notes that a goroutine is started to send, which owes a look
-// as the batcher does (queued): one at a time. It returns its mark, for
-// running.
-func (b *batcher) spawning() int64 {
-	if at := b.since(time.Now()); b.spawned.CompareAndSwap(0, at) {
-		return at
-	}
-	return 0
-}
-
-// running is told by a goroutine that spawning marked at at, as it runs:
+// prefetch's that found the lock held). Such a goroutine owes a look as
+// the batcher does (queued), followed one at a time (spawned): as it runs,
 // it marks this process behind if it waited an eighth of the timeout or
 // more for a CPU.
-func (b *batcher) running(at int64) {
-	if at != 0 && b.spawned.CompareAndSwap(at, 0) {
-		b.lateSince(at, b.since(time.Now()))
+func (b *batcher) spawn(f func()) {
+	at := b.since(time.Now())
+	if !b.spawned.CompareAndSwap(0, at) {
+		at = 0
 	}
+	go func() {
+		if at != 0 && b.spawned.CompareAndSwap(at, 0) {
+			b.lateSince(at, b.since(time.Now()))
+		}
+		f()
+	}()
 }
 
 // since returns t in ns from the batcher's base, on the monotonic clock,
