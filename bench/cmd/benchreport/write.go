@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -123,17 +125,22 @@ func write(w io.Writer, e env, peers []bench.Peer, dec, byAlg map[decisionKey]de
 		len(cfg.Shares), cfg.Demand, shares(cfg.Shares), bench.GoroutinesPerInstance, cfg.Duration, len(cfg.Shares), len(cfg.Shares), accuracyRuns)
 	for _, wl := range workloads() {
 		p("### %s\n\n", wl.name)
-		p("| peer | accuracy | round trips/decision | admitted per instance (median run) |\n|---|---|---|---|\n")
+		p("| peer | accuracy | round trips/decision | ceiling at its calls | admitted per instance (median run) |\n|---|---|---|---|---|\n")
 		for _, r := range acc {
 			if r.workload != wl.name {
 				continue
 			}
 			m := medianRun(r.runs)
-			p("| %s | %s | %s | %v |\n", e.peer(r.impl), spread(accuracies(r.runs)), roundTrips(median(rtPerDecision(r.runs))), m.Admitted)
+			ceiling := "—"
+			if r.impl == lease {
+				ceiling = fmt.Sprintf("%.3f", median(floatCeilings(wl.cfg, r.runs)))
+			}
+			p("| %s | %s | %s | %s | %v |\n", e.peer(r.impl), spread(accuracies(r.runs)), roundTrips(median(rtPerDecision(r.runs))), ceiling, m.Admitted)
 		}
 		p("\n")
 	}
-	p("Demand per instance, per second: %s.\n", demands(cfg))
+	p("Demand per instance, per second: %s.\n\n", demands(cfg))
+	p("*ceiling at its calls*: the most of the bound a lease scheme can admit on this run with as many calls a second (K, the run's round trips over T), since at a binding limit what is lent out and not yet admitted (the float, which the run's end leaves unused) is at least (Σ √f_i)² / K, f_i each instance's max-min fair share of the rate ([leasing.md](leasing.md), \"The fair share\"): 1 − (Σ √f_i)² / (K · (Burst + Rate·T)), the median of the runs'. Exact mode holds no float.\n")
 	writeEveryday(p, e, reg.everyday, accuracyRuns)
 	writeFleet(p, e, reg.fleet, accuracyRuns)
 	writeCeiling(p, e, reg.ceiling, accuracyRuns)
@@ -367,6 +374,46 @@ func shares(s []float64) string {
 		parts[i] = fmt.Sprintf("%.0f", v*100)
 	}
 	return strings.Join(parts, " / ") + " %"
+}
+
+// floatCeilings is, for each run, the most of the bound a lease scheme
+// could admit with the run's calls a second: 1 − (Σ √f_i)² / (K·Bound),
+// f_i the instances' max-min fair shares of the rate (docs/leasing.md).
+// A run without calls has none (0).
+func floatCeilings(cfg bench.AccuracyConfig, runs []bench.AccuracyResult) []float64 {
+	want := make([]float64, len(cfg.Shares))
+	for i, v := range cfg.Shares {
+		want[i] = float64(cfg.Rate) * cfg.Demand * v
+	}
+	var root float64
+	for _, f := range fairShares(want, float64(cfg.Rate)) {
+		root += math.Sqrt(f)
+	}
+	a := make([]float64, len(runs))
+	for i, r := range runs {
+		if r.RoundTrips > 0 && r.Seconds > 0 && r.Bound > 0 {
+			a[i] = 1 - root*root/(float64(r.RoundTrips)/r.Seconds*r.Bound)
+		}
+	}
+	return a
+}
+
+// fairShares is the max-min fair share of rate for each demand: the
+// smallest met in full, the rest sharing what is left equally.
+func fairShares(demand []float64, rate float64) []float64 {
+	order := make([]int, len(demand))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(demand[a], demand[b]) })
+	fair := make([]float64, len(demand))
+	left := rate
+	for k, i := range order {
+		level := left / float64(len(order)-k)
+		fair[i] = min(demand[i], level)
+		left -= fair[i]
+	}
+	return fair
 }
 
 func demands(cfg bench.AccuracyConfig) string {
