@@ -125,7 +125,7 @@ func write(w io.Writer, e env, peers []bench.Peer, dec, byAlg map[decisionKey]de
 		len(cfg.Shares), cfg.Demand, shares(cfg.Shares), bench.GoroutinesPerInstance, cfg.Duration, len(cfg.Shares), len(cfg.Shares), accuracyRuns)
 	for _, wl := range workloads() {
 		p("### %s\n\n", wl.name)
-		p("| peer | accuracy | round trips/decision | ceiling at its calls | admitted per instance (median run) |\n|---|---|---|---|---|\n")
+		p("| peer | accuracy | round trips/decision | least float, at its calls | admitted per instance (median run) |\n|---|---|---|---|---|\n")
 		for _, r := range acc {
 			if r.workload != wl.name {
 				continue
@@ -140,7 +140,7 @@ func write(w io.Writer, e env, peers []bench.Peer, dec, byAlg map[decisionKey]de
 		p("\n")
 	}
 	p("Demand per instance, per second: %s.\n\n", demands(cfg))
-	p("*ceiling at its calls*: the most of the bound a lease scheme can admit on this run with as many calls a second (K, the run's round trips over T), since at a binding limit what is lent out and not yet admitted (the float, which the run's end leaves unused) is at least (Σ √f_i)² / K, f_i each instance's max-min fair share of the rate ([leasing.md](leasing.md), \"The fair share\"): 1 − (Σ √f_i)² / (K · (Burst + Rate·T)), the median of the runs'. Exact mode holds no float.\n")
+	p("*least float, at its calls*: what a lease scheme that makes as many calls a second (K, the run's round trips over T) admits of the bound when what it has lent out and not yet admitted (its float, which a run's end leaves unused) is the least those calls allow at a binding limit, (Σ √f_i) ² / K, f_i each instance's max-min fair share of the rate ([leasing.md](leasing.md), \"The fair share\"): 1 − (Σ √f_i)² / (K · (Burst + Rate·T)), the median of the runs'. A run can pass it a little: its calls include each instance's first ones, made before the limit binds, and a run ends at one moment of a float that varies. Exact mode holds no float.\n")
 	writeEveryday(p, e, reg.everyday, accuracyRuns)
 	writeFleet(p, e, reg.fleet, accuracyRuns)
 	writeCeiling(p, e, reg.ceiling, accuracyRuns)
@@ -376,9 +376,10 @@ func shares(s []float64) string {
 	return strings.Join(parts, " / ") + " %"
 }
 
-// floatCeilings is, for each run, the most of the bound a lease scheme
-// could admit with the run's calls a second: 1 − (Σ √f_i)² / (K·Bound),
-// f_i the instances' max-min fair shares of the rate (docs/leasing.md).
+// floatCeilings is, for each run, what a lease scheme admits of the bound
+// with the run's calls a second at the least float they allow:
+// 1 − (Σ √f_i)² / (K·Bound), f_i the instances' max-min fair shares of
+// the rate (docs/leasing.md).
 // A run without calls has none (0).
 func floatCeilings(cfg bench.AccuracyConfig, runs []bench.AccuracyResult) []float64 {
 	want := make([]float64, len(cfg.Shares))
