@@ -3,6 +3,7 @@ package ratelease_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -136,5 +137,128 @@ func TestSettleTokenBucketAfterItRefilled(t *testing.T) {
 		if want := map[string]int{"Settle": 0, "Refund": 4}[settle]; err != nil || res.Remaining != want {
 			t.Fatalf("after %s: %+v, %v; want %d left", settle, res, err, want)
 		}
+	}
+}
+
+// Settled long after, in a later window (the next one or the one after,
+// and in its last hour too, where a calendar window's call names the
+// window after it), an admission gives that window nothing: its units
+// were another window's. Calendar days, weeks and months in zones with
+// DST, a 45-minute offset and a skipped day, from random moments, in both
+// modes; Refund, which names no admission, still gives them to the window
+// it is called in.
+func TestSettleLongAfterGivesNothingToALaterWindow(t *testing.T) {
+	zones := []string{"UTC", "America/New_York", "Asia/Kathmandu", "Pacific/Apia", "Australia/Lord_Howe"}
+	rng := rand.New(rand.NewPCG(7, 41))
+	for _, m := range settleModes {
+		for _, zone := range zones {
+			loc, err := time.LoadLocation(zone)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kinds := []struct {
+				name  string
+				limit ratelease.Limit
+				next  func(time.Time) time.Time // the start of the window after u's
+			}{
+				{"day", ratelease.PerCalendarDay(10, loc), func(u time.Time) time.Time {
+					y, mo, d := u.Date()
+					return time.Date(y, mo, d+1, 0, 0, 0, 0, loc)
+				}},
+				{"week", ratelease.PerCalendarWeek(10, loc, time.Monday), func(u time.Time) time.Time {
+					y, mo, d := u.Date()
+					return time.Date(y, mo, d+(8-int(u.Weekday()))%7+map[bool]int{true: 7}[u.Weekday() == time.Monday], 0, 0, 0, 0, loc)
+				}},
+				{"month", ratelease.PerCalendarMonth(10, loc), func(u time.Time) time.Time {
+					y, mo, _ := u.Date()
+					return time.Date(y, mo+1, 1, 0, 0, 0, 0, loc)
+				}},
+			}
+			for _, k := range kinds {
+				t.Run(m.name+"/"+zone+"/"+k.name, func(t *testing.T) {
+					start := time.Date(2011, 12, 25, 0, 0, 0, 0, time.UTC).Add(time.Duration(rng.Int64N(int64(30 * 24 * time.Hour))))
+					e := newEnvAt(t, start, m.opts...)
+					ctx := context.Background()
+					p := policy(t, "q", k.limit)
+					est, err := e.l.AllowN(ctx, p, "k", 4)
+					if err != nil || !est.Allowed {
+						t.Fatalf("the estimate at %v: %+v, %v", start.In(loc), est, err)
+					}
+					// Into a later window: the next or the one after, its
+					// last hour half the time.
+					w := k.next(start.In(loc))
+					if rng.IntN(2) == 0 {
+						w = k.next(w)
+					}
+					end := k.next(w)
+					u := w.Add(time.Duration(rng.Int64N(int64(end.Sub(w) - time.Minute))))
+					if rng.IntN(2) == 0 {
+						u = end.Add(-time.Duration(1 + rng.Int64N(int64(time.Hour))))
+					}
+					e.at(t, u)
+					for {
+						res, err := e.l.AllowN(ctx, p, "k", 1)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if !res.Allowed {
+							break
+						}
+					}
+					if _, err := e.l.Settle(ctx, p, "k", est, 0); err != nil {
+						t.Fatal(err)
+					}
+					if res, err := e.l.Allow(ctx, p, "k"); err != nil || res.Allowed {
+						t.Fatalf("admitted at %v, settled at %v (window %v to %v): the later window got its units back: %+v, %v",
+							start.In(loc), u.In(loc), w, end, res, err)
+					}
+					if err := e.l.Refund(ctx, p, "k", 1); err != nil {
+						t.Fatal(err)
+					}
+					if res, err := e.l.Allow(ctx, p, "k"); err != nil || !res.Allowed {
+						t.Fatalf("after a Refund at %v: %+v, %v", u.In(loc), res, err)
+					}
+				})
+			}
+		}
+	}
+}
+
+// An AllowAtMost that takes units held from a window's lease and asks
+// Redis for the rest, which Redis places in the next window, is dated
+// by its local units: settled unused, it gives the next window nothing
+// of the units the earlier one admitted (at most the ones the next
+// window admitted, here none).
+func TestSettleAllowAtMostAcrossAWindowsEnd(t *testing.T) {
+	ctx := context.Background()
+	start := time.Date(2026, 6, 1, 23, 59, 0, 0, time.UTC)
+	e := newEnvAt(t, start, ratelease.WithLease(ratelease.LeaseConfig{Min: 8, Max: 8, TTL: 2 * time.Minute, LowWater: 0.01}))
+	p := policy(t, "q", ratelease.PerCalendarDay(10, nil))
+	if r, err := e.l.Allow(ctx, p, "k"); err != nil || !r.Allowed { // leases 8 of day 1: 7 held
+		t.Fatal(r, err)
+	}
+	e.mr.Advance(90 * time.Second)           // Redis: 00:00:30 of day 2
+	e.clock.Set(start.Add(59 * time.Second)) // the host: 23:59:59 of day 1
+	res, err := e.l.AllowAtMost(ctx, p, "k", 10)
+	if err != nil || !res.Allowed || res.Granted != 10 {
+		t.Fatal(res, err)
+	}
+	e.clock.Set(e.mr.Now())
+	used := 3 // day 2's units of res
+	for i := 0; i < 20; i++ {
+		if r, _ := e.l.Allow(ctx, p, "k"); r.Allowed {
+			used++
+		}
+	}
+	if _, err := e.l.Settle(ctx, p, "k", res, 0); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		if r, _ := e.l.Allow(ctx, p, "k"); r.Allowed {
+			used++
+		}
+	}
+	if used > 10 {
+		t.Fatalf("day 2 admitted %d units of work; want at most its 10", used)
 	}
 }

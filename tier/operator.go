@@ -34,7 +34,10 @@ func (e *Engine) held(p *remote.Policy, key string) (*leasesync.Entry, bool) {
 // held locally are taken first, and Redis is asked for the rest (one
 // call, not a lease): if it denies them or cannot answer, the local units
 // are the grant. With none held, a denial cached locally stands, and a
-// Redis failure is decided by the failure mode, as Allow's.
+// Redis failure is decided by the failure mode, as Allow's. A grant with
+// local units in it is dated (At) when they were taken: Redis may place
+// its call in a later window than theirs, and a refund of the grant
+// (Settle) must not give their units back to that window.
 func (e *Engine) AllowAtMost(ctx context.Context, p *remote.Policy, key string, n int64) (Decision, error) {
 	if e.closed.Load() {
 		return Decision{}, door.ErrClosed
@@ -43,20 +46,21 @@ func (e *Engine) AllowAtMost(ctx context.Context, p *remote.Policy, key string, 
 		return Decision{}, err
 	}
 	n = min(n, p.Capacity())
-	var got int64
+	var got, takenAt int64
 	ent, found := e.held(p, key)
 	if found {
 		now := e.leaser.Now()
 		got = ent.TakeUpTo(n, now)
 		if got > 0 {
+			takenAt = e.RedisTime()
 			e.afterTake(ent, ent.Units())
 		}
 		if got == n {
-			return e.heldDecision(p, ent, got, now), nil
+			return e.heldDecision(p, ent, got, now, takenAt), nil
 		}
 		if denied, _ := ent.Denied(now, 1); denied { // Redis has not one unit
 			if got > 0 {
-				return e.heldDecision(p, ent, got, now), nil
+				return e.heldDecision(p, ent, got, now, takenAt), nil
 			}
 			if d, done := e.fromLocal(p, ent, 1, now); done {
 				if d.Allowed { // a lease came in meanwhile
@@ -72,7 +76,7 @@ func (e *Engine) AllowAtMost(ctx context.Context, p *remote.Policy, key string, 
 		// The local units are admitted already: they are the grant, with
 		// what a lease in flight took from Redis meanwhile.
 		got += e.afterInFlight(ctx, ent, n-got)
-		return e.heldDecision(p, ent, got, e.leaser.Now()), nil
+		return e.heldDecision(p, ent, got, e.leaser.Now(), takenAt), nil
 	case err != nil:
 		return Decision{}, err
 	case cause != nil:
@@ -83,6 +87,9 @@ func (e *Engine) AllowAtMost(ctx context.Context, p *remote.Policy, key string, 
 		got += e.afterInFlight(ctx, ent, n-got-d.Granted)
 	}
 	dec.Granted = got + d.Granted
+	if got > 0 {
+		dec.At = takenAt
+	}
 	if found { // what this instance holds is charged in Redis, not used
 		held := ent.Units()
 		dec.Remaining += held
@@ -107,11 +114,11 @@ func (e *Engine) afterInFlight(ctx context.Context, ent *leasesync.Entry, n int6
 }
 
 // heldDecision is the Decision of got units taken from ent's allowance at
-// now: a hit.
-func (e *Engine) heldDecision(p *remote.Policy, ent *leasesync.Entry, got, now int64) Decision {
+// now (at: Redis's time then, for the grant's receipt): a hit.
+func (e *Engine) heldDecision(p *remote.Policy, ent *leasesync.Entry, got, now, at int64) Decision {
 	ent.CountHit()
 	d := e.localDecision(p, ent, now)
-	d.Granted = got
+	d.Granted, d.At = got, at
 	return d
 }
 

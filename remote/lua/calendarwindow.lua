@@ -16,8 +16,11 @@
 -- Between a window and 3 days ahead is not caught. The key is a hash
 --   e  the end of the window the count belongs to
 --   c  units granted in that window
--- and expires at that end. State: a = e, b = c (a stored count of an
--- older window reads as zero).
+--   f  the Redis time (us) of the count's first grant: no grant of the
+--      window is older, so a refund of one that is (Settle's, hours
+--      later) is of an earlier window, whose start is not passed
+-- and expires at that end. State: a = e, b = c, c = f (a stored count of
+-- an older window reads as zero, first granted now).
 local CW_SLACK = (3 * 86400 + 3600) * 1000000
 
 -- The start and end of the window Redis's time is in.
@@ -30,13 +33,13 @@ end
 
 local function cw_load(key, _, e1, e2)
   local _, e = cw_window(e1, e2)
-  local v = call('HMGET', key, 'e', 'c')
-  if tonumber(v[1]) == e then return e, tonumber(v[2]) or 0 end
-  return e, 0
+  local v = call('HMGET', key, 'e', 'c', 'f')
+  if tonumber(v[1]) == e then return e, tonumber(v[2]) or 0, tonumber(v[3]) or 0 end
+  return e, 0, NOW
 end
 
-local function cw_save(key, e, c)
-  call('HSET', key, 'e', int(e), 'c', int(c))
+local function cw_save(key, e, c, f)
+  call('HSET', key, 'e', int(e), 'c', int(c), 'f', int(f))
   expire_in(key, e - NOW)
 end
 
@@ -48,9 +51,9 @@ ALG[5] = {
   -- Nothing is freed before the window ends.
   retry = function(_, e) return e - NOW end,
 
-  commit = function(key, e, c, _, _, _, _, g)
-    cw_save(key, e, c + g)
-    return e, c + g, 0, 0
+  commit = function(key, e, c, f, _, _, _, g)
+    cw_save(key, e, c + g, f)
+    return e, c + g, f, 0
   end,
 
   reset = function(e, c)
@@ -72,14 +75,11 @@ ALG[5] = {
   end,
 
   -- Units granted in the current window go back; a window that has ended
-  -- is gone. (In the last hour of a window, before e1, a grant made before
-  -- the window began is taken for one of it: its start is not passed.
-  -- Refunds follow their grants within a call's timeout: none is that old.)
+  -- is gone: a grant older than the count's first (f) was not of it,
+  -- however long ago (Settle's may come days later).
   refund = function(key, rate, e1, e2, g, at)
-    local e, c = cw_load(key, rate, e1, e2)
-    local ea = e1
-    if at >= e1 then ea = e2 end
-    if ea == e and c > 0 then cw_save(key, e, max(0, c - g)) end
+    local e, c, f = cw_load(key, rate, e1, e2)
+    if c > 0 and at >= f then cw_save(key, e, max(0, c - g), f) end
   end,
 
   -- Forgiven when the window ends.
