@@ -433,3 +433,80 @@ func newExactOn(t *testing.T, mr *redistest.Mini) *ratelease.Limiter {
 	t.Cleanup(func() { _ = l.Close() })
 	return l
 }
+
+// A lease that Redis denied before Reset, Refund or Unblock, whose answer
+// is put in only after (its goroutine held between the reply and putting
+// it in, as a busy process holds it), records no denial or block: Redis's
+// state changed since. The next Allow asks Redis, which admits. Each
+// operation, with a policy whose denial would be cached for minutes.
+func TestOperatorsDropTheDenialOfALeaseInFlight(t *testing.T) {
+	for _, op := range []string{"Reset", "Refund", "Unblock"} {
+		t.Run(op, func(t *testing.T) {
+			mr := redistest.StartMini(t)
+			c := mr.Client(t)
+			var arm atomic.Bool
+			entered := make(chan struct{}, 1)
+			release := make(chan struct{})
+			hook := func(ctx context.Context, call ratelease.RedisCall) (context.Context, func(ratelease.RedisOutcome)) {
+				if call.Op != "lease" || !arm.Load() {
+					return ctx, nil
+				}
+				return ctx, func(ratelease.RedisOutcome) {
+					if arm.CompareAndSwap(true, false) {
+						entered <- struct{}{}
+						<-release // Redis answered; the answer is not put in yet
+					}
+				}
+			}
+			l, err := ratelease.New(c, ratelease.WithLease(ratelease.LeaseConfig{Min: 5, Max: 5, TTL: time.Hour}),
+				ratelease.WithRedisTimeout(2*time.Second), ratelease.WithRedisHook(hook))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			exact, err := ratelease.New(c, ratelease.WithExact())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer exact.Close()
+			p := policy(t, "p", ratelease.PerHour(5))
+			ctx := context.Background()
+			if op == "Unblock" {
+				if err := exact.Block(ctx, p, "k", time.Hour); err != nil {
+					t.Fatal(err)
+				}
+			} else if res, _ := exact.AllowN(ctx, p, "k", 5); !res.Allowed { // another instance empties the key
+				t.Fatal("could not empty the key")
+			}
+			arm.Store(true)
+			done := make(chan ratelease.Result, 1)
+			go func() {
+				res, err := l.Allow(ctx, p, "k")
+				if err != nil {
+					t.Error(err)
+				}
+				done <- res
+			}()
+			<-entered
+			switch op {
+			case "Reset":
+				err = l.Reset(ctx, p, "k")
+			case "Refund":
+				err = l.Refund(ctx, p, "k", 5)
+			case "Unblock":
+				err = l.Unblock(ctx, p, "k")
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			close(release)
+			if res := <-done; res.Allowed {
+				t.Fatalf("the racing Allow was admitted: %+v", res)
+			}
+			res, err := l.Allow(ctx, p, "k")
+			if err != nil || !res.Allowed {
+				t.Fatalf("Allow after %s: %+v, %v", op, res, err)
+			}
+		})
+	}
+}

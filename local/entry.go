@@ -39,7 +39,9 @@ type Entry[P any] struct {
 	request int64
 	cold    bool // the lease in flight asks for its requester's units alone
 	// epoch counts Forgets: a lease started before one puts nothing in.
-	epoch uint64
+	// clears counts ClearDenials (Forget's, Refund's, Unblock's): the
+	// answer to a lease started before one records no denial or block.
+	epoch, clears uint64
 	hits  uint64 // the most Hits has reported
 
 	asked   atomic.Int64 // units denied locally: wanted, not taken; less waiters' retries (Retried)

@@ -19,8 +19,8 @@ type Lease struct {
 	// it.
 	Cold bool
 	// Epoch is the entry's epoch at the start (see Forget), for
-	// Grant.Epoch.
-	Epoch uint64
+	// Grant.Epoch; Clears its count of ClearDenials, for Answer.Clears.
+	Epoch, Clears uint64
 	// Request is the n of the last request that leased (0 before any): the
 	// requests that follow are likely of as many.
 	Request int64
@@ -42,7 +42,7 @@ func (e *Entry[P]) StartLease(n, least, now int64) (Lease, <-chan struct{}) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if ch := e.leasing; ch != nil {
-		return Lease{Cold: e.cold, Epoch: e.epoch}, ch
+		return Lease{Cold: e.cold, Epoch: e.epoch, Clears: e.clears}, ch
 	}
 	l := e.startLocked(n, now)
 	e.cold = n > 0 && l.Rate == 0 && least <= n
@@ -91,7 +91,7 @@ func (e *Entry[P]) startLocked(n, now int64) Lease {
 		e.request = n
 	}
 	l := Lease{Rate: e.demand.estimate(), WindowEnd: e.windowEnd, LastGrant: e.lastGrant, Back: e.back, BackAt: e.backAt, Epoch: e.epoch,
-		Request: e.request, Waiting: e.waiting.Load() > 0}
+		Clears: e.clears, Request: e.request, Waiting: e.waiting.Load() > 0}
 	e.back = 0
 	return l
 }
@@ -186,6 +186,10 @@ type Answer struct {
 	RetryAt              int64
 	FairShare            bool
 	DenyUntil, DenyUnits int64
+	// Clears is Lease.Clears of the lease answered: when the entry's
+	// denial was cleared since (a key reset, given units back or
+	// unblocked), the answer's denial, retry and block are out of date.
+	Clears uint64
 }
 
 // Answer puts a into the entry at now as one answer: a hit that sees its
@@ -193,27 +197,32 @@ type Answer struct {
 // come out, and those keep says are worth a refund are set aside. A grant
 // is refused when the entry is gone (kept false: the caller gives the
 // units back) and dropped when the key was forgotten since the lease
-// started (forgot true). Answers are serialized: an abandoned lease's
-// answer may land while the next one's does.
+// started (forgot true); its denial, retry and block are dropped when the
+// entry's denial was cleared since (a.Clears). Answers are serialized: an
+// abandoned lease's answer may land while the next one's does.
 func (e *Entry[P]) Answer(a Answer, now int64, keep Keep) (l Lapsed, kept, forgot bool) {
 	if a.ForgetMembers {
 		e.members.Store(0)
 	}
 	e.beginAnswer()
 	e.answered(a.Word, a.Members, a.Shared)
-	e.blockedUntil.Store(a.BlockedUntil)
 	if a.Grant.Units > 0 {
 		l, kept, forgot = e.fill(a.Grant, now, keep)
 		if a.Grant.Keep > 0 && kept && !forgot {
 			e.lowWater.Store(a.LowWater)
 		}
 	}
-	if a.RetryAt != 0 {
-		e.setRetryAt(a.RetryAt, a.FairShare)
+	e.mu.Lock() // (ClearDenial's: an answer is cleared whole, or after)
+	if a.Clears == e.clears {
+		e.blockedUntil.Store(a.BlockedUntil)
+		if a.RetryAt != 0 {
+			e.setRetryAt(a.RetryAt, a.FairShare)
+		}
+		if a.DenyUntil != 0 {
+			e.allowance.deny(a.DenyUntil, a.DenyUnits)
+		}
 	}
-	if a.DenyUntil != 0 {
-		e.allowance.deny(a.DenyUntil, a.DenyUnits)
-	}
+	e.mu.Unlock()
 	e.endAnswer()
 	if a.Grant.Units > 0 {
 		e.table.bound.touch(e)

@@ -52,9 +52,17 @@ func (e *Entry[P]) Holds(n, now int64) bool { return e.allowance.holds(n, now) }
 // CountHit counts a request answered by TakeUpTo.
 func (e *Entry[P]) CountHit() { e.allowance.extra.Add(-1) }
 
-// ClearDenial forgets Redis's last denial, so that the next request asks
-// again.
-func (e *Entry[P]) ClearDenial() { e.allowance.clearDenial() }
+// ClearDenial forgets Redis's last denial and block, so that the next
+// request asks again, and those of the leases in flight when they land
+// (Answer.Clears): Redis's state changed since they were made (a key
+// reset, units given back, a block lifted).
+func (e *Entry[P]) ClearDenial() {
+	e.mu.Lock()
+	e.clears++
+	e.allowance.clearDenial()
+	e.blockedUntil.Store(0)
+	e.mu.Unlock()
+}
 
 // Forget drops what the entry holds of its key, which was reset: its
 // units, those set aside, the recorded denial, and the grants of leases

@@ -15,12 +15,13 @@ import (
 type call struct {
 	req   remote.Request
 	entry *Entry
-	start int64         // ns, when the request was made: validity counts from here
-	epoch uint64        // the entry's epoch at the lease's start (local.Lease.Epoch)
-	rate  float64       // units/s: the demand plan sized it by (req.Demand, rounded)
-	done  chan struct{} // made as the batcher queues it
-	d     remote.Decision
-	err   error
+	start int64 // ns, when the request was made: validity counts from here
+	// epoch and clears: the entry's at the lease's start (local.Lease)
+	epoch, clears uint64
+	rate          float64       // units/s: the demand plan sized it by (req.Demand, rounded)
+	done          chan struct{} // made as the batcher queues it
+	d             remote.Decision
+	err           error
 	// abandoned: the requester stopped waiting, or none waits (posted);
 	// the batcher has the Leaser apply the grant to the entry itself.
 	abandoned atomic.Bool

@@ -203,7 +203,7 @@ func (l *Leaser) Lease(ctx context.Context, e *Entry, n int64) (d remote.Decisio
 			// has it ask for this request's units too, and this request
 			// waits for it below as for any lease: one call, not two.)
 			e.Wanted(n)
-			d, err = l.send(ctx, l.plan(e, local.Lease{Epoch: st.Epoch}, n, now), n)
+			d, err = l.send(ctx, l.plan(e, local.Lease{Epoch: st.Epoch, Clears: st.Clears}, n, now), n)
 			return d, false, sentOrNot(err)
 		}
 		if inFlight != nil {

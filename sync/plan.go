@@ -69,7 +69,7 @@ func (l *Leaser) plan(e *Entry, st local.Lease, n, now int64) *call {
 		req: remote.Request{Policy: p, Key: e.Key(), Min: least, Max: size,
 			Member: l.id, Demand: demand, Horizon: h,
 			Back: st.Back, BackAt: st.BackAt},
-		entry: e, start: now, epoch: st.Epoch, rate: rate,
+		entry: e, start: now, epoch: st.Epoch, clears: st.Clears, rate: rate,
 	}
 }
 
@@ -118,6 +118,7 @@ func (l *Leaser) apply(c *call, n int64) {
 	a := local.Answer{
 		Word:    local.Word{Limit: d.Decider, Remaining: d.Remaining, ResetAt: resetAt},
 		Members: d.Members, Shared: d.Members > 1 && (d.Granted == 0 || d.Next > 0),
+		Clears: c.clears,
 	}
 	if d.Members > 0 {
 		l.sawMembers(d.Members, now)

@@ -352,9 +352,10 @@ func (e *Engine) Unblock(ctx context.Context, p *remote.Policy, key string) erro
 	if d, gp := e.worldwide(p); gp != p {
 		err = errors.Join(err, d.Unblock(ctx, gp, key))
 	}
-	if ent, found := e.held(p, key); found && ent.BlockedUntil() != 0 {
+	if ent, found := e.held(p, key); found {
+		// (Whether a block is recorded or not: one may be on its way in
+		// the answer to a lease in flight.)
 		ent.ClearDenial()
-		ent.SetBlocked(0)
 	}
 	return err
 }
