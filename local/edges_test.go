@@ -115,6 +115,14 @@ func TestGoneEntryRefusesUnits(t *testing.T) {
 	if u, _ := c.AbandonLease(l, 2); u != 0 || c.Back() != 3 || c.Leasing() != nil {
 		t.Fatalf("AbandonLease on a live entry returned %d, left %d set aside (want 0, 3), lease in flight %v", u, c.Back(), c.Leasing() != nil)
 	}
+
+	// Unless the key was forgotten (Reset) since: its units set aside were
+	// of the state that is gone, and would go back into the fresh one.
+	l, _ = c.StartLease(0, 1, 3)
+	c.Forget()
+	if u, _ := c.AbandonLease(l, 4); u != 0 || c.Back() != 0 {
+		t.Fatalf("AbandonLease after Forget returned %d, left %d set aside; want 0, 0", u, c.Back())
+	}
 }
 
 // A lease started before the key was forgotten (Reset) puts nothing in

@@ -133,12 +133,13 @@ func (e *Entry[P]) Tagged(ch <-chan struct{}) any {
 // AbandonLease ends the lease in flight, l, which was never sent (Close
 // began, or its caller's context had ended before it went out): the units
 // set aside that it took along are set aside again at now or, if the
-// entry is gone, returned for the caller to give back.
+// entry is gone, returned for the caller to give back; dropped if the key
+// was forgotten since the lease started (see Forget).
 func (e *Entry[P]) AbandonLease(l Lease, now int64) (units, at int64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.endLocked()
-	if l.Back <= 0 {
+	if l.Back <= 0 || l.Epoch != e.epoch {
 		return 0, 0
 	}
 	if e.gone.Load() {
