@@ -67,9 +67,8 @@ func (l *Limiter) Charge(ctx context.Context, p *Policy, key string, n int) (Res
 // state that granted them (nothing once that window has ended, nothing for
 // SourceFallback); a cost above the admission is charged now, as Charge
 // does, and that Result returned; otherwise the Result is zero. A shadowed
-// admission is not settled. Settle an admission once: a Result carries no
-// record of its settlement, and a second Settle gives back or charges
-// again. Errors are Refund's and Charge's.
+// admission is not settled; a Result settled twice is settled twice.
+// Errors are Refund's and Charge's.
 func (l *Limiter) Settle(ctx context.Context, p *Policy, key string, admitted Result, used int) (Result, error) {
 	if err := l.checkTarget(p, key); err != nil {
 		return Result{}, err

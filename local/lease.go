@@ -187,9 +187,7 @@ type Answer struct {
 	RetryAt              int64
 	FairShare            bool
 	DenyUntil, DenyUnits int64
-	// Clears is Lease.Clears of the lease answered: when the entry's
-	// denial was cleared since (a key reset, given units back or
-	// unblocked), the answer's denial, retry and block are out of date.
+	// Clears is the lease's Lease.Clears (see Entry.ClearDenial).
 	Clears uint64
 }
 

@@ -52,10 +52,8 @@ func (e *Entry[P]) Holds(n, now int64) bool { return e.allowance.holds(n, now) }
 // CountHit counts a request answered by TakeUpTo.
 func (e *Entry[P]) CountHit() { e.allowance.extra.Add(-1) }
 
-// ClearDenial forgets Redis's last denial and block, so that the next
-// request asks again, and those of the leases in flight when they land
-// (Answer.Clears): Redis's state changed since they were made (a key
-// reset, units given back, a block lifted).
+// ClearDenial forgets Redis's last denial and block, and those of the
+// leases in flight when they land (Answer.Clears): the next request asks.
 func (e *Entry[P]) ClearDenial() {
 	e.mu.Lock()
 	e.clears++
