@@ -42,7 +42,7 @@ type Entry[P any] struct {
 	// clears counts ClearDenials (Forget's, Refund's, Unblock's): the
 	// answer to a lease started before one records no denial or block.
 	epoch, clears uint64
-	hits  uint64 // the most Hits has reported
+	hits          uint64 // the most Hits has reported
 
 	asked   atomic.Int64 // units denied locally: wanted, not taken; less waiters' retries (Retried)
 	waiting atomic.Int64 // callers waiting for units (see Waiting)
