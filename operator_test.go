@@ -510,3 +510,77 @@ func TestOperatorsDropTheDenialOfALeaseInFlight(t *testing.T) {
 		})
 	}
 }
+
+// A lease granted before this instance's Block, whose answer lands after
+// it, neither lifts the block nor puts its units in: they go back to
+// Redis, and the key is denied here at once.
+func TestBlockRefusesTheGrantOfALeaseInFlight(t *testing.T) {
+	mr := redistest.StartMini(t)
+	c := mr.Client(t)
+	var arm atomic.Bool
+	entered := make(chan struct{}, 1)
+	release := make(chan struct{})
+	hook := func(ctx context.Context, call ratelease.RedisCall) (context.Context, func(ratelease.RedisOutcome)) {
+		if call.Op != "lease" || !arm.Load() {
+			return ctx, nil
+		}
+		return ctx, func(ratelease.RedisOutcome) {
+			if arm.CompareAndSwap(true, false) {
+				entered <- struct{}{}
+				<-release
+			}
+		}
+	}
+	l, err := ratelease.New(c, ratelease.WithLease(ratelease.LeaseConfig{Min: 5, Max: 5, TTL: time.Hour}),
+		ratelease.WithRedisTimeout(2*time.Second), ratelease.WithRedisHook(hook))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	exact, err := ratelease.New(c, ratelease.WithExact())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exact.Close()
+	p := policy(t, "p", ratelease.PerHour(5))
+	ctx := context.Background()
+	arm.Store(true)
+	done := make(chan ratelease.Result, 1)
+	go func() {
+		res, err := l.Allow(ctx, p, "k") // leases 5: 1 for it, 4 held
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	<-entered
+	if err := l.Block(ctx, p, "k", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if res := <-done; !res.Allowed { // (its unit was granted before the block)
+		t.Fatalf("the racing Allow: %+v", res)
+	}
+	for i := 0; i < 3; i++ {
+		if res, err := l.Allow(ctx, p, "k"); err != nil || res.Allowed || !res.Blocked {
+			t.Fatalf("Allow %d after Block: %+v, %v; want denied, blocked", i, res, err)
+		}
+	}
+	if err := exact.Unblock(ctx, p, "k"); err != nil {
+		t.Fatal(err)
+	}
+	// The 4 held went back: the key has all but the racing Allow's unit.
+	var left int
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		res, err := exact.Peek(ctx, p, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if left = res.Remaining; left == 4 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if left != 4 {
+		t.Fatalf("the key has %d left after the unblock; want 4 (the lease's 4 held given back)", left)
+	}
+}

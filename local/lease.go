@@ -205,15 +205,20 @@ func (e *Entry[P]) Answer(a Answer, now int64, keep Keep) (l Lapsed, kept, forgo
 	}
 	e.beginAnswer()
 	e.answered(a.Word, a.Members, a.Shared)
+	e.mu.Lock() // (ClearDenial's and Block's: an answer is cleared whole, or after)
+	current := a.Clears == e.clears
+	if current {
+		e.blockedUntil.Store(a.BlockedUntil)
+	}
+	e.mu.Unlock()
 	if a.Grant.Units > 0 {
 		l, kept, forgot = e.fill(a.Grant, now, keep)
 		if a.Grant.Keep > 0 && kept && !forgot {
 			e.lowWater.Store(a.LowWater)
 		}
 	}
-	e.mu.Lock() // (ClearDenial's: an answer is cleared whole, or after)
-	if a.Clears == e.clears {
-		e.blockedUntil.Store(a.BlockedUntil)
+	e.mu.Lock()
+	if current && a.Clears == e.clears {
 		if a.RetryAt != 0 {
 			e.setRetryAt(a.RetryAt, a.FairShare)
 		}
@@ -258,7 +263,7 @@ func (e *Entry[P]) answered(w Word, members int64, shared bool) {
 func (e *Entry[P]) fill(g Grant, now int64, keep Keep) (l Lapsed, kept, forgot bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.gone.Load() {
+	if e.gone.Load() || e.blockedUntil.Load() > now { // (blocked here since the lease began: see Block)
 		return Lapsed{}, g.Keep <= 0, false
 	}
 	if g.Epoch != e.epoch {

@@ -104,10 +104,14 @@ func (e *Entry[P]) BlockedUntil() int64 { return e.blockedUntil.Load() }
 
 // Block takes out every unit held, for the caller to give back, and
 // records a block of the key until until (ns), denying every request until
-// denyUntil (ns).
+// denyUntil (ns). The answers of leases in flight neither lift it nor put
+// units in (the caller gives them back).
 func (e *Entry[P]) Block(until, denyUntil int64) (units, at int64) {
-	units, at = e.drain()
-	e.SetBlocked(until)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.clears++
+	units, at = e.allowance.drain()
+	e.blockedUntil.Store(until)
 	e.allowance.deny(denyUntil, 1)
 	return units, at
 }
