@@ -21,14 +21,14 @@ var (
 	ErrInvalidKey = errors.New("ratelease: invalid key")
 	// ErrInvalidN: a number of units that is zero or negative.
 	ErrInvalidN = errors.New("ratelease: n must be positive")
-	// ErrExceedsCapacity: n is more than the policy's Capacity, so it
-	// could never be admitted.
+	// ErrExceedsCapacity: n above the policy's Capacity: never admitted.
 	ErrExceedsCapacity = errors.New("ratelease: n exceeds the policy's capacity")
 	// ErrInvalidOption: New was given a nil client or an invalid option.
 	ErrInvalidOption = errors.New("ratelease: invalid option")
-	// ErrInvalidDuration: a duration out of its range (a Block's, a
-	// permit's TTL).
+	// ErrInvalidDuration: a Block's or a permit's TTL out of its range.
 	ErrInvalidDuration = errors.New("ratelease: invalid duration")
+	// ErrNilContext: a nil context.Context (use context.Background()).
+	ErrNilContext = errors.New("ratelease: nil context")
 	// ErrUnavailable: Redis failed, did not answer within the Redis
 	// timeout, or the circuit breaker is open. Decisions return it only
 	// with FailClosed; calls that need Redis's own word (Peek, Reset,

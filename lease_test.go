@@ -113,7 +113,7 @@ func TestLeaseLeavesExactPoliciesExact(t *testing.T) {
 func TestLeaseConfigErrors(t *testing.T) {
 	mr := redistest.StartMini(t)
 	for _, lc := range []ratelease.LeaseConfig{
-		{Min: -1}, {Min: 10, Max: 5}, {LowWater: 1}, {LowWater: -0.5}, {TTL: -time.Second}, {Refresh: -1},
+		{Min: -1}, {Min: 10, Max: 5}, {LowWater: 1}, {LowWater: -0.5}, {LowWater: math.NaN()}, {TTL: -time.Second}, {Refresh: -1},
 	} {
 		if l, err := ratelease.New(mr.Client(t), ratelease.WithLease(lc)); !errors.Is(err, ratelease.ErrInvalidOption) {
 			if l != nil {

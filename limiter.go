@@ -173,7 +173,7 @@ func (l *Limiter) Allow(ctx context.Context, p *Policy, key string) (Result, err
 // Errors: ErrInvalidPolicy, ErrInvalidKey, ErrInvalidN, ErrExceedsCapacity,
 // ErrUnavailable (only with FailClosed), ErrClosed, or ctx's error.
 func (l *Limiter) AllowN(ctx context.Context, p *Policy, key string, n int) (Result, error) {
-	if err := l.check(p, key, n); err != nil {
+	if err := l.check(ctx, p, key, n); err != nil {
 		return Result{}, err
 	}
 	if limit, remaining, resetAfter, ok := l.engine.Hit(p.compiled, key, int64(n)); ok {
@@ -229,7 +229,7 @@ func (l *Limiter) Wait(ctx context.Context, p *Policy, key string) error {
 // reserved slot is then given back. Other errors are AllowN's. Under a
 // shadow policy it is AllowN and never waits.
 func (l *Limiter) WaitN(ctx context.Context, p *Policy, key string, n int) error {
-	if err := l.check(p, key, n); err != nil {
+	if err := l.check(ctx, p, key, n); err != nil {
 		return err
 	}
 	if p.shadow {
@@ -243,9 +243,11 @@ func (l *Limiter) WaitN(ctx context.Context, p *Policy, key string, n int) error
 }
 
 // check validates a request's arguments, counting a refusal.
-func (l *Limiter) check(p *Policy, key string, n int) error {
+func (l *Limiter) check(ctx context.Context, p *Policy, key string, n int) error {
 	var err error
 	switch {
+	case ctx == nil:
+		err = ErrNilContext
 	case p == nil:
 		err = fmt.Errorf("%w: nil policy", ErrInvalidPolicy)
 	case p.compiled == nil:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -102,6 +103,77 @@ func TestBadInput(t *testing.T) {
 	}
 	if res, err := e.l.AllowN(ctx, p, "k", 3); err != nil || !res.Allowed {
 		t.Fatalf("after rejected calls, key k: %+v, %v", res, err)
+	}
+}
+
+// A nil context is an error (ErrNilContext) at every call that takes
+// one, in both modes, more than a Limiter's calls in flight at once
+// (it once panicked inside the calls' combiner, and the slots it took
+// never came back: every later decision waited for good). The Limiter
+// then decides as before.
+func TestNilContextIsAnError(t *testing.T) {
+	for _, mode := range []string{"exact", "lease"} {
+		t.Run(mode, func(t *testing.T) {
+			var opts []ratelease.Option
+			if mode == "lease" {
+				opts = append(opts, ratelease.WithLease(ratelease.LeaseConfig{Min: 4, Max: 4}))
+			}
+			e := newEnv(t, opts...)
+			p := policy(t, "p", ratelease.PerSecond(100))
+			c, err := ratelease.NewConcurrency("c", 2, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			permit, _, err := e.l.AcquirePermit(ctx, c, "k")
+			if err != nil || permit == nil {
+				t.Fatalf("AcquirePermit: %v, %v", permit, err)
+			}
+			var nilctx context.Context
+			calls := map[string]func() error{
+				"Allow":         func() error { _, err := e.l.Allow(nilctx, p, "k"); return err },
+				"AllowN":        func() error { _, err := e.l.AllowN(nilctx, p, "k", 2); return err },
+				"Wait":          func() error { return e.l.Wait(nilctx, p, "k") },
+				"WaitN":         func() error { return e.l.WaitN(nilctx, p, "k", 2) },
+				"AllowAtMost":   func() error { _, err := e.l.AllowAtMost(nilctx, p, "k", 2); return err },
+				"Refund":        func() error { return e.l.Refund(nilctx, p, "k", 1) },
+				"Charge":        func() error { _, err := e.l.Charge(nilctx, p, "k", 1); return err },
+				"Settle":        func() error { _, err := e.l.Settle(nilctx, p, "k", ratelease.Result{}, 1); return err },
+				"Peek":          func() error { _, err := e.l.Peek(nilctx, p, "k"); return err },
+				"Reset":         func() error { return e.l.Reset(nilctx, p, "k") },
+				"Block":         func() error { return e.l.Block(nilctx, p, "k", time.Second) },
+				"Unblock":       func() error { return e.l.Unblock(nilctx, p, "k") },
+				"Ping":          func() error { return e.l.Ping(nilctx) },
+				"AcquirePermit": func() error { _, _, err := e.l.AcquirePermit(nilctx, c, "k"); return err },
+				"WaitPermit":    func() error { _, err := e.l.WaitPermit(nilctx, c, "k"); return err },
+				"Extend":        func() error { return permit.Extend(nilctx, time.Minute) },
+				"Release":       func() error { return permit.Release(nilctx) },
+			}
+			for round := 0; round < 8; round++ {
+				for name, call := range calls {
+					func() {
+						defer func() {
+							if r := recover(); r != nil {
+								t.Fatalf("%s with a nil context panicked: %v", name, r)
+							}
+						}()
+						if err := call(); !errors.Is(err, ratelease.ErrNilContext) {
+							t.Fatalf("%s with a nil context: %v, want ErrNilContext", name, err)
+						}
+					}()
+				}
+			}
+			tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			for i := 0; i < 10; i++ {
+				if res, err := e.l.AllowN(tctx, p, "k"+strconv.Itoa(i), 2); err != nil || !res.Allowed {
+					t.Fatalf("after the nil contexts, AllowN: %+v, %v", res, err)
+				}
+			}
+			if err := permit.Release(ctx); err != nil {
+				t.Fatalf("the permit, released after its nil-context calls: %v", err)
+			}
+		})
 	}
 }
 

@@ -15,7 +15,7 @@ import (
 // first and Redis is asked for the rest in one call. Errors are AllowN's,
 // but ErrExceedsCapacity.
 func (l *Limiter) AllowAtMost(ctx context.Context, p *Policy, key string, n int) (Result, error) {
-	if err := l.checkN(p, key, n); err != nil {
+	if err := l.checkN(ctx, p, key, n); err != nil {
 		return Result{}, err
 	}
 	d, err := l.engine.AllowAtMost(ctx, p.compiled, key, int64(n))
@@ -32,7 +32,7 @@ func (l *Limiter) AllowAtMost(ctx context.Context, p *Policy, key string, n int)
 // they go back to Redis, for any instance. Errors: AllowN's but
 // ErrExceedsCapacity, and ErrUnavailable whenever Redis cannot take them.
 func (l *Limiter) Refund(ctx context.Context, p *Policy, key string, n int) error {
-	if err := l.checkN(p, key, n); err != nil {
+	if err := l.checkN(ctx, p, key, n); err != nil {
 		return err
 	}
 	if err := l.engine.Refund(ctx, p.compiled, key, int64(n)); err != nil {
@@ -48,7 +48,7 @@ func (l *Limiter) Refund(ctx context.Context, p *Policy, key string, n int) erro
 // how each algorithm pays it. A block does not stop a charge. Charge is one
 // Redis call in both modes. Errors are Refund's.
 func (l *Limiter) Charge(ctx context.Context, p *Policy, key string, n int) (Result, error) {
-	if err := l.checkN(p, key, n); err != nil {
+	if err := l.checkN(ctx, p, key, n); err != nil {
 		return Result{}, err
 	}
 	if n > MaxCharge {
@@ -70,7 +70,7 @@ func (l *Limiter) Charge(ctx context.Context, p *Policy, key string, n int) (Res
 // admission is not settled; a Result settled twice is settled twice.
 // Errors are Refund's and Charge's.
 func (l *Limiter) Settle(ctx context.Context, p *Policy, key string, admitted Result, used int) (Result, error) {
-	if err := l.checkTarget(p, key); err != nil {
+	if err := l.checkTarget(ctx, p, key); err != nil {
 		return Result{}, err
 	}
 	if used < 0 || used > MaxCharge {
@@ -108,7 +108,7 @@ const maxBlock = 366 * 24 * time.Hour
 // fair share. Errors: AllowN's but ErrInvalidN and ErrExceedsCapacity, and
 // ErrUnavailable whenever Redis cannot answer.
 func (l *Limiter) Peek(ctx context.Context, p *Policy, key string) (Result, error) {
-	if err := l.checkTarget(p, key); err != nil {
+	if err := l.checkTarget(ctx, p, key); err != nil {
 		return Result{}, err
 	}
 	d, err := l.engine.Peek(ctx, p.compiled, key)
@@ -127,7 +127,7 @@ func (l *Limiter) Peek(ctx context.Context, p *Policy, key string) (Result, erro
 // until it lapses (the lease bound). A block stays. Errors are Peek's; this
 // instance's state is forgotten even when Redis cannot be reached.
 func (l *Limiter) Reset(ctx context.Context, p *Policy, key string) error {
-	if err := l.checkTarget(p, key); err != nil {
+	if err := l.checkTarget(ctx, p, key); err != nil {
 		return err
 	}
 	if err := l.engine.Reset(ctx, p.compiled, key); err != nil {
@@ -144,7 +144,7 @@ func (l *Limiter) Reset(ctx context.Context, p *Policy, key string) error {
 // their next lease on, within the lease TTL. Errors are Peek's; nothing is
 // blocked when Redis cannot take it.
 func (l *Limiter) Block(ctx context.Context, p *Policy, key string, d time.Duration) error {
-	if err := l.checkTarget(p, key); err != nil {
+	if err := l.checkTarget(ctx, p, key); err != nil {
 		return err
 	}
 	if d < time.Millisecond || d > maxBlock {
@@ -160,7 +160,7 @@ func (l *Limiter) Block(ctx context.Context, p *Policy, key string, d time.Durat
 // Other instances in lease mode may repeat the block they cached for up to
 // the lease TTL. Errors are Peek's.
 func (l *Limiter) Unblock(ctx context.Context, p *Policy, key string) error {
-	if err := l.checkTarget(p, key); err != nil {
+	if err := l.checkTarget(ctx, p, key); err != nil {
 		return err
 	}
 	if err := l.engine.Unblock(ctx, p.compiled, key); err != nil {
@@ -187,9 +187,13 @@ func (p *Policy) result(d tier.Decision) Result {
 
 // checkTarget validates the policy and key of a call, as AllowN does
 // (one unit always fits a policy).
-func (l *Limiter) checkTarget(p *Policy, key string) error { return l.check(p, key, 1) }
+func (l *Limiter) checkTarget(ctx context.Context, p *Policy, key string) error {
+	return l.check(ctx, p, key, 1)
+}
 
 // checkN validates the policy, key and n of a call that has no capacity
 // to exceed (n above it is no error): as AllowN does, but for the
 // capacity.
-func (l *Limiter) checkN(p *Policy, key string, n int) error { return l.check(p, key, min(n, 1)) }
+func (l *Limiter) checkN(ctx context.Context, p *Policy, key string, n int) error {
+	return l.check(ctx, p, key, min(n, 1))
+}

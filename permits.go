@@ -69,6 +69,9 @@ type Permit struct {
 // instance's share of the limit. Errors: ErrInvalidPolicy (a nil
 // Concurrency), ErrInvalidKey, ErrClosed, ErrUnavailable, ctx's error.
 func (l *Limiter) AcquirePermit(ctx context.Context, c *Concurrency, key string) (*Permit, Result, error) {
+	if ctx == nil {
+		return nil, Result{}, ErrNilContext
+	}
 	if err := checkConcurrency(c, key); err != nil {
 		return nil, Result{}, err
 	}
@@ -115,6 +118,9 @@ func (l *Limiter) WaitPermit(ctx context.Context, c *Concurrency, key string) (*
 // held, and ErrUnavailable if Redis cannot take it (it then comes back when
 // its TTL ends).
 func (p *Permit) Release(ctx context.Context) error {
+	if ctx == nil {
+		return ErrNilContext
+	}
 	if !p.released.CompareAndSwap(false, true) {
 		return ErrPermitLost
 	}
@@ -135,6 +141,9 @@ func (p *Permit) Release(ctx context.Context) error {
 // than its TTL. Errors: Release's, and ErrInvalidDuration. A permit of the
 // failure mode has no TTL: Extend does nothing.
 func (p *Permit) Extend(ctx context.Context, ttl time.Duration) error {
+	if ctx == nil {
+		return ErrNilContext
+	}
 	if ttl < time.Millisecond || ttl > maxPermitTTL {
 		return fmt.Errorf("%w: permit TTL %v is not within 1ms and %v", ErrInvalidDuration, ttl, maxPermitTTL)
 	}

@@ -9,6 +9,9 @@ import "context"
 // without an error. Ping charges nothing and asks Redis even while the
 // circuit breaker is open.
 func (l *Limiter) Ping(ctx context.Context) error {
+	if ctx == nil {
+		return ErrNilContext
+	}
 	if err := l.engine.Ping(ctx); err != nil {
 		return rootErr(err)
 	}

@@ -75,16 +75,21 @@ func (p *Policy) Name() string { return p.name }
 // Limits returns a copy of the policy's limits, with Burst filled in.
 func (p *Policy) Limits() []Limit { return append([]Limit(nil), p.limits...) }
 
-// Capacity returns the most units one request can ever be admitted: the
-// smallest Burst (Rate for windows) of the policy's limits.
-func (p *Policy) Capacity() int { return int(p.compiled.Capacity()) }
+// Capacity returns the most units one request can be admitted: the
+// smallest Burst (Rate for windows) of its limits; 0 for a zero Policy.
+func (p *Policy) Capacity() int {
+	if p.compiled == nil {
+		return 0
+	}
+	return int(p.compiled.Capacity())
+}
 
 // Worldwide returns p with limits that hold across every region of
 // Limiters made WithGlobal (docs/regions.md); its decisions name its
 // tightest limit. Elsewhere, or with a log or leaky bucket, it is refused
-// with ErrInvalidPolicy.
+// with ErrInvalidPolicy, as a zero Policy is (returned as it is).
 func (p *Policy) Worldwide() *Policy {
-	if p.compiled.Global() != nil {
+	if p.compiled == nil || p.compiled.Global() != nil {
 		return p
 	}
 	w := *p

@@ -15,7 +15,7 @@ import (
 // The surface's budget: what a newcomer takes in at a glance stays that
 // small. Each figure is a ceiling, not a target: the budget holds it.
 const (
-	maxRootExports   = 112 // types, functions, methods, constants, variables (110, and regions' two)
+	maxRootExports   = 113 // types, functions, methods, constants, variables (110, regions' two, ErrNilContext)
 	maxRootDocLines  = 715 // go doc -all . (700, and regions')
 	maxCommentShare  = 0.35
 	maxFileLines     = 500 // non-test Go files, every module

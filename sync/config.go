@@ -45,7 +45,7 @@ func (c Config) validate() error {
 		return errorf("TTL %v must be between %v and %v", c.TTL, minDuration, maxDuration)
 	case c.Refresh != 0 && (c.Refresh < minDuration || c.Refresh > c.TTL):
 		return errorf("Refresh %v must be 0 (automatic) or between %v and TTL %v: units held past TTL lapse", c.Refresh, minDuration, c.TTL)
-	case c.LowWater <= 0 || c.LowWater >= 1:
+	case !(c.LowWater > 0 && c.LowWater < 1): // (NaN too)
 		return errorf("LowWater %v must be in (0, 1)", c.LowWater)
 	case c.MaxKeys < 1:
 		return errorf("MaxKeys %d must be at least 1", c.MaxKeys)

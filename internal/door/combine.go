@@ -61,9 +61,10 @@ func (d *Door) decide(ctx context.Context, op RedisOp, r remote.Request, pass Pa
 		// (A probe of a failing server goes alone, at once.)
 		c.going++
 		c.mu.Unlock()
-		dec, err := d.acquire(ctx, op, r, pass.b.node)
-		d.release(c, pass.b.node)
-		return dec, err
+		// (Deferred: a hook of the caller's that panics must not keep
+		// the slot, or the server's calls would queue for good.)
+		defer d.release(c, pass.b.node)
+		return d.acquire(ctx, op, r, pass.b.node)
 	}
 	if err := ctx.Err(); err != nil {
 		c.mu.Unlock()
