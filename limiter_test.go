@@ -97,6 +97,15 @@ func TestBadInput(t *testing.T) {
 			}
 		})
 	}
+	// A zero Policy's own methods answer, and its worldwide form is
+	// refused as it is.
+	zero := &ratelease.Policy{}
+	if zero.Capacity() != 0 {
+		t.Errorf("a zero Policy's Capacity: %d, want 0", zero.Capacity())
+	}
+	if _, err := e.l.Allow(ctx, zero.Worldwide(), "k"); !errors.Is(err, ratelease.ErrInvalidPolicy) {
+		t.Errorf("a zero Policy's Worldwide, allowed: %v, want ErrInvalidPolicy", err)
+	}
 	// The longest key works, and bad input charged nothing.
 	if res, err := e.l.AllowN(ctx, p, strings.Repeat("k", ratelease.MaxKeyLen), 3); err != nil || !res.Allowed {
 		t.Fatalf("a key of MaxKeyLen bytes: %+v, %v", res, err)
