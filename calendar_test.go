@@ -349,6 +349,10 @@ func TestCalendarWindowBadInput(t *testing.T) {
 		{Rate: 5, Period: time.Hour, Algorithm: ratelease.CalendarWindow, Calendar: ratelease.Calendar{Unit: ratelease.CalendarDay}},
 		{Rate: 5, Period: time.Hour, Algorithm: ratelease.FixedWindow, Calendar: ratelease.Calendar{Unit: ratelease.CalendarDay}},
 		{Rate: 0, Algorithm: ratelease.CalendarWindow, Calendar: ratelease.Calendar{Unit: ratelease.CalendarDay}},
+		// (time.FixedZone takes any offset; no zone is a day or more off.)
+		ratelease.PerCalendarDay(5, time.FixedZone("plus49h", 49*3600)),
+		ratelease.PerCalendarDay(5, time.FixedZone("minus24h", -24*3600)),
+		ratelease.PerCalendarMonth(5, time.FixedZone("plus100h", 100*3600)),
 	} {
 		if _, err := ratelease.NewPolicy("p", l); !errors.Is(err, ratelease.ErrInvalidLimit) {
 			t.Errorf("NewPolicy(%+v): %v, want ErrInvalidLimit", l, err)
@@ -360,6 +364,39 @@ func TestCalendarWindowBadInput(t *testing.T) {
 	// Two calendars of one unit and zone would share state.
 	if _, err := ratelease.NewPolicy("p", ratelease.PerCalendarDay(5, nil), ratelease.PerCalendarDay(9, time.UTC)); !errors.Is(err, ratelease.ErrInvalidLimit) {
 		t.Errorf("two UTC days: %v, want ErrInvalidLimit", err)
+	}
+}
+
+// Fixed zones are told apart by their offset, whatever their names (the
+// empty one too): a policy whose day moves to another fixed zone of the
+// same name is a redefinition (the zone's own count, and the old policy
+// refused after the grace), not the same count read by two clocks, each
+// restarting it at its own midnight (which admitted 3 a day three times).
+func TestCalendarFixedZonesOfOneName(t *testing.T) {
+	for _, name := range []string{"", "X"} {
+		e := newEnvAt(t, time.Date(2026, 6, 1, 13, 0, 0, 0, time.UTC))
+		ctx := context.Background()
+		east := policy(t, "quota", ratelease.PerCalendarDay(3, time.FixedZone(name, 0)))
+		west := policy(t, "quota", ratelease.PerCalendarDay(3, time.FixedZone(name, 12*3600)))
+		admitted := 0
+		for range 3 {
+			for _, p := range []*ratelease.Policy{east, east, east, west} {
+				r, err := e.l.Allow(ctx, p, "user")
+				if p == east && err != nil && !errors.Is(err, ratelease.ErrInvalidPolicy) {
+					t.Fatal(err)
+				}
+				if r.Allowed && p == east {
+					admitted++
+				}
+			}
+		}
+		if admitted > 3 {
+			t.Errorf("zone %q: the +0 day admitted %d of a quota of 3", name, admitted)
+		}
+		e.advance(2 * time.Second) // past the redefinition's grace
+		if _, err := e.l.Allow(ctx, east, "user"); !errors.Is(err, ratelease.ErrInvalidPolicy) {
+			t.Errorf("zone %q: the policy at +0, after its redefinition at +12h: %v, want ErrInvalidPolicy", name, err)
+		}
 	}
 }
 

@@ -172,13 +172,26 @@ func (c Calendar) validate() error {
 	case c.FirstDay < time.Sunday || c.FirstDay > time.Saturday:
 		return fmt.Errorf("first day %d is not a weekday", c.FirstDay)
 	}
+	// (time.FixedZone takes any offset; a day or more is no zone's, and
+	// would place its windows a day off: see firstInstant.)
+	if _, off := time.Now().In(c.Location).Zone(); off <= -86400 || off >= 86400 {
+		return fmt.Errorf("zone %q is %v from UTC: a calendar's zone is less than a day from it", c.Location, time.Duration(off)*time.Second)
+	}
 	return nil
 }
 
 // code names the calendar inside a Redis key: unit, zone (and first day
 // of a week), so that a changed zone or week never reads another's count.
+// A zone of one offset (time.FixedZone, UTC) is named with it: its name
+// is anybody's ("" too). Two zones of the tz database's kind (with
+// transitions) that share a name share a count.
 func (c Calendar) code() string {
-	s := c.Unit.String() + ":" + c.Location.String()
+	zone, t := c.Location.String(), time.Unix(0, 0).In(c.Location)
+	if start, end := t.ZoneBounds(); start.IsZero() && end.IsZero() {
+		_, off := t.Zone()
+		zone += "@" + strconv.Itoa(off)
+	}
+	s := c.Unit.String() + ":" + zone
 	if c.Unit == CalendarWeek {
 		s += ":" + strconv.Itoa(int(c.FirstDay))
 	}
