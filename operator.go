@@ -89,7 +89,19 @@ func (l *Limiter) Settle(ctx context.Context, p *Policy, key string, admitted Re
 	case used == charged || admitted.Receipt.at == 0:
 		return Result{}, nil
 	}
-	if err := l.engine.RefundAt(ctx, p.compiled, key, int64(charged-used), admitted.Receipt.at); err != nil {
+	back := charged - used
+	for _, lim := range p.limits {
+		if lim.Algorithm == SlidingWindowLog && charged > lim.Rate {
+			// A Charge took at most Rate of a log (a member a unit): of
+			// those, only what the work did not use goes back, and every
+			// limit gets the same units back.
+			back = min(back, max(0, lim.Rate-used))
+		}
+	}
+	if back == 0 {
+		return Result{}, nil
+	}
+	if err := l.engine.RefundAt(ctx, p.compiled, key, int64(back), admitted.Receipt.at); err != nil {
 		return Result{}, rootErr(err)
 	}
 	return Result{}, nil

@@ -262,3 +262,35 @@ func TestSettleAllowAtMostAcrossAWindowsEnd(t *testing.T) {
 		t.Fatalf("day 2 admitted %d units of work; want at most its 10", used)
 	}
 }
+
+// A Charge past a sliding window log's rate takes its rate of the log (a
+// member a unit); settled with a cost at or above that rate, it gives the
+// log nothing back, where it once gave back every member and admitted a
+// whole rate more at once. Below the rate, what the work left goes back.
+func TestSettleChargePastALogsRate(t *testing.T) {
+	for _, c := range []struct {
+		used, want int // the work's cost; admitted right after settling
+	}{{40, 0}, {10, 0}, {7, 3}, {0, 10}} {
+		e := newEnv(t)
+		ctx := context.Background()
+		p := policy(t, "log", ratelease.Limit{Rate: 10, Period: time.Second, Algorithm: ratelease.SlidingWindowLog})
+		res, err := e.l.Charge(ctx, p, "k", 50)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.l.Settle(ctx, p, "k", res, c.used); err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for i := 0; i < 20; i++ {
+			if r, err := e.l.Allow(ctx, p, "k"); err != nil {
+				t.Fatal(err)
+			} else if r.Allowed {
+				got++
+			}
+		}
+		if got != c.want {
+			t.Errorf("a charge of 50 settled at %d: %d admitted right after, want %d", c.used, got, c.want)
+		}
+	}
+}
