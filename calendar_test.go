@@ -349,10 +349,6 @@ func TestCalendarWindowBadInput(t *testing.T) {
 		{Rate: 5, Period: time.Hour, Algorithm: ratelease.CalendarWindow, Calendar: ratelease.Calendar{Unit: ratelease.CalendarDay}},
 		{Rate: 5, Period: time.Hour, Algorithm: ratelease.FixedWindow, Calendar: ratelease.Calendar{Unit: ratelease.CalendarDay}},
 		{Rate: 0, Algorithm: ratelease.CalendarWindow, Calendar: ratelease.Calendar{Unit: ratelease.CalendarDay}},
-		// (time.FixedZone takes any offset; no zone is a day or more off.)
-		ratelease.PerCalendarDay(5, time.FixedZone("plus49h", 49*3600)),
-		ratelease.PerCalendarDay(5, time.FixedZone("minus24h", -24*3600)),
-		ratelease.PerCalendarMonth(5, time.FixedZone("plus100h", 100*3600)),
 	} {
 		if _, err := ratelease.NewPolicy("p", l); !errors.Is(err, ratelease.ErrInvalidLimit) {
 			t.Errorf("NewPolicy(%+v): %v, want ErrInvalidLimit", l, err)
@@ -364,6 +360,37 @@ func TestCalendarWindowBadInput(t *testing.T) {
 	// Two calendars of one unit and zone would share state.
 	if _, err := ratelease.NewPolicy("p", ratelease.PerCalendarDay(5, nil), ratelease.PerCalendarDay(9, time.UTC)); !errors.Is(err, ratelease.ErrInvalidLimit) {
 		t.Errorf("two UTC days: %v, want ErrInvalidLimit", err)
+	}
+}
+
+// time.FixedZone takes any offset, days of it too: a day's window there
+// still ends at its next local midnight, from random instants, east and
+// west (a search for the window's start that began two days back found
+// no midnight past +48h, and gave windows of three days).
+func TestCalendarWindowFarFixedZones(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	for _, hours := range []int{49, 100, 26, -26, -100, -7234} {
+		loc := time.FixedZone(fmt.Sprintf("far%d", hours), hours*3600)
+		for _, unit := range []string{"day", "month"} {
+			at := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(rng.Int64N(int64(60 * 24 * time.Hour))))
+			e := newEnvAt(t, at)
+			lim := ratelease.PerCalendarDay(3, loc)
+			local := at.In(loc)
+			y, m, d := local.Date()
+			next := time.Date(y, m, d+1, 0, 0, 0, 0, loc)
+			if unit == "month" {
+				lim = ratelease.PerCalendarMonth(3, loc)
+				next = time.Date(y, m+1, 1, 0, 0, 0, 0, loc)
+			}
+			p := policy(t, "far", lim)
+			res, err := e.l.AllowN(context.Background(), p, "k", 3)
+			if err != nil || !res.Allowed {
+				t.Fatalf("%s at %v: %+v, %v", unit, local, res, err)
+			}
+			if want := next.Sub(at); (res.ResetAfter - want).Abs() >= time.Microsecond { // (Redis's time is in µs)
+				t.Errorf("%s in a zone %dh from UTC, at %v: resets in %v, want %v", unit, hours, local, res.ResetAfter, want)
+			}
+		}
 	}
 }
 

@@ -409,6 +409,53 @@ func TestAllowAtMostWithAPrefetchInFlight(t *testing.T) {
 	}
 }
 
+// Likewise when Redis has nothing left for the AllowAtMost's own call and
+// nothing is held: the prefetch's units are the grant, and the Result
+// admits them (it once said denied, with 8 units granted and lost).
+func TestAllowAtMostDeniedByRedisTakesThePrefetch(t *testing.T) {
+	var armed atomic.Bool
+	arrived, release := make(chan struct{}), make(chan struct{})
+	hook := func(ctx context.Context, c ratelease.RedisCall) (context.Context, func(ratelease.RedisOutcome)) {
+		if !armed.Load() {
+			return ctx, nil
+		}
+		return ctx, func(ratelease.RedisOutcome) {
+			switch c.Op {
+			case "lease":
+				close(arrived)
+				<-release
+			case "decide":
+				close(release)
+			}
+		}
+	}
+	e := newEnv(t, ratelease.WithLease(ratelease.LeaseConfig{Min: 8, Max: 8}), ratelease.WithRedisHook(hook))
+	ctx := context.Background()
+	p := policy(t, "p", ratelease.Limit{Rate: 16, Period: time.Hour})
+	if res, _ := e.l.Allow(ctx, p, "k"); !res.Allowed { // a lease of 8, 7 held
+		t.Fatalf("Allow: %+v", res)
+	}
+	armed.Store(true)
+	if res, _ := e.l.AllowAtMost(ctx, p, "k", 7); res.Granted != 7 { // none held: a prefetch of the last 8
+		t.Fatalf("AllowAtMost(7): %+v", res)
+	}
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no prefetch below low water")
+	}
+	res, err := e.l.AllowAtMost(ctx, p, "k", 100)
+	if err != nil || !res.Allowed || res.Granted != 8 || res.RetryAfter != 0 {
+		t.Fatalf("AllowAtMost(100): %+v, %v; want the prefetch's 8, admitted", res, err)
+	}
+	if _, err := e.l.Settle(ctx, p, "k", res, 0); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := e.l.Peek(ctx, p, "k"); err != nil || !res.Allowed {
+		t.Fatalf("after settling the 8 unused: %+v, %v; want them back", res, err)
+	}
+}
+
 // newExactAt is an exact Limiter on the redis-server at addr, to read its
 // state with Peek.
 func newExactAt(t *testing.T, addr string) *ratelease.Limiter {
@@ -513,8 +560,15 @@ func TestOperatorsDropTheDenialOfALeaseInFlight(t *testing.T) {
 
 // A lease granted before this instance's Block, whose answer lands after
 // it, neither lifts the block nor puts its units in: they go back to
-// Redis, and the key is denied here at once.
+// Redis, and the key is denied here at once. So too with a Refund of the
+// key between the Block and the answer (a refund lifts no block).
 func TestBlockRefusesTheGrantOfALeaseInFlight(t *testing.T) {
+	for _, refund := range []bool{false, true} {
+		t.Run(map[bool]string{false: "alone", true: "refund"}[refund], func(t *testing.T) { blockRefusesAGrantInFlight(t, refund) })
+	}
+}
+
+func blockRefusesAGrantInFlight(t *testing.T, refund bool) {
 	mr := redistest.StartMini(t)
 	c := mr.Client(t)
 	var arm atomic.Bool
@@ -557,6 +611,11 @@ func TestBlockRefusesTheGrantOfALeaseInFlight(t *testing.T) {
 	if err := l.Block(ctx, p, "k", time.Hour); err != nil {
 		t.Fatal(err)
 	}
+	if refund {
+		if err := l.Refund(ctx, p, "k", 1); err != nil {
+			t.Fatal(err)
+		}
+	}
 	close(release)
 	if res := <-done; !res.Allowed { // (its unit was granted before the block)
 		t.Fatalf("the racing Allow: %+v", res)
@@ -569,18 +628,23 @@ func TestBlockRefusesTheGrantOfALeaseInFlight(t *testing.T) {
 	if err := exact.Unblock(ctx, p, "k"); err != nil {
 		t.Fatal(err)
 	}
-	// The 4 held went back: the key has all but the racing Allow's unit.
+	// The 4 held went back: the key has all but the racing Allow's unit
+	// (given back too by the Refund).
+	want := 4
+	if refund {
+		want = 5
+	}
 	var left int
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		res, err := exact.Peek(ctx, p, "k")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if left = res.Remaining; left == 4 || time.Now().After(deadline) {
+		if left = res.Remaining; left == want || time.Now().After(deadline) {
 			break
 		}
 	}
-	if left != 4 {
-		t.Fatalf("the key has %d left after the unblock; want 4 (the lease's 4 held given back)", left)
+	if left != want {
+		t.Fatalf("the key has %d left after the unblock; want %d (the lease's 4 held given back)", left, want)
 	}
 }

@@ -69,7 +69,7 @@ func conserve(t *testing.T, seed int64) {
 				// Never sent (Close began): what it took along is set
 				// aside again, or handed back if the entry is gone.
 				back.Add(-st.Back)
-				u, _ := e.AbandonLease(st, now.Load())
+				u, _, _ := e.AbandonLease(st, now.Load())
 				back.Add(u)
 				return
 			}

@@ -95,7 +95,7 @@ func TestGoneEntryRefusesUnits(t *testing.T) {
 	if !e.gone.Load() || evicted.Load() != 4 {
 		t.Fatalf("evicted %v, %d units handed back; want 4", e.gone.Load(), evicted.Load())
 	}
-	if u, at := e.AbandonLease(lease, 170); u != 8 || at != 3 {
+	if u, at, _ := e.AbandonLease(lease, 170); u != 8 || at != 3 {
 		t.Fatalf("AbandonLease on a gone entry = %d, %d; want the 8 set aside, granted at 3", u, at)
 	}
 	if e.setAside(2, 1, 180) {
@@ -112,7 +112,7 @@ func TestGoneEntryRefusesUnits(t *testing.T) {
 	c := tb.GetOrCreate("c")
 	c.setAside(3, 9, 0)
 	l, _ := c.StartLease(0, 1, 1)
-	if u, _ := c.AbandonLease(l, 2); u != 0 || c.Back() != 3 || c.Leasing() != nil {
+	if u, _, _ := c.AbandonLease(l, 2); u != 0 || c.Back() != 3 || c.Leasing() != nil {
 		t.Fatalf("AbandonLease on a live entry returned %d, left %d set aside (want 0, 3), lease in flight %v", u, c.Back(), c.Leasing() != nil)
 	}
 
@@ -120,8 +120,8 @@ func TestGoneEntryRefusesUnits(t *testing.T) {
 	// of the state that is gone, and would go back into the fresh one.
 	l, _ = c.StartLease(0, 1, 3)
 	c.Forget()
-	if u, _ := c.AbandonLease(l, 4); u != 0 || c.Back() != 0 {
-		t.Fatalf("AbandonLease after Forget returned %d, left %d set aside; want 0, 0", u, c.Back())
+	if u, _, dropped := c.AbandonLease(l, 4); u != 0 || dropped != 3 || c.Back() != 0 {
+		t.Fatalf("AbandonLease after Forget returned %d (dropped %d), left %d set aside; want 0 (3), 0", u, dropped, c.Back())
 	}
 }
 
@@ -141,6 +141,15 @@ func TestForgetDropsLeasesStartedBefore(t *testing.T) {
 	after, _ := e.StartLease(1, 1, 2)
 	if _, _, forgot := e.fill(Grant{Units: 9, Keep: 9, At: 1, Expires: 1e9, Epoch: after.Epoch}, 3, keepAll); forgot || e.Units() != 9 {
 		t.Fatalf("a lease from after Forget: forgot %v, %d units held; want 9", forgot, e.Units())
+	}
+	e.EndLease()
+	// Dropped too when the key was blocked here since (a block refuses a
+	// grant, to give it back): back, it would go to the state that is gone.
+	old, _ := e.StartLease(1, 1, 4)
+	e.Forget()
+	e.Block(1e12, 1e12)
+	if _, kept, forgot := e.fill(Grant{Units: 9, Keep: 9, At: 1, Expires: 1e9, Epoch: old.Epoch}, 5, keepAll); !kept || !forgot {
+		t.Fatalf("a lease from before Forget and Block: kept %v, forgot %v; want dropped, not given back", kept, forgot)
 	}
 }
 

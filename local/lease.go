@@ -133,20 +133,23 @@ func (e *Entry[P]) Tagged(ch <-chan struct{}) any {
 // AbandonLease ends the lease in flight, l, which was never sent (Close
 // began, or its caller's context had ended before it went out): the units
 // set aside that it took along are set aside again at now or, if the
-// entry is gone, returned for the caller to give back; dropped if the key
-// was forgotten since the lease started (see Forget).
-func (e *Entry[P]) AbandonLease(l Lease, now int64) (units, at int64) {
+// entry is gone, returned for the caller to give back; dropped, for the
+// caller to count, if the key was forgotten since the lease started (see
+// Forget).
+func (e *Entry[P]) AbandonLease(l Lease, now int64) (units, at, dropped int64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.endLocked()
-	if l.Back <= 0 || l.Epoch != e.epoch {
-		return 0, 0
-	}
-	if e.gone.Load() {
-		return l.Back, l.BackAt
+	switch {
+	case l.Back <= 0:
+		return 0, 0, 0
+	case l.Epoch != e.epoch:
+		return 0, 0, l.Back
+	case e.gone.Load():
+		return l.Back, l.BackAt, 0
 	}
 	e.setAsideLocked(l.Back, l.BackAt, now)
-	return 0, 0
+	return 0, 0, 0
 }
 
 // Leasing returns the channel of the lease in flight, closed once its
@@ -207,18 +210,16 @@ func (e *Entry[P]) Answer(a Answer, now int64, keep Keep) (l Lapsed, kept, forgo
 	e.answered(a.Word, a.Members, a.Shared)
 	e.mu.Lock() // (ClearDenial's and Block's: an answer is cleared whole, or after)
 	current := a.Clears == e.clears
-	if current {
+	if current { // (its block before its grant, which a block refuses)
 		e.blockedUntil.Store(a.BlockedUntil)
 	}
-	e.mu.Unlock()
 	if a.Grant.Units > 0 {
-		l, kept, forgot = e.fill(a.Grant, now, keep)
+		l, kept, forgot = e.fillLocked(a.Grant, now, keep)
 		if a.Grant.Keep > 0 && kept && !forgot {
 			e.lowWater.Store(a.LowWater)
 		}
 	}
-	e.mu.Lock()
-	if current && a.Clears == e.clears {
+	if current {
 		if a.RetryAt != 0 {
 			e.setRetryAt(a.RetryAt, a.FairShare)
 		}
@@ -258,16 +259,21 @@ func (e *Entry[P]) answered(w Word, members int64, shared bool) {
 	e.resetAt.Store(w.ResetAt)
 }
 
-// fill puts g's size (for the next lease's growth) and the units kept into
-// the entry at now, under its lock: see Answer.
+// fill is fillLocked under the entry's lock.
 func (e *Entry[P]) fill(g Grant, now int64, keep Keep) (l Lapsed, kept, forgot bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.gone.Load() || e.blockedUntil.Load() > now { // (blocked here since the lease began: see Block)
-		return Lapsed{}, g.Keep <= 0, false
-	}
+	return e.fillLocked(g, now, keep)
+}
+
+// fillLocked puts g's size (for the next lease's growth) and the units
+// kept into the entry at now: see Answer. Requires mu held.
+func (e *Entry[P]) fillLocked(g Grant, now int64, keep Keep) (l Lapsed, kept, forgot bool) {
 	if g.Epoch != e.epoch {
 		return Lapsed{}, true, g.Keep > 0
+	}
+	if e.gone.Load() || e.blockedUntil.Load() > now { // (blocked here since the lease began: see Block)
+		return Lapsed{}, g.Keep <= 0, false
 	}
 	e.lastGrant = g.Units
 	if g.Keep <= 0 {

@@ -52,13 +52,16 @@ func (e *Entry[P]) Holds(n, now int64) bool { return e.allowance.holds(n, now) }
 // CountHit counts a request answered by TakeUpTo.
 func (e *Entry[P]) CountHit() { e.allowance.extra.Add(-1) }
 
-// ClearDenial forgets Redis's last denial and block, and those of the
-// leases in flight when they land (Answer.Clears): the next request asks.
-func (e *Entry[P]) ClearDenial() {
+// ClearDenial forgets Redis's last denial, and those of the leases in
+// flight when they land (Answer.Clears): the next request asks. With
+// lift, the recorded block too (Reset, Unblock), not after a Refund.
+func (e *Entry[P]) ClearDenial(lift bool) {
 	e.mu.Lock()
 	e.clears++
 	e.allowance.clearDenial()
-	e.blockedUntil.Store(0)
+	if lift {
+		e.blockedUntil.Store(0)
+	}
 	e.mu.Unlock()
 }
 
@@ -73,7 +76,7 @@ func (e *Entry[P]) Forget() int64 {
 	e.back = 0
 	e.epoch++
 	e.mu.Unlock()
-	e.ClearDenial()
+	e.ClearDenial(true)
 	return units
 }
 
@@ -93,10 +96,6 @@ func (e *Entry[P]) RetryAt() (int64, bool) {
 	w := e.retryAt.Load()
 	return w >> 1, w&1 == 1
 }
-
-// SetBlocked records that the recorded denial is a block of the key that
-// ends at until (ns), or, with 0, that it is not a block.
-func (e *Entry[P]) SetBlocked(until int64) { e.blockedUntil.Store(until) }
 
 // BlockedUntil returns when (ns) the key's block ends, if the recorded
 // denial is a block, or 0.

@@ -137,12 +137,14 @@ func weekday(d int64) time.Weekday {
 // firstInstant returns the first instant whose date in loc is the date
 // numbered d, or later. Within one of the zone's periods of constant
 // offset o, the local date reaches d at the instant midnight - o (its
-// wall clock read as UTC): the answer is the first period, from a day and
-// more before (no offset is that large), in which that instant, or the
-// period's start if later, falls.
+// wall clock read as UTC): the answer is the first period, from two days
+// before that instant at the offset of the midnight read as UTC (no zone's
+// offset changes by that much; time.FixedZone's may be days), in which
+// that instant, or the period's start if later, falls.
 func firstInstant(d int64, loc *time.Location) time.Time {
 	midnight := d * 86400 // the date's midnight, as UTC seconds
-	t := time.Unix(midnight-48*3600, 0).In(loc)
+	_, off := time.Unix(midnight, 0).In(loc).Zone()
+	t := time.Unix(midnight-int64(max(0, off))-48*3600, 0).In(loc)
 	for {
 		_, off := t.Zone()
 		at := t
@@ -171,11 +173,6 @@ func (c Calendar) validate() error {
 		return fmt.Errorf("a calendar in time.Local differs by machine: name its zone (time.LoadLocation)")
 	case c.FirstDay < time.Sunday || c.FirstDay > time.Saturday:
 		return fmt.Errorf("first day %d is not a weekday", c.FirstDay)
-	}
-	// (time.FixedZone takes any offset; a day or more is no zone's, and
-	// would place its windows a day off: see firstInstant.)
-	if _, off := time.Now().In(c.Location).Zone(); off <= -86400 || off >= 86400 {
-		return fmt.Errorf("zone %q is %v from UTC: a calendar's zone is less than a day from it", c.Location, time.Duration(off)*time.Second)
 	}
 	return nil
 }

@@ -60,7 +60,7 @@ func (r *dueRig) hotDenied(l *leasesync.Leaser, e *leasesync.Entry) remote.Decis
 	for range 20 {
 		e.TakeUpTo(100, l.Now())
 		e.Wanted(100)
-		e.ClearDenial()
+		e.ClearDenial(false)
 		d, _, err := l.Lease(ctx, e, 1)
 		if err != nil {
 			r.t.Fatal(err)
@@ -117,7 +117,7 @@ func TestDueLeasesNothingForAnEvictedEntry(t *testing.T) {
 	if a.Stats().Leases != leases {
 		t.Fatalf("a leased k %d times after its entry was evicted", a.Stats().Leases-leases)
 	}
-	eb.ClearDenial()
+	eb.ClearDenial(false)
 	if d, _, err := b.Lease(context.Background(), eb, 1); err != nil || d.Members != 1 {
 		t.Fatalf("b's lease: %+v, %v; want b k's only member", d, err)
 	}
@@ -134,7 +134,7 @@ func TestDuePendingOncePerEntry(t *testing.T) {
 	e := l.NewTable(r.p, nil).GetOrCreate("k")
 	d := r.hotDenied(l, e)
 	for range 20 {
-		e.ClearDenial()
+		e.ClearDenial(false)
 		var err error
 		if d, _, err = l.Lease(context.Background(), e, 1); err != nil || d.Granted != 0 {
 			t.Fatalf("lease: %+v, %v; want a denial", d, err)

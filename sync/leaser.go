@@ -377,7 +377,8 @@ func (l *Leaser) end(e *Entry, st local.Lease, err error) {
 		e.EndLease()
 		return
 	}
-	units, at := e.AbandonLease(st, l.Now())
+	units, at, dropped := e.AbandonLease(st, l.Now())
+	l.stats.dropped.Add(uint64(dropped))
 	l.giveBack(e, units, at)
 }
 

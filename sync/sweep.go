@@ -190,8 +190,8 @@ func (l *Leaser) Stats() Stats {
 // units are given back (queued for the batcher; the block denies the key,
 // but not the key's other instances' use of them once it lapses), and its
 // denial is recorded as a block, for left or TTL, whichever ends first (any
-// instance may lift a block: Unblock). A lease in flight may still put
-// units in, used until they lapse, within TTL.
+// instance may lift a block: Unblock). A lease in flight gives its grant
+// back when it lands (Entry.Block).
 func (l *Leaser) Block(e *Entry, left time.Duration) {
 	now := l.Now()
 	units, at := e.Block(now+int64(left), now+int64(min(left, l.cfg.TTL)))

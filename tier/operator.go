@@ -84,11 +84,21 @@ func (e *Engine) AllowAtMost(ctx context.Context, p *remote.Policy, key string, 
 	}
 	dec := e.decided(p, d)
 	if found && got+d.Granted < n {
-		got += e.afterInFlight(ctx, ent, n-got-d.Granted)
+		if k := e.afterInFlight(ctx, ent, n-got-d.Granted); k > 0 {
+			if got == 0 {
+				takenAt = e.RedisTime()
+			}
+			got += k
+		}
 	}
 	dec.Granted = got + d.Granted
 	if got > 0 {
-		dec.At = takenAt
+		// (Admitted, even where Redis denied the rest: the units held
+		// taken are the grant.)
+		dec.At, dec.Allowed = takenAt, true
+		if d.Granted == 0 {
+			dec.RetryAfter = 0
+		}
 	}
 	if found { // what this instance holds is charged in Redis, not used
 		held := ent.Units()
@@ -179,13 +189,13 @@ func (e *Engine) giveBack(p *remote.Policy, key string, give func() error) error
 	}
 	ent, found := e.held(p, key)
 	if found {
-		ent.ClearDenial()
+		ent.ClearDenial(false)
 	}
 	err := give()
 	if found {
 		// Again: a lease in flight may have been denied before the units
 		// were back, and recorded it meanwhile.
-		ent.ClearDenial()
+		ent.ClearDenial(false)
 	}
 	return err
 }
@@ -355,7 +365,7 @@ func (e *Engine) Unblock(ctx context.Context, p *remote.Policy, key string) erro
 	if ent, found := e.held(p, key); found {
 		// (Whether a block is recorded or not: one may be on its way in
 		// the answer to a lease in flight.)
-		ent.ClearDenial()
+		ent.ClearDenial(true)
 	}
 	return err
 }

@@ -32,9 +32,10 @@ local function cw_window(e1, e2)
 end
 
 local function cw_load(key, _, e1, e2)
-  local _, e = cw_window(e1, e2)
+  local s, e = cw_window(e1, e2)
   local v = call('HMGET', key, 'e', 'c', 'f')
-  if tonumber(v[1]) == e then return e, tonumber(v[2]) or 0, tonumber(v[3]) or 0 end
+  -- (A count written before f was kept: from its window's start.)
+  if tonumber(v[1]) == e then return e, tonumber(v[2]) or 0, tonumber(v[3]) or s end
   return e, 0, NOW
 end
 
@@ -76,10 +77,12 @@ ALG[5] = {
 
   -- Units granted in the current window go back; a window that has ended
   -- is gone: a grant older than the count's first (f) was not of it,
-  -- however long ago (Settle's may come days later).
+  -- however long ago (Settle's may come days later). From e1 on, the
+  -- window's start is known: a grant at or after it is of it (a time an
+  -- instance read from its lease may be a little before f).
   refund = function(key, rate, e1, e2, g, at)
     local e, c, f = cw_load(key, rate, e1, e2)
-    if c > 0 and at >= f then cw_save(key, e, max(0, c - g), f) end
+    if c > 0 and (at >= f or NOW >= e1 and at >= e1) then cw_save(key, e, max(0, c - g), f) end
   end,
 
   -- Forgiven when the window ends.
