@@ -349,6 +349,7 @@ func TestCalendarWindowBadInput(t *testing.T) {
 		{Rate: 5, Period: time.Hour, Algorithm: ratelease.CalendarWindow, Calendar: ratelease.Calendar{Unit: ratelease.CalendarDay}},
 		{Rate: 5, Period: time.Hour, Algorithm: ratelease.FixedWindow, Calendar: ratelease.Calendar{Unit: ratelease.CalendarDay}},
 		{Rate: 0, Algorithm: ratelease.CalendarWindow, Calendar: ratelease.Calendar{Unit: ratelease.CalendarDay}},
+		ratelease.PerCalendarDay(5, time.FixedZone("far", 367*86400)),
 	} {
 		if _, err := ratelease.NewPolicy("p", l); !errors.Is(err, ratelease.ErrInvalidLimit) {
 			t.Errorf("NewPolicy(%+v): %v, want ErrInvalidLimit", l, err)

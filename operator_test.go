@@ -444,9 +444,13 @@ func TestAllowAtMostDeniedByRedisTakesThePrefetch(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no prefetch below low water")
 	}
+	denied := e.l.Stats().Denied
 	res, err := e.l.AllowAtMost(ctx, p, "k", 100)
-	if err != nil || !res.Allowed || res.Granted != 8 || res.RetryAfter != 0 {
-		t.Fatalf("AllowAtMost(100): %+v, %v; want the prefetch's 8, admitted", res, err)
+	if err != nil || !res.Allowed || res.Granted != 8 || res.RetryAfter != 0 || res.Source != ratelease.SourceLocal {
+		t.Fatalf("AllowAtMost(100): %+v, %v; want the prefetch's 8, admitted from units held", res, err)
+	}
+	if d := e.l.Stats().Denied - denied; d != 0 {
+		t.Errorf("the admitted AllowAtMost counted %d denials", d)
 	}
 	if _, err := e.l.Settle(ctx, p, "k", res, 0); err != nil {
 		t.Fatal(err)

@@ -69,8 +69,9 @@ func conserve(t *testing.T, seed int64) {
 				// Never sent (Close began): what it took along is set
 				// aside again, or handed back if the entry is gone.
 				back.Add(-st.Back)
-				u, _, _ := e.AbandonLease(st, now.Load())
+				u, _, gone := e.AbandonLease(st, now.Load())
 				back.Add(u)
+				forgotten.Add(gone) // (a Forget since it started)
 				return
 			}
 			i := answers.Add(1)

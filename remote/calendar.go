@@ -159,6 +159,9 @@ func firstInstant(d int64, loc *time.Location) time.Time {
 	}
 }
 
+// maxOffset is the farthest a calendar's zone may be from UTC, in seconds.
+const maxOffset = 366 * 86400
+
 // validate reports why c cannot place windows, or nil.
 func (c Calendar) validate() error {
 	switch {
@@ -173,6 +176,11 @@ func (c Calendar) validate() error {
 		return fmt.Errorf("a calendar in time.Local differs by machine: name its zone (time.LoadLocation)")
 	case c.FirstDay < time.Sunday || c.FirstDay > time.Saturday:
 		return fmt.Errorf("first day %d is not a weekday", c.FirstDay)
+	}
+	// (time.FixedZone takes any offset: a year of it keeps every date's
+	// arithmetic far from overflowing.)
+	if _, off := time.Now().In(c.Location).Zone(); off < -maxOffset || off > maxOffset {
+		return fmt.Errorf("zone %q is %v from UTC, more than a year", c.Location, time.Duration(off)*time.Second)
 	}
 	return nil
 }

@@ -225,3 +225,52 @@ func TestCalendarWindowErrClock(t *testing.T) {
 		t.Fatalf("another error wraps ErrClock: %v", err)
 	}
 }
+
+// A refund of a calendar window's grant goes back only to the window that
+// granted it, by the count's first grant (f) and, from the window's known
+// start on, by that start: a grant time read a little before f (a lease's
+// receipt) is taken; one from the window before, in the last hour of the
+// next (where the call names the window after), is not; and a count kept
+// before f was (no field) takes refunds from its window's start when it
+// is known, from now when not.
+func TestCalendarRefundFindsItsWindow(t *testing.T) {
+	ctx := context.Background()
+	l := win(remote.CalendarWindow, 10, 24*time.Hour)
+	l.Calendar = remote.Calendar{Unit: remote.CalendarDay, Location: time.UTC}
+	count := func(f *fake, p *remote.Policy) string { return f.HGet(p.Keys("test", "k")[0], "c") }
+	for _, c := range []struct {
+		name      string
+		into      time.Duration // Redis's time into the day of the grant, at the refund
+		at        time.Duration // the refunded grant's time, from that day's start
+		dropF     bool          // the count has no f
+		wantCount string
+	}{
+		{"the same day, a receipt read before f", 10 * time.Hour, 9 * time.Hour, false, "0"},
+		{"the same day, the last hour, at f", 23*time.Hour + 30*time.Minute, 10 * time.Hour, false, "0"},
+		{"the day before, in the next day's last hour", 23*time.Hour + 30*time.Minute, -time.Hour, false, "4"},
+		{"the day before, the next day's first hours", 2 * time.Hour, -time.Hour, false, "4"},
+		{"no f, the day before, the next day's first hours", 2 * time.Hour, -time.Hour, true, "4"},
+		{"no f, the same day", 2 * time.Hour, time.Hour, true, "0"},
+		{"no f, the day before, the next day's last hour", 23*time.Hour + 30*time.Minute, -time.Hour, true, "4"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFake(t)
+			day := f.Now().Truncate(24 * time.Hour).Add(24 * time.Hour)
+			f.Advance(day.Sub(f.Now()) + 10*time.Hour) // 10:00 of the day: the first grant (f)
+			f.s.SetClock(clock.NewManual(f.Now()))
+			p := mustPolicy(t, "quota", l)
+			acquire(t, f.s, p, "k", 4, 4, false)
+			if c.dropF {
+				f.HDel(p.Keys("test", "k")[0], "f")
+			}
+			f.Advance(c.into - 10*time.Hour)
+			f.s.SetClock(clock.NewManual(f.Now()))
+			if err := f.s.Refund(ctx, p, "k", 4, day.Add(c.at).UnixMicro()); err != nil {
+				t.Fatal(err)
+			}
+			if got := count(f, p); got != c.wantCount {
+				t.Fatalf("the count after the refund: %s, want %s", got, c.wantCount)
+			}
+		})
+	}
+}

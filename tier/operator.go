@@ -81,24 +81,20 @@ func (e *Engine) AllowAtMost(ctx context.Context, p *remote.Policy, key string, 
 		return Decision{}, err
 	case cause != nil:
 		return e.unavailableAtMost(p, key, n, cause)
+	case found && d.Granted == 0:
+		// Redis denied, none held: a lease in flight may have taken the
+		// units meanwhile, which are then the grant.
+		if k := e.afterInFlight(ctx, ent, n); k > 0 {
+			return e.heldDecision(p, ent, k, e.leaser.Now(), e.RedisTime()), nil
+		}
 	}
 	dec := e.decided(p, d)
-	if found && got+d.Granted < n {
-		if k := e.afterInFlight(ctx, ent, n-got-d.Granted); k > 0 {
-			if got == 0 {
-				takenAt = e.RedisTime()
-			}
-			got += k
-		}
+	if found && d.Granted > 0 && got+d.Granted < n {
+		got += e.afterInFlight(ctx, ent, n-got-d.Granted)
 	}
 	dec.Granted = got + d.Granted
-	if got > 0 {
-		// (Admitted, even where Redis denied the rest: the units held
-		// taken are the grant.)
-		dec.At, dec.Allowed = takenAt, true
-		if d.Granted == 0 {
-			dec.RetryAfter = 0
-		}
+	if takenAt != 0 {
+		dec.At = takenAt
 	}
 	if found { // what this instance holds is charged in Redis, not used
 		held := ent.Units()

@@ -34,8 +34,12 @@ end
 local function cw_load(key, _, e1, e2)
   local s, e = cw_window(e1, e2)
   local v = call('HMGET', key, 'e', 'c', 'f')
-  -- (A count written before f was kept: from its window's start.)
-  if tonumber(v[1]) == e then return e, tonumber(v[2]) or 0, tonumber(v[3]) or s end
+  -- (A count written before f was kept: from its window's start when it
+  -- is known, else from now.)
+  if tonumber(v[1]) == e then
+    if NOW < e1 then s = NOW end
+    return e, tonumber(v[2]) or 0, tonumber(v[3]) or s
+  end
   return e, 0, NOW
 end
 
