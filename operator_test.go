@@ -493,33 +493,8 @@ func newExactOn(t *testing.T, mr *redistest.Mini) *ratelease.Limiter {
 func TestOperatorsDropTheDenialOfALeaseInFlight(t *testing.T) {
 	for _, op := range []string{"Reset", "Refund", "Unblock"} {
 		t.Run(op, func(t *testing.T) {
-			mr := redistest.StartMini(t)
-			c := mr.Client(t)
-			var arm atomic.Bool
-			entered := make(chan struct{}, 1)
-			release := make(chan struct{})
-			hook := func(ctx context.Context, call ratelease.RedisCall) (context.Context, func(ratelease.RedisOutcome)) {
-				if call.Op != "lease" || !arm.Load() {
-					return ctx, nil
-				}
-				return ctx, func(ratelease.RedisOutcome) {
-					if arm.CompareAndSwap(true, false) {
-						entered <- struct{}{}
-						<-release // Redis answered; the answer is not put in yet
-					}
-				}
-			}
-			l, err := ratelease.New(c, ratelease.WithLease(ratelease.LeaseConfig{Min: 5, Max: 5, TTL: time.Hour}),
-				ratelease.WithRedisTimeout(2*time.Second), ratelease.WithRedisHook(hook))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close()
-			exact, err := ratelease.New(c, ratelease.WithExact())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer exact.Close()
+			h := newHeldLease(t)
+			l, exact := h.l, h.exact
 			p := policy(t, "p", ratelease.PerHour(5))
 			ctx := context.Background()
 			if op == "Unblock" {
@@ -529,16 +504,8 @@ func TestOperatorsDropTheDenialOfALeaseInFlight(t *testing.T) {
 			} else if res, _ := exact.AllowN(ctx, p, "k", 5); !res.Allowed { // another instance empties the key
 				t.Fatal("could not empty the key")
 			}
-			arm.Store(true)
-			done := make(chan ratelease.Result, 1)
-			go func() {
-				res, err := l.Allow(ctx, p, "k")
-				if err != nil {
-					t.Error(err)
-				}
-				done <- res
-			}()
-			<-entered
+			done := h.allowHeld(ctx, p)
+			var err error
 			switch op {
 			case "Reset":
 				err = l.Reset(ctx, p, "k")
@@ -550,7 +517,7 @@ func TestOperatorsDropTheDenialOfALeaseInFlight(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			close(release)
+			close(h.release)
 			if res := <-done; res.Allowed {
 				t.Fatalf("the racing Allow was admitted: %+v", res)
 			}
@@ -573,45 +540,11 @@ func TestBlockRefusesTheGrantOfALeaseInFlight(t *testing.T) {
 }
 
 func blockRefusesAGrantInFlight(t *testing.T, refund bool) {
-	mr := redistest.StartMini(t)
-	c := mr.Client(t)
-	var arm atomic.Bool
-	entered := make(chan struct{}, 1)
-	release := make(chan struct{})
-	hook := func(ctx context.Context, call ratelease.RedisCall) (context.Context, func(ratelease.RedisOutcome)) {
-		if call.Op != "lease" || !arm.Load() {
-			return ctx, nil
-		}
-		return ctx, func(ratelease.RedisOutcome) {
-			if arm.CompareAndSwap(true, false) {
-				entered <- struct{}{}
-				<-release
-			}
-		}
-	}
-	l, err := ratelease.New(c, ratelease.WithLease(ratelease.LeaseConfig{Min: 5, Max: 5, TTL: time.Hour}),
-		ratelease.WithRedisTimeout(2*time.Second), ratelease.WithRedisHook(hook))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	exact, err := ratelease.New(c, ratelease.WithExact())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer exact.Close()
+	h := newHeldLease(t)
+	l, exact := h.l, h.exact
 	p := policy(t, "p", ratelease.PerHour(5))
 	ctx := context.Background()
-	arm.Store(true)
-	done := make(chan ratelease.Result, 1)
-	go func() {
-		res, err := l.Allow(ctx, p, "k") // leases 5: 1 for it, 4 held
-		if err != nil {
-			t.Error(err)
-		}
-		done <- res
-	}()
-	<-entered
+	done := h.allowHeld(ctx, p) // leases 5: 1 for it, 4 held
 	if err := l.Block(ctx, p, "k", time.Hour); err != nil {
 		t.Fatal(err)
 	}
@@ -620,7 +553,7 @@ func blockRefusesAGrantInFlight(t *testing.T, refund bool) {
 			t.Fatal(err)
 		}
 	}
-	close(release)
+	close(h.release)
 	if res := <-done; !res.Allowed { // (its unit was granted before the block)
 		t.Fatalf("the racing Allow: %+v", res)
 	}
@@ -651,4 +584,59 @@ func blockRefusesAGrantInFlight(t *testing.T, refund bool) {
 	if left != want {
 		t.Fatalf("the key has %d left after the unblock; want %d (the lease's 4 held given back)", left, want)
 	}
+}
+
+// heldLease is a lease-mode Limiter (leases of 5, TTL an hour) whose next
+// lease's answer, once armed by allowHeld, is held between Redis's reply
+// and its putting in (as a busy process holds it) until release is
+// closed; and an exact Limiter on the same Redis.
+type heldLease struct {
+	l, exact *ratelease.Limiter
+	arm      atomic.Bool
+	entered  chan struct{}
+	release  chan struct{}
+}
+
+func newHeldLease(t *testing.T) *heldLease {
+	t.Helper()
+	mr := redistest.StartMini(t)
+	c := mr.Client(t)
+	h := &heldLease{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	hook := func(ctx context.Context, call ratelease.RedisCall) (context.Context, func(ratelease.RedisOutcome)) {
+		if call.Op != "lease" || !h.arm.Load() {
+			return ctx, nil
+		}
+		return ctx, func(ratelease.RedisOutcome) {
+			if h.arm.CompareAndSwap(true, false) {
+				h.entered <- struct{}{}
+				<-h.release // Redis answered; the answer is not put in yet
+			}
+		}
+	}
+	var err error
+	h.l, err = ratelease.New(c, ratelease.WithLease(ratelease.LeaseConfig{Min: 5, Max: 5, TTL: time.Hour}),
+		ratelease.WithRedisTimeout(2*time.Second), ratelease.WithRedisHook(hook))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.l.Close() })
+	if h.exact, err = ratelease.New(c, ratelease.WithExact()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.exact.Close() })
+	return h
+}
+
+// allowHeld arms the hold and makes an Allow of key "k" under p, whose
+// lease is held; it returns once Redis answered it, with the channel the
+// Allow's Result comes on.
+func (h *heldLease) allowHeld(ctx context.Context, p *ratelease.Policy) <-chan ratelease.Result {
+	h.arm.Store(true)
+	done := make(chan ratelease.Result, 1)
+	go func() {
+		res, _ := h.l.Allow(ctx, p, "k")
+		done <- res
+	}()
+	<-h.entered
+	return done
 }
