@@ -370,6 +370,43 @@ func testOperatorsLeaseMode(t *testing.T, alg ratelease.Algorithm) {
 // allowance gets the prefetch's units too: Redis granted the prefetch what
 // the AllowAtMost then lacks, and AllowAtMost waits for it to land.
 func TestAllowAtMostWithAPrefetchInFlight(t *testing.T) {
+	// A limit of 20: 1 held, 8 on their way, 4 in Redis: all 13 are this
+	// call's.
+	e, p := prefetchInFlight(t, 20, 6)
+	res, err := e.l.AllowAtMost(context.Background(), p, "k", 100)
+	if err != nil || res.Granted != 13 || res.Remaining != 0 {
+		t.Fatalf("AllowAtMost(100): %+v, %v; want the 13 left (1 held, 8 prefetched, 4 in Redis)", res, err)
+	}
+}
+
+// Likewise when Redis has nothing left for the AllowAtMost's own call and
+// nothing is held: the prefetch's units are the grant, a hit (it once said
+// denied, with 8 units granted and lost), and settled unused they go back.
+func TestAllowAtMostDeniedByRedisTakesThePrefetch(t *testing.T) {
+	e, p := prefetchInFlight(t, 16, 7)
+	ctx := context.Background()
+	denied := e.l.Stats().Denied
+	res, err := e.l.AllowAtMost(ctx, p, "k", 100)
+	if err != nil || !res.Allowed || res.Granted != 8 || res.RetryAfter != 0 || res.Source != ratelease.SourceLocal {
+		t.Fatalf("AllowAtMost(100): %+v, %v; want the prefetch's 8, admitted from units held", res, err)
+	}
+	if d := e.l.Stats().Denied - denied; d != 0 {
+		t.Errorf("the admitted AllowAtMost counted %d denials", d)
+	}
+	if _, err := e.l.Settle(ctx, p, "k", res, 0); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := e.l.Peek(ctx, p, "k"); err != nil || !res.Allowed {
+		t.Fatalf("after settling the 8 unused: %+v, %v; want them back", res, err)
+	}
+}
+
+// prefetchInFlight is a lease-mode env (leases of 8) on a limit of rate an
+// hour, where an Allow leased 8 (7 held) and an AllowAtMost took taken of
+// them, below low water (a quarter of 8): the prefetch that started is
+// answered and held until the next AllowAtMost's own call is.
+func prefetchInFlight(t *testing.T, rate, taken int) (*env, *ratelease.Policy) {
+	t.Helper()
 	var armed atomic.Bool
 	arrived, release := make(chan struct{}), make(chan struct{})
 	hook := func(ctx context.Context, c ratelease.RedisCall) (context.Context, func(ratelease.RedisOutcome)) {
@@ -388,76 +425,20 @@ func TestAllowAtMostWithAPrefetchInFlight(t *testing.T) {
 	}
 	e := newEnv(t, ratelease.WithLease(ratelease.LeaseConfig{Min: 8, Max: 8}), ratelease.WithRedisHook(hook))
 	ctx := context.Background()
-	p := policy(t, "p", ratelease.Limit{Rate: 20, Period: time.Hour})
-	if res, _ := e.l.Allow(ctx, p, "k"); !res.Allowed { // a lease of 8, 7 held
+	p := policy(t, "p", ratelease.Limit{Rate: rate, Period: time.Hour})
+	if res, _ := e.l.Allow(ctx, p, "k"); !res.Allowed {
 		t.Fatalf("Allow: %+v", res)
 	}
 	armed.Store(true)
-	// 6 of the 7 held: below low water (a quarter of 8), a prefetch of 8.
-	if res, _ := e.l.AllowAtMost(ctx, p, "k", 6); res.Granted != 6 || res.Source != ratelease.SourceLocal {
-		t.Fatalf("AllowAtMost(6): %+v", res)
+	if res, _ := e.l.AllowAtMost(ctx, p, "k", taken); res.Granted != taken || res.Source != ratelease.SourceLocal {
+		t.Fatalf("AllowAtMost(%d): %+v", taken, res)
 	}
 	select {
 	case <-arrived:
 	case <-time.After(10 * time.Second):
 		t.Fatal("no prefetch below low water")
 	}
-	// 1 held, 8 on their way, 4 in Redis: all 13 are this call's.
-	res, err := e.l.AllowAtMost(ctx, p, "k", 100)
-	if err != nil || res.Granted != 13 || res.Remaining != 0 {
-		t.Fatalf("AllowAtMost(100): %+v, %v; want the 13 left (1 held, 8 prefetched, 4 in Redis)", res, err)
-	}
-}
-
-// Likewise when Redis has nothing left for the AllowAtMost's own call and
-// nothing is held: the prefetch's units are the grant, and the Result
-// admits them (it once said denied, with 8 units granted and lost).
-func TestAllowAtMostDeniedByRedisTakesThePrefetch(t *testing.T) {
-	var armed atomic.Bool
-	arrived, release := make(chan struct{}), make(chan struct{})
-	hook := func(ctx context.Context, c ratelease.RedisCall) (context.Context, func(ratelease.RedisOutcome)) {
-		if !armed.Load() {
-			return ctx, nil
-		}
-		return ctx, func(ratelease.RedisOutcome) {
-			switch c.Op {
-			case "lease":
-				close(arrived)
-				<-release
-			case "decide":
-				close(release)
-			}
-		}
-	}
-	e := newEnv(t, ratelease.WithLease(ratelease.LeaseConfig{Min: 8, Max: 8}), ratelease.WithRedisHook(hook))
-	ctx := context.Background()
-	p := policy(t, "p", ratelease.Limit{Rate: 16, Period: time.Hour})
-	if res, _ := e.l.Allow(ctx, p, "k"); !res.Allowed { // a lease of 8, 7 held
-		t.Fatalf("Allow: %+v", res)
-	}
-	armed.Store(true)
-	if res, _ := e.l.AllowAtMost(ctx, p, "k", 7); res.Granted != 7 { // none held: a prefetch of the last 8
-		t.Fatalf("AllowAtMost(7): %+v", res)
-	}
-	select {
-	case <-arrived:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no prefetch below low water")
-	}
-	denied := e.l.Stats().Denied
-	res, err := e.l.AllowAtMost(ctx, p, "k", 100)
-	if err != nil || !res.Allowed || res.Granted != 8 || res.RetryAfter != 0 || res.Source != ratelease.SourceLocal {
-		t.Fatalf("AllowAtMost(100): %+v, %v; want the prefetch's 8, admitted from units held", res, err)
-	}
-	if d := e.l.Stats().Denied - denied; d != 0 {
-		t.Errorf("the admitted AllowAtMost counted %d denials", d)
-	}
-	if _, err := e.l.Settle(ctx, p, "k", res, 0); err != nil {
-		t.Fatal(err)
-	}
-	if res, err := e.l.Peek(ctx, p, "k"); err != nil || !res.Allowed {
-		t.Fatalf("after settling the 8 unused: %+v, %v; want them back", res, err)
-	}
+	return e, p
 }
 
 // newExactAt is an exact Limiter on the redis-server at addr, to read its
