@@ -134,3 +134,18 @@ func TestSentinel(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// WaterFill meets the smallest demands in full and shares the rest
+// equally; demands that fit are met whole.
+func TestWaterFill(t *testing.T) {
+	got := redistest.WaterFill(2000, []float64{1000, 200, 2400, 400})
+	want := []float64{700, 200, 700, 400}
+	for i := range want {
+		if d := got[i] - want[i]; d > 1e-9 || d < -1e-9 {
+			t.Fatalf("WaterFill = %v, want %v", got, want)
+		}
+	}
+	if got := redistest.WaterFill(100, []float64{10, 20}); got[0] != 10 || got[1] != 20 {
+		t.Fatalf("WaterFill under the capacity = %v", got)
+	}
+}

@@ -7,20 +7,6 @@ import (
 	"github.com/ratelease/ratelease/bench"
 )
 
-func TestFairSharesFillToTheRate(t *testing.T) {
-	got := fairShares([]float64{1000, 200, 2400, 400}, 2000)
-	want := []float64{700, 200, 700, 400}
-	for i := range want {
-		if math.Abs(got[i]-want[i]) > 1e-9 {
-			t.Fatalf("fairShares = %v, want %v", got, want)
-		}
-	}
-	// Demands that fit are met in full.
-	if got := fairShares([]float64{10, 20}, 100); got[0] != 10 || got[1] != 20 {
-		t.Fatalf("fairShares under the rate = %v", got)
-	}
-}
-
 func TestFloatCeiling(t *testing.T) {
 	cfg := bench.AccuracyConfig{Rate: 100, Burst: 100, Demand: 2, Shares: []float64{0.5, 0.5}}
 	// Shares 100 and 100 of 200 wanted: fair 50 each, (Σ√f)² = 200. Ten

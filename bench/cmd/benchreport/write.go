@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"flag"
 	"fmt"
 	"io"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ratelease/ratelease/bench"
+	"github.com/ratelease/ratelease/internal/redistest"
 )
 
 // write renders the report.
@@ -387,7 +387,7 @@ func floatCeilings(cfg bench.AccuracyConfig, runs []bench.AccuracyResult) []floa
 		want[i] = float64(cfg.Rate) * cfg.Demand * v
 	}
 	var root float64
-	for _, f := range fairShares(want, float64(cfg.Rate)) {
+	for _, f := range redistest.WaterFill(float64(cfg.Rate), want) {
 		root += math.Sqrt(f)
 	}
 	a := make([]float64, len(runs))
@@ -397,24 +397,6 @@ func floatCeilings(cfg bench.AccuracyConfig, runs []bench.AccuracyResult) []floa
 		}
 	}
 	return a
-}
-
-// fairShares is the max-min fair share of rate for each demand: the
-// smallest met in full, the rest sharing what is left equally.
-func fairShares(demand []float64, rate float64) []float64 {
-	order := make([]int, len(demand))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(demand[a], demand[b]) })
-	fair := make([]float64, len(demand))
-	left := rate
-	for k, i := range order {
-		level := left / float64(len(order)-k)
-		fair[i] = min(demand[i], level)
-		left -= fair[i]
-	}
-	return fair
 }
 
 func demands(cfg bench.AccuracyConfig) string {
